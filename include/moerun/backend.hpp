@@ -1,0 +1,128 @@
+// moerun/backend.hpp — what a backend is: declared capabilities, a support check derived from them,
+// and a factory for Runners that execute the layer.
+//
+// Adding a backend: implement Backend in src/backends/<name>/ (or in a plugin, see plugin.h), fill in
+// Capabilities, and register it (registry.hpp). The oracle never asks a backend anything but these.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moerun/platform.hpp"
+#include "moerun/spec.hpp"
+#include "moerun/tensor.hpp"
+#include "moerun/weights.hpp"
+
+namespace moerun {
+
+struct FormatSupport {
+  WeightFormat weights;
+  ActQuant act_quant = ActQuant::kNone;
+};
+
+// A kernel path a backend may take, chosen per call by tokens per expert (shown by explain and run).
+struct KernelVariant {
+  std::string name;                    // "amx-bf16-tiles", "avx512-stream", "cutlass-sm90-grouped"
+  double max_tokens_per_expert = 0.0;  // this variant serves calls with M*k/E <= this; 0 = no limit
+  std::string why;                     // one line: what it is good at
+};
+
+// Everything the oracle may know about a backend, as data. supports() derives from this alone (plus
+// Backend::extra_checks for the rare rule a record cannot say).
+struct Capabilities {
+  DeviceKind device = DeviceKind::kCpu;
+  CpuIsa min_cpu_isa = CpuIsa::kScalar;  // cpu backends
+  int min_sm = 0;                        // cuda backends: lowest compute capability (90 = sm_90)
+  int max_sm = 0;                        // highest compute capability built for; 0 = no upper bound
+  bool needs_arch_specific = false;      // needs sm_90a-style features (wgmma)
+
+  std::vector<FormatSupport> formats;
+  std::vector<DType> act_dtypes;                 // hidden-state dtypes
+  std::vector<ActivationKind> activations;
+  bool interleaved_gate_up = false;
+  std::vector<Scoring> scorings;
+  bool softmax_after_topk = false;
+  bool correction_bias = false;
+  bool grouped_topk = false;
+  int max_top_k = 0;          // 0 = no limit
+  int max_experts = 0;        // 0 = no limit
+  int hidden_multiple = 1;    // H must be a multiple of this
+  int intermediate_multiple = 1;  // this rank's I must be a multiple of this
+  bool expert_bias = false;
+  bool router_bias = false;
+  bool shared_experts = false;
+  bool shared_gate = false;
+  bool apply_router_weight_on_input = false;
+  bool tensor_parallel = false;   // accepts tp > 1 (runs its shard; caller reduces)
+  bool expert_parallel = false;   // accepts ep > 1 (runs its local experts; others masked)
+  bool lora = false;
+  int max_lora_rank = 0;          // 0 = no limit
+  bool cuda_graph_safe = false;   // forward never synchronises with the host nor allocates
+  bool host_sync = false;         // forward synchronises with the host (stated, so the oracle knows)
+  bool owns_dispatch = false;     // does its own token permutation (cannot take a Dispatch from us)
+  std::vector<KernelVariant> variants;
+};
+
+// Outcome of a support check: ok, or every reason it fails (one line each).
+struct Support {
+  std::vector<std::string> reasons;
+  bool ok() const noexcept { return reasons.empty(); }
+};
+
+// Options a caller passes through to a backend's runner.
+struct RunnerOptions {
+  int threads = 0;      // cpu: 0 = all available
+  int device_index = 0; // cuda
+  uint64_t seed = 0;    // for backends that need randomness (none today)
+};
+
+// One call of the layer. hidden [M, H] and output [M, H] in spec.act_dtype; router_logits [M, E] F32.
+// When topk_ids/topk_weights ([M, k], I32/F32) are given the routing stage is skipped and they are
+// used as they are (ids must be in [0, E)). M = 0 is valid and does nothing.
+struct ForwardArgs {
+  TensorView hidden;
+  TensorView router_logits;
+  TensorView topk_ids;
+  TensorView topk_weights;
+  TensorView output;
+  const LoraBatch* lora = nullptr;
+  void* stream = nullptr;  // cudaStream_t for cuda backends
+};
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  // Computes output = this rank's share of the MoE layer. Inputs were validated by the caller
+  // (MoeLayer::forward); a runner may still throw Error for states it detects itself.
+  virtual void forward(const ForwardArgs& args) = 0;
+  // The kernel variant a call with m tokens takes ("" when the backend has one path).
+  virtual std::string variant_for(int64_t m) const { (void)m; return ""; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual std::string_view description() const = 0;
+  virtual const Capabilities& capabilities() const = 0;
+  // Rules a Capabilities record cannot express; appends reasons. Default: none.
+  virtual void extra_checks(const MoeSpec& spec, const Platform& platform, Support& out) const {
+    (void)spec; (void)platform; (void)out;
+  }
+  // Prepares the weights (re-layout, packing) and returns a runner. Called only for a spec that
+  // supports() accepted on this platform; must not fail for such a spec except for device errors.
+  virtual std::unique_ptr<Runner> create_runner(const MoeSpec& spec, const MoeWeights& weights,
+                                                const Platform& platform,
+                                                const RunnerOptions& options) const = 0;
+};
+
+// The single capability question: derived from backend.capabilities() and backend.extra_checks().
+Support supports(const Backend& backend, const MoeSpec& spec, const Platform& platform);
+
+// The variant a backend would take for m tokens of this spec (from Capabilities::variants).
+std::string variant_for_tokens(const Capabilities& caps, const MoeSpec& spec, int64_t m);
+
+}  // namespace moerun

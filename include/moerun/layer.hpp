@@ -1,0 +1,41 @@
+// moerun/layer.hpp — MoeLayer: a spec, its weights, a plan and a runner; call forward().
+#pragma once
+
+#include <memory>
+
+#include "moerun/backend.hpp"
+#include "moerun/oracle.hpp"
+#include "moerun/platform.hpp"
+#include "moerun/spec.hpp"
+#include "moerun/weights.hpp"
+
+namespace moerun {
+
+class MoeLayer {
+ public:
+  // Validates the spec and weights, selects a backend, prepares the weights for it. Throws Error.
+  MoeLayer(MoeSpec spec, std::shared_ptr<const MoeWeights> weights, const Platform& platform,
+           const Policy& policy = {}, const Registry& registry = Registry::global(),
+           const RunnerOptions& options = {});
+
+  const MoeSpec& spec() const noexcept { return spec_; }
+  const Selection& plan() const noexcept { return plan_; }
+  const MoeWeights& weights() const noexcept { return *weights_; }
+
+  // Checks every tensor of args (dtype, shape, device, expert ids in range, adapter ids in range)
+  // and throws Error{kInvalidArgument} naming the bad one before any kernel runs; then runs.
+  void forward(const ForwardArgs& args);
+
+  std::string variant_for(int64_t m) const { return runner_->variant_for(m); }
+
+ private:
+  MoeSpec spec_;
+  std::shared_ptr<const MoeWeights> weights_;
+  Selection plan_;
+  std::unique_ptr<Runner> runner_;
+};
+
+// Checks args against the spec; shared by MoeLayer and tests. Throws Error{kInvalidArgument}.
+void check_forward_args(const MoeSpec& spec, const ForwardArgs& args, DeviceKind device);
+
+}  // namespace moerun

@@ -1,0 +1,60 @@
+// moerun/weights.hpp — the weights of one MoE layer (this rank's shard), and LoRA adapters.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "moerun/formats.hpp"
+#include "moerun/spec.hpp"
+#include "moerun/tensor.hpp"
+
+namespace moerun {
+
+// Shapes below use this rank's sizes: El = local_experts(spec), Il = local_intermediate(spec),
+// R = spec.w13_rows() / tp. Biases and router tensors are fp32 whatever the checkpoint stored.
+struct MoeWeights {
+  ExpertMatrix w13;              // [El, R, H]   gate rows then up rows (or interleaved, see Activation)
+  ExpertMatrix w2;               // [El, H, Il]
+  HostTensor w13_bias;           // F32 [El, R]  when spec.expert_bias
+  HostTensor w2_bias;            // F32 [El, H]  when spec.expert_bias (added once, on the tp rank 0)
+  HostTensor router_weight;      // F32 [E, H]   optional: used when forward gets no router logits
+  HostTensor router_bias;        // F32 [E]      when spec.router_bias
+  HostTensor correction_bias;    // F32 [E]      when spec.routing.correction_bias
+  ExpertMatrix shared_w13;       // [1, 2*Is/tp, H] when spec.shared.count > 0 (same format as experts)
+  ExpertMatrix shared_w2;        // [1, H, Is/tp]
+  HostTensor shared_gate;        // F32 [1, H]   when spec.shared.gated_by_router
+};
+
+// LoRA adapters on the expert GEMMs, fp32: delta(x) = B @ (A @ x) for the token's adapter.
+struct LoraWeights {
+  int adapters = 0, rank = 0;
+  HostTensor gate_up_a;  // [L, El, r, H]
+  HostTensor gate_up_b;  // [L, El, R, r]
+  HostTensor down_a;     // [L, El, r, Il]
+  HostTensor down_b;     // [L, El, H, r]
+};
+
+// Which adapter each token uses: int32 [M], -1 = none. Valid ids are in [0, adapters).
+struct LoraBatch {
+  const LoraWeights* weights = nullptr;
+  TensorView token_adapter;
+};
+
+int local_experts(const MoeSpec& spec) noexcept;       // E / ep
+int first_local_expert(const MoeSpec& spec) noexcept;  // (rank % ep) * E / ep
+int local_intermediate(const MoeSpec& spec) noexcept;  // I / tp
+int tp_rank(const MoeSpec& spec) noexcept;             // rank / ep
+
+// Random weights for a validated spec from a fixed seed: N(0, 1/sqrt(K)) values quantized into the
+// spec's format, biases and router tensors where the spec has them. Deterministic across machines.
+MoeWeights random_weights(const MoeSpec& spec, uint64_t seed);
+
+// Random LoRA adapters (spec.lora.max_adapters, spec.lora.max_rank) from a seed.
+LoraWeights random_lora(const MoeSpec& spec, uint64_t seed);
+
+// Checks every tensor against the spec: shapes, dtypes, presence of optional tensors. Throws
+// Error{kFormat} "expected F32 [128, 2048], got F32 [64, 2048] for router_weight".
+void check_weights(const MoeSpec& spec, const MoeWeights& w);
+void check_lora(const MoeSpec& spec, const LoraWeights& l);
+
+}  // namespace moerun

@@ -1,0 +1,29 @@
+// routing/topk.hpp — the gating stage: router logits [M, E] -> top-k expert ids and weights [M, k].
+//
+// Host implementation (the reference semantics every backend matches). Exact rules:
+//   scores  = softmax(logits) | sigmoid(logits)                     (Routing::scoring)
+//   choice  = scores (+ correction bias when Routing::correction_bias); grouped top-k masks all but
+//             the topk_group best groups first (group score: sum of the top-2 biased scores with a
+//             correction bias, else the group max); ties go to the lower expert id.
+//   weights = scores at the chosen ids (never the biased ones); softmax_after_topk instead takes the
+//             top-k logits and softmaxes over those k; renormalize divides by their sum; finally
+//             multiply by routed_scaling_factor.
+// NaN logits are treated as -inf for choosing (so k distinct in-range ids always come back) and give
+// weight 0 unless every candidate is NaN, in which case the k weights are 1/k.
+#pragma once
+
+#include <cstdint>
+
+#include "moerun/spec.hpp"
+
+namespace moerun::routing {
+
+// logits: [m, E] fp32. correction_bias: [E] or nullptr. ids/weights: [m, k].
+void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float* correction_bias,
+               int32_t* ids, float* weights);
+
+// Router linear on the host: logits[m, E] = hidden[m, H] (fp32) @ router_weight[E, H]^T (+ bias).
+void router_logits_host(const float* hidden, int64_t m, int64_t h, const float* router_weight,
+                        const float* router_bias, int64_t e, float* logits);
+
+}  // namespace moerun::routing
