@@ -1,0 +1,1 @@
+// placeholder: the reference backend lands in the next commit

@@ -1,0 +1,66 @@
+#include "moerun/tensor.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "moerun/error.hpp"
+
+namespace moerun {
+
+Shape::Shape(std::initializer_list<int64_t> d) {
+  if (d.size() > static_cast<size_t>(kMaxRank))
+    throw_error(ErrorKind::kInvalidArgument, "tensor rank " + std::to_string(d.size()) + " > 4");
+  for (int64_t v : d) dims[static_cast<size_t>(rank++)] = v;
+}
+
+int64_t Shape::numel() const noexcept {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= dims[static_cast<size_t>(i)];
+  return n;
+}
+
+bool Shape::operator==(const Shape& o) const noexcept {
+  if (rank != o.rank) return false;
+  for (int i = 0; i < rank; ++i)
+    if (dims[static_cast<size_t>(i)] != o.dims[static_cast<size_t>(i)]) return false;
+  return true;
+}
+
+std::string Shape::str() const {
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims[static_cast<size_t>(i)]);
+  }
+  return s + "]";
+}
+
+size_t TensorView::nbytes() const noexcept { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+
+void HostTensor::Free::operator()(void* p) const noexcept { std::free(p); }
+
+HostTensor::HostTensor(DType dtype, Shape shape) : dtype_(dtype), shape_(shape) {
+  for (int i = 0; i < shape.rank; ++i)
+    if (shape[i] < 0) throw_error(ErrorKind::kInvalidArgument, "negative dimension in " + shape.str());
+  const int64_t n = shape.numel();
+  if (n > 0 && static_cast<uint64_t>(n) > std::numeric_limits<size_t>::max() / 64)
+    throw_error(ErrorKind::kInvalidArgument, "tensor too large: " + shape.str());
+  nbytes_ = static_cast<size_t>(n) * dtype_size(dtype);
+  if (nbytes_ == 0) return;
+  const size_t rounded = (nbytes_ + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) throw_error(ErrorKind::kInvalidArgument, "out of memory allocating " + std::to_string(rounded) + " bytes");
+  std::memset(p, 0, rounded);
+  data_.reset(p);
+}
+
+TensorView HostTensor::view() const {
+  TensorView v;
+  v.data = data_.get();
+  v.dtype = dtype_;
+  v.shape = shape_;
+  return v;
+}
+
+}  // namespace moerun
