@@ -307,10 +307,11 @@ void build_qwen_moe(Ctx& c, bool qwen2) {
   int n = c.out.num_layers = num_layers_from(f);
   int step = positive_stride(f, "decoder_sparse_step", 1);
   std::vector<int> dense = f.opt_int_list("mlp_only_layers").value_or(std::vector<int>{});
+  std::sort(dense.begin(), dense.end());  // binary search below: a long list must not cost n * m
   c.out.moe_layers.clear();
   if (s.num_experts > 0)
     for (int i = 0; i < n; ++i)
-      if (std::find(dense.begin(), dense.end(), i) == dense.end() && (i + 1) % step == 0)
+      if ((i + 1) % step == 0 && !std::binary_search(dense.begin(), dense.end(), i))
         c.out.moe_layers.push_back(i);
 }
 void build_qwen2_moe(Ctx& c) { build_qwen_moe(c, true); }
