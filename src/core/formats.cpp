@@ -8,9 +8,9 @@
 // handful of integer operations, which keeps a [128, 1536, 2048] stack well under a few seconds.
 #include <algorithm>
 #include <bit>
-#include <exception>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <string>
 
