@@ -185,6 +185,23 @@ std::string num(double v) {
   return buf;
 }
 
+// A name from a file, safe for a one-line message (control bytes escaped, long names cut).
+std::string printable(std::string_view name) {
+  std::string out;
+  for (size_t i = 0; i < name.size() && i < 200; ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (name.size() > 200) out += "...";
+  return out;
+}
+
 // "0-3, 5, 7" for a sorted set of layer indices.
 std::string list_layers(const std::map<int, std::set<std::string>>& layers) {
   std::vector<int> v;
@@ -259,8 +276,8 @@ Storage storage_for(HfFamily f, WeightFormat w) {
 void check_spec_for_family(const HfModel& model) {
   const MoeSpec& s = model.spec;
   const std::string fam(to_string(model.family));
-  if (s.num_experts < 1 || s.hidden < 1 || s.intermediate < 1 || s.top_k < 1)
-    throw_error(ErrorKind::kInvalidSpec, "spec needs num_experts, top_k, hidden and intermediate >= 1 (got E=" +
+  if (s.num_experts < 1 || s.hidden < 1 || s.intermediate < 1)
+    throw_error(ErrorKind::kInvalidSpec, "spec needs num_experts, hidden and intermediate >= 1 (got E=" +
                                              std::to_string(s.num_experts) + " H=" + std::to_string(s.hidden) +
                                              " I=" + std::to_string(s.intermediate) + ")");
   const bool gpt = model.family == HfFamily::kGptOss;
@@ -313,7 +330,7 @@ class Index {
       for (const std::string& name : f->names()) {
         auto [it, inserted] = map_.emplace(name, Located{f->get(name), &f->path()});
         if (!inserted)
-          throw_error(ErrorKind::kFormat, "tensor '" + name + "' is in both " + *it->second.file + " and " + f->path());
+          throw_error(ErrorKind::kFormat, "tensor '" + printable(name) + "' is in both " + *it->second.file + " and " + f->path());
       }
     }
     desc_ = files.size() == 1 ? files[0]->path() : std::to_string(files.size()) + " files";
@@ -838,6 +855,8 @@ MoeWeights Loader::load() {
     return segs;
   };
 
+  // Check the first expert's tensors before allocating the whole shard.
+  std::vector<Piece> pcs = expert_pieces(e0);
   Dest w13 = make_dest(f, El, Rl, H), w2 = make_dest(f, El, H, Il);
   HostTensor w13_bias, w2_bias;
   if (s.expert_bias) {
@@ -850,7 +869,7 @@ MoeWeights Loader::load() {
   }
   const bool fused = storage_ != Storage::kPerExpert;
   for (int64_t le = 0; le < El; ++le) {
-    const std::vector<Piece> pcs = expert_pieces(e0 + le);
+    if (le > 0) pcs = expert_pieces(e0 + le);
     const auto segs = w13_segments(pcs, fused, I, Il);
     for (const auto& sg : segs) place(w13, le, sg, 0, H);
     unify_scalars(w13, le, segs);
@@ -874,7 +893,7 @@ MoeWeights Loader::load() {
       throw_error(ErrorKind::kUnsupported, format_name(f) + " needs shared.intermediate/tp % " + std::to_string(g) +
                                                " == 0 (got " + std::to_string(Isl) + ")");
     const std::string sb = p_ + names_.shared + ".";
-    std::vector<Piece> pcs;
+    std::vector<Piece> spcs;
     bool sfused = false;
     if (model_.family == HfFamily::kGranite) {
       const int64_t Rs = s.activation.gated() ? 2 * Is : Is;
@@ -891,19 +910,19 @@ MoeWeights Loader::load() {
       b.n = H;
       b.k = Is;
       b.data = static_cast<const uint8_t*>(out.data);
-      pcs.push_back(std::move(a));
-      pcs.push_back(std::move(b));
+      spcs.push_back(std::move(a));
+      spcs.push_back(std::move(b));
       sfused = true;
     } else {
-      if (s.activation.gated()) pcs.push_back(linear(sb + names_.linear[0], Is, H, false));
-      pcs.push_back(linear(sb + names_.linear[1], Is, H, false));
-      pcs.push_back(linear(sb + names_.linear[2], H, Is, false));
+      if (s.activation.gated()) spcs.push_back(linear(sb + names_.linear[0], Is, H, false));
+      spcs.push_back(linear(sb + names_.linear[1], Is, H, false));
+      spcs.push_back(linear(sb + names_.linear[2], H, Is, false));
     }
     Dest sw13 = make_dest(f, 1, (s.activation.gated() ? 2 : 1) * Isl, H), sw2 = make_dest(f, 1, H, Isl);
-    const auto segs = w13_segments(pcs, sfused, Is, Isl);
+    const auto segs = w13_segments(spcs, sfused, Is, Isl);
     for (const auto& sg : segs) place(sw13, 0, sg, 0, H);
     unify_scalars(sw13, 0, segs);
-    const std::vector<Segment> down = {{&pcs.back(), 0, H, 0}};
+    const std::vector<Segment> down = {{&spcs.back(), 0, H, 0}};
     place(sw2, 0, down[0], tpr * Isl, Isl);
     unify_scalars(sw2, 0, down);
     w.shared_w13 = std::move(sw13.m);
@@ -1072,7 +1091,7 @@ MoeWeights load_hf_layer(const HfModel& model, const std::vector<std::shared_ptr
   const auto& prefixes = layers.at(chosen);
   if (prefixes.size() > 1)
     throw_error(ErrorKind::kFormat, "layer " + std::to_string(chosen) + " appears under two prefixes in " + idx.desc() +
-                                        ": '" + *prefixes.begin() + "' and '" + *std::next(prefixes.begin()) + "'");
+                                        ": '" + printable(*prefixes.begin()) + "' and '" + printable(*std::next(prefixes.begin())) + "'");
   Loader loader(model, idx, *prefixes.begin(), chosen);
   return loader.load();
 }
