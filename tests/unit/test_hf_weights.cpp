@@ -673,6 +673,53 @@ TEST(HfWeights, Nvfp4GlobalScalesOfGateAndUp) {
                {gate + ".weight_scale_2 = ", "up_proj.weight_scale_2 = ", "global scale"});
 }
 
+// Spellings other exporters use: compressed-tensors BF16 per-channel scales of shape [N] and block
+// scales named weight_scale; gpt-oss mxfp4 scales typed F8_E8M0.
+TEST(HfWeights, AlternativeScaleSpellings) {
+  TempDir dir;
+  HfModel ch = make_model(HfFamily::kMixtral, WeightFormat::kFp8PerChannel);
+  MoeWeights w = make_weights(ch.spec, 8);
+  for (ExpertMatrix* m : {&w.w13, &w.w2})  // make every scale exactly representable in BF16
+    for (int64_t i = 0; i < m->scale.numel(); ++i) {
+      uint32_t u;
+      std::memcpy(&u, m->scale.as<float>() + i, 4);
+      u &= 0xffff0000u;
+      std::memcpy(m->scale.as<float>() + i, &u, 4);
+    }
+  write_hf_layer(ch, w, 0, dir.file("c.safetensors"));
+  auto t = read_owned(dir.file("c.safetensors"));
+  for (auto& [n, o] : t)
+    if (n.size() > 13 && n.substr(n.size() - 13) == ".weight_scale") {
+      std::vector<uint8_t> b(o.bytes.size() / 2);
+      for (size_t i = 0; i < b.size() / 2; ++i) std::memcpy(&b[2 * i], &o.bytes[4 * i + 2], 2);
+      o = Owned{DType::kBF16, Shape{o.shape[0]}, b};
+    }
+  write_owned(dir.file("c2.safetensors"), t);
+  expect_same_weights(w, load_hf_layer(ch, open_all({dir.file("c2.safetensors")})));
+
+  HfModel bl = make_model(HfFamily::kQwenMoe, WeightFormat::kFp8Block);
+  const MoeWeights wb = make_weights(bl.spec, 9);
+  write_hf_layer(bl, wb, 0, dir.file("b.safetensors"));
+  auto tb = read_owned(dir.file("b.safetensors"));
+  std::map<std::string, Owned> renamed;
+  for (auto& [n, o] : tb) {
+    const std::string suffix = "_scale_inv";
+    renamed[n.size() > suffix.size() && n.substr(n.size() - suffix.size()) == suffix ? n.substr(0, n.size() - 4) : n] = o;
+  }
+  write_owned(dir.file("b2.safetensors"), renamed);
+  EXPECT_TRUE(SafetensorsFile::open(dir.file("b2.safetensors"))->contains("model.layers.0.mlp.experts.0.up_proj.weight_scale"));
+  expect_same_weights(wb, load_hf_layer(bl, open_all({dir.file("b2.safetensors")})));
+
+  HfModel g = make_model(HfFamily::kGptOss, WeightFormat::kMxfp4);
+  const MoeWeights wg = make_weights(g.spec, 10);
+  write_hf_layer(g, wg, 0, dir.file("g.safetensors"));
+  auto tg = read_owned(dir.file("g.safetensors"));
+  tg.at("model.layers.0.mlp.experts.gate_up_proj_scales").dtype = DType::kF8E8M0;
+  tg.at("model.layers.0.mlp.experts.down_proj_scales").dtype = DType::kF8E8M0;
+  write_owned(dir.file("g2.safetensors"), tg);
+  expect_same_weights(wg, load_hf_layer(g, open_all({dir.file("g2.safetensors")})));  // comes back as U8
+}
+
 TEST(HfWeights, FamilyNames) {
   EXPECT_EQ(to_string(HfFamily::kMixtral), "mixtral");
   EXPECT_EQ(to_string(HfFamily::kQwenMoe), "qwen-moe");
