@@ -94,7 +94,7 @@ class CudaRunner final : public Runner {
       s1.act = g1.act;
       s1.alpha = g1.alpha;
       s1.limit = g1.limit;
-      s1.interleaved = g1.interleaved;
+      s1.interleaved = false;  // shared w13 is gate rows then up rows
       s1.inter = d_.sinter.get();
       s1.ld_inter = d_.shared_inter();
       MOERUN_CUDA_CHECK(launch_grouped_gemm(el, sc, s1, s));

@@ -75,6 +75,8 @@ void common_gpu_checks(const MoeSpec& spec, Support& out) {
     out.reasons.push_back("n_group = " + std::to_string(spec.routing.n_group) + ": at most 32 groups");
   if (spec.routing.n_group > 0 && spec.num_experts % spec.routing.n_group != 0)
     out.reasons.push_back("num_experts must be a multiple of n_group");
+  if (spec.shared.count > 0 && !spec.activation.gated())
+    out.reasons.push_back("shared experts with a non-gated activation are not defined");
   if (spec.shared.count > 0 && spec.shared.intermediate % 8 != 0)
     out.reasons.push_back("shared.intermediate = " + std::to_string(spec.shared.intermediate) +
                           ": must be a multiple of 8");

@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cfloat>
 #include <climits>
 #include <cmath>
 
@@ -20,6 +21,9 @@ namespace moerun::cuda_kernels {
 namespace {
 
 constexpr int kRoutingWarps = 4;
+
+// Infinite logits are clamped to the largest finite float (as routing::topk_host does).
+__device__ __forceinline__ float clamp_inf(float x) { return isinf(x) ? copysignf(FLT_MAX, x) : x; }
 
 __device__ __forceinline__ bool better(float v1, int i1, float v2, int i2) {
   return v1 > v2 || (v1 == v2 && i1 < i2);
@@ -52,7 +56,7 @@ __global__ void routing_kernel(RoutingParams p, const float* __restrict__ logits
   int valid = 0;
   for (int e = lane; e < E; e += 32) {
     const float l = row[e];
-    if (!isnan(l)) { mx = fmaxf(mx, l); ++valid; }
+    if (!isnan(l)) { mx = fmaxf(mx, clamp_inf(l)); ++valid; }
   }
   for (int off = 16; off > 0; off >>= 1) {
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
@@ -63,14 +67,14 @@ __global__ void routing_kernel(RoutingParams p, const float* __restrict__ logits
   if (softmax_all) {
     for (int e = lane; e < E; e += 32) {
       const float l = row[e];
-      if (!isnan(l)) sum += expf(l - mx);
+      if (!isnan(l)) sum += expf(clamp_inf(l) - mx);
     }
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   }
 
   // Phase 2: scores (weight source) and choice values.
   for (int e = lane; e < E; e += 32) {
-    const float l = row[e];
+    const float l = clamp_inf(row[e]);
     float s, c;
     if (isnan(l)) {
       s = 0.0f;
@@ -108,7 +112,7 @@ __global__ void routing_kernel(RoutingParams p, const float* __restrict__ logits
       if (lane == i) gs = NAN;
     }
     for (int e = lane; e < E; e += 32)
-      if (!((keep >> (e / gsize)) & 1u)) choice[e] = -INFINITY;
+      if (!((keep >> (e / gsize)) & 1u)) choice[e] = NAN;  // dropped groups: never chosen
     __syncwarp();
   }
 
@@ -125,32 +129,29 @@ __global__ void routing_kernel(RoutingParams p, const float* __restrict__ logits
     __syncwarp();
   }
 
-  // Phase 5: weights (lane 0; k <= 32).
+  // Phase 5: weights (lane 0; k <= 32), sums in double as the host does.
   if (lane == 0) {
     float w[kMaxRoutingTopK];
     if (valid == 0) {
       for (int j = 0; j < K; ++j) w[j] = 1.0f / static_cast<float>(K);
-    } else if (p.scoring == 0 && p.softmax_after_topk) {
+    } else if (p.softmax_after_topk) {
       float m2 = -INFINITY;
       for (int j = 0; j < K; ++j) {
         const float l = row[sel[j]];
-        if (!isnan(l)) m2 = fmaxf(m2, l);
+        if (!isnan(l)) m2 = fmaxf(m2, clamp_inf(l));
       }
-      float s2 = 0.0f;
+      double s2 = 0.0;
       for (int j = 0; j < K; ++j) {
         const float l = row[sel[j]];
-        w[j] = isnan(l) ? 0.0f : expf(l - m2);
+        w[j] = isnan(l) ? 0.0f : expf(clamp_inf(l) - m2);
         s2 += w[j];
       }
-      for (int j = 0; j < K; ++j) w[j] = s2 > 0.0f ? w[j] / s2 : 0.0f;
+      for (int j = 0; j < K; ++j) w[j] = static_cast<float>(w[j] / s2);
     } else {
-      for (int j = 0; j < K; ++j) w[j] = score[sel[j]];
-    }
-    if (p.renormalize && valid > 0) {
-      float s = 0.0f;
-      for (int j = 0; j < K; ++j) s += w[j];
-      if (s > 0.0f)
-        for (int j = 0; j < K; ++j) w[j] /= s;
+      double s2 = 0.0;
+      for (int j = 0; j < K; ++j) { w[j] = score[sel[j]]; s2 += w[j]; }
+      if (p.renormalize)
+        for (int j = 0; j < K; ++j) w[j] = s2 > 0 ? static_cast<float>(w[j] / s2) : 1.0f / static_cast<float>(K);
     }
     for (int j = 0; j < K; ++j) {
       ids[t * K + j] = sel[j];
