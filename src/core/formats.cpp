@@ -7,11 +7,14 @@
 // up) and divides by the scale; dequantization multiplies. Both are plain loops: the encoders are a
 // handful of integer operations, which keeps a [128, 1536, 2048] stack well under a few seconds.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <string>
 
+#include "core/formats_codecs.hpp"
 #include "moerun/error.hpp"
 #include "moerun/formats.hpp"
 
@@ -115,126 +118,141 @@ float scale_for(float absmax, float qmax) noexcept {
 struct AbsMax {
   const float* w;  // the whole input, for the message
   int64_t n, k, e;
+  // The maximum is taken over the bits of |p[i]| as integers: for non-negative floats integer order is
+  // float order, with inf and then NaN above every finite value. So one integer max (which
+  // vectorizes, unlike a float max under strict IEEE semantics) also tells whether any is non-finite.
   float operator()(const float* p, int64_t count) const {
-    float m = 0.0f;
-    bool finite = true;
-    for (int64_t i = 0; i < count; ++i) {
-      const float a = std::fabs(p[i]);
-      m = a > m ? a : m;
-      finite &= a <= std::numeric_limits<float>::max();  // false for inf and NaN
-    }
-    if (!finite) {
+    uint32_t m = 0;
+    for (int64_t i = 0; i < count; ++i) m = std::max(m, std::bit_cast<uint32_t>(p[i]) & 0x7FFFFFFFu);
+    if (m > 0x7F7FFFFFu) {  // past FLT_MAX: inf or NaN somewhere
       for (int64_t i = 0; i < count; ++i)
         if (!std::isfinite(p[i])) throw_non_finite(w, n, k, e, p + i);
     }
-    return m;
+    return std::bit_cast<float>(m);
   }
 };
 
-void quantize_fp8_scaled(WeightFormat f, const float* w, int64_t E, int64_t N, int64_t K,
-                         uint8_t* q, float* scale) {
-  for (int64_t e = 0; e < E; ++e) {
-    const AbsMax absmax{w, N, K, e};
-    const float* we = w + e * N * K;
-    uint8_t* qe = q + e * N * K;
-    if (f == WeightFormat::kFp8PerTensor) {
-      const float s = scale_for(absmax(we, N * K), kE4m3Max);
-      scale[e] = s;
-      for (int64_t i = 0; i < N * K; ++i) qe[i] = f32_to_e4m3(we[i] / s);
-    } else if (f == WeightFormat::kFp8PerChannel) {
-      for (int64_t r = 0; r < N; ++r) {
-        const float s = scale_for(absmax(we + r * K, K), kE4m3Max);
-        scale[e * N + r] = s;
-        for (int64_t c = 0; c < K; ++c) qe[r * K + c] = f32_to_e4m3(we[r * K + c] / s);
-      }
-    } else {  // kFp8Block: 128 x 128 tiles, the last row / column of tiles may be partial
-      const int64_t nb = ceil_div(N, kFp8BlockSize), kb = ceil_div(K, kFp8BlockSize);
-      for (int64_t bn = 0; bn < nb; ++bn) {
-        const int64_t r0 = bn * kFp8BlockSize, r1 = std::min(N, r0 + kFp8BlockSize);
-        for (int64_t bk = 0; bk < kb; ++bk) {
-          const int64_t c0 = bk * kFp8BlockSize, c1 = std::min(K, c0 + kFp8BlockSize);
-          float m = 0.0f;
-          for (int64_t r = r0; r < r1; ++r) m = std::max(m, absmax(we + r * K + c0, c1 - c0));
-          const float s = scale_for(m, kE4m3Max);
-          scale[(e * nb + bn) * kb + bk] = s;
-          for (int64_t r = r0; r < r1; ++r)
-            for (int64_t c = c0; c < c1; ++c) qe[r * K + c] = f32_to_e4m3(we[r * K + c] / s);
-        }
+// Runs body(e) for every expert, experts in parallel. Exceptions cannot leave an OpenMP region, so
+// each is caught; the one from the lowest expert is rethrown, which keeps the message deterministic.
+template <typename Body>
+void for_each_expert(int64_t experts, const Body& body) {
+  std::exception_ptr error;
+  int64_t error_expert = experts;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t e = 0; e < experts; ++e) {
+    try {
+      body(e);
+    } catch (...) {
+#pragma omp critical(moerun_formats_quantize_error)
+      if (e < error_expert) {
+        error_expert = e;
+        error = std::current_exception();
       }
     }
   }
+  if (error) std::rethrow_exception(error);
 }
 
-void quantize_int8(const float* w, int64_t E, int64_t N, int64_t K, int8_t* q, float* scale) {
-  for (int64_t e = 0; e < E; ++e) {
-    const AbsMax absmax{w, N, K, e};
+void quantize_fp8_expert(WeightFormat f, const float* w, int64_t e, int64_t N, int64_t K, uint8_t* q,
+                         float* scale) {
+  const AbsMax absmax{w, N, K, e};
+  const float* we = w + e * N * K;
+  uint8_t* qe = q + e * N * K;
+  if (f == WeightFormat::kFp8PerTensor) {
+    const float s = scale_for(absmax(we, N * K), kE4m3Max);
+    scale[e] = s;
+    for (int64_t i = 0; i < N * K; ++i) qe[i] = codec::f32_to_e4m3(we[i] / s);
+  } else if (f == WeightFormat::kFp8PerChannel) {
     for (int64_t r = 0; r < N; ++r) {
-      const float* wr = w + (e * N + r) * K;
-      int8_t* qr = q + (e * N + r) * K;
-      const float s = scale_for(absmax(wr, K), 127.0f);
+      const float s = scale_for(absmax(we + r * K, K), kE4m3Max);
       scale[e * N + r] = s;
-      for (int64_t c = 0; c < K; ++c) {
-        // nearbyint rounds to nearest even in the default rounding mode.
-        const float v = std::nearbyint(wr[c] / s);
-        qr[c] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+      for (int64_t c = 0; c < K; ++c) qe[r * K + c] = codec::f32_to_e4m3(we[r * K + c] / s);
+    }
+  } else {  // kFp8Block: 128 x 128 tiles, the last row / column of tiles may be partial
+    const int64_t nb = ceil_div(N, kFp8BlockSize), kb = ceil_div(K, kFp8BlockSize);
+    for (int64_t bn = 0; bn < nb; ++bn) {
+      const int64_t r0 = bn * kFp8BlockSize, r1 = std::min(N, r0 + kFp8BlockSize);
+      for (int64_t bk = 0; bk < kb; ++bk) {
+        const int64_t c0 = bk * kFp8BlockSize, c1 = std::min(K, c0 + kFp8BlockSize);
+        float m = 0.0f;
+        for (int64_t r = r0; r < r1; ++r) m = std::max(m, absmax(we + r * K + c0, c1 - c0));
+        const float s = scale_for(m, kE4m3Max);
+        scale[(e * nb + bn) * kb + bk] = s;
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t c = c0; c < c1; ++c) qe[r * K + c] = codec::f32_to_e4m3(we[r * K + c] / s);
       }
     }
   }
 }
 
-// Packs the e2m1 codes of p[0..count) / div, two per byte, element 2i in the low nibble.
-void pack_e2m1(const float* p, int64_t count, float div, uint8_t* out) {
-  for (int64_t i = 0; i < count; i += 2) {
-    const uint8_t lo = f32_to_e2m1(p[i] / div);
-    const uint8_t hi = f32_to_e2m1(p[i + 1] / div);
-    out[i / 2] = static_cast<uint8_t>(lo | (hi << 4));
+void quantize_int8_expert(const float* w, int64_t e, int64_t N, int64_t K, int8_t* q, float* scale) {
+  const AbsMax absmax{w, N, K, e};
+  for (int64_t r = 0; r < N; ++r) {
+    const float* wr = w + (e * N + r) * K;
+    int8_t* qr = q + (e * N + r) * K;
+    const float s = scale_for(absmax(wr, K), 127.0f);
+    scale[e * N + r] = s;
+    for (int64_t c = 0; c < K; ++c) {
+      // Adding and removing 1.5 * 2^23 rounds to an integer, nearest even (the default FPU mode),
+      // without a libm call; valid for |v| < 2^22, which the clamp guarantees.
+      const float v = std::clamp(wr[c] / s, -127.0f, 127.0f);
+      qr[c] = static_cast<int8_t>((v + 0x1.8p23f) - 0x1.8p23f);
+    }
   }
 }
 
-void quantize_mxfp4(const float* w, int64_t E, int64_t N, int64_t K, uint8_t* q, uint8_t* scale) {
+// Packs the e2m1 codes of one scale group, p[0..kGroup) * mul (or / div), two per byte, element 2i
+// in the low nibble. Codes go through a small array first so that both loops vectorize.
+template <int kGroup, bool kDivide>
+void pack_e2m1(const float* p, float factor, uint8_t* out) {
+  uint8_t codes[kGroup];
+  for (int i = 0; i < kGroup; ++i) codes[i] = codec::f32_to_e2m1(kDivide ? p[i] / factor : p[i] * factor);
+  for (int i = 0; i < kGroup / 2; ++i) out[i] = static_cast<uint8_t>(codes[2 * i] | (codes[2 * i + 1] << 4));
+}
+
+void quantize_mxfp4_expert(const float* w, int64_t e, int64_t N, int64_t K, uint8_t* q, uint8_t* scale) {
+  const AbsMax absmax{w, N, K, e};
   const int64_t groups = K / kMxfp4Group;
-  for (int64_t e = 0; e < E; ++e) {
-    const AbsMax absmax{w, N, K, e};
-    for (int64_t r = 0; r < N; ++r) {
-      const int64_t row = e * N + r;
-      for (int64_t g = 0; g < groups; ++g) {
-        const float* p = w + row * K + g * kMxfp4Group;
-        const float m = absmax(p, kMxfp4Group);
-        // scale = 2^ceil(log2(absmax / 6)); absmax / 6 is rounded, so bump the exponent in the rare
-        // case that leaves absmax / scale above 6 (the division by a power of two is exact).
-        uint8_t code = 127;  // all-zero group: scale 1
-        if (m > 0.0f) {
-          code = f32_to_e8m0_ceil(m / kE2m1Max);
-          if (m / e8m0_to_f32(code) > kE2m1Max && code < 254) ++code;
-        }
-        scale[row * groups + g] = code;
-        pack_e2m1(p, kMxfp4Group, e8m0_to_f32(code), q + row * (K / 2) + g * (kMxfp4Group / 2));
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t row = e * N + r;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* p = w + row * K + g * kMxfp4Group;
+      const float m = absmax(p, kMxfp4Group);
+      // scale = 2^ceil(log2(absmax / 6)); absmax / 6 is rounded, so bump the exponent in the rare
+      // case that leaves absmax / scale above 6 (the division by a power of two is exact).
+      uint8_t code = 127;  // all-zero group: scale 1
+      if (m > 0.0f) {
+        code = codec::f32_to_e8m0_ceil(m / kE2m1Max);
+        if (m / codec::e8m0_to_f32(code) > kE2m1Max && code < 254) ++code;
       }
+      scale[row * groups + g] = code;
+      // Dividing by 2^(code-127) equals multiplying by 2^(127-code), which f32 holds exactly for
+      // every code 0..254 (2^-127 as a subnormal): the same result without a division.
+      const float inv = code == 254 ? 0x1p-127f : std::bit_cast<float>(static_cast<uint32_t>(254 - code) << 23);
+      pack_e2m1<kMxfp4Group, false>(p, inv, q + row * (K / 2) + g * (kMxfp4Group / 2));
     }
   }
 }
 
-void quantize_nvfp4(const float* w, int64_t E, int64_t N, int64_t K, uint8_t* q, uint8_t* scale,
-                    float* global) {
+void quantize_nvfp4_expert(const float* w, int64_t e, int64_t N, int64_t K, uint8_t* q, uint8_t* scale,
+                           float* global) {
+  const AbsMax absmax{w, N, K, e};
   const int64_t groups = K / kNvfp4Group;
-  for (int64_t e = 0; e < E; ++e) {
-    const AbsMax absmax{w, N, K, e};
-    // The global scale puts the largest block scale at the top of e4m3's range.
-    const float g = scale_for(absmax(w + e * N * K, N * K), kE4m3Max * kE2m1Max);
-    global[e] = g;
-    for (int64_t r = 0; r < N; ++r) {
-      const int64_t row = e * N + r;
-      for (int64_t b = 0; b < groups; ++b) {
-        const float* p = w + row * K + b * kNvfp4Group;
-        const uint8_t bs = f32_to_e4m3(absmax(p, kNvfp4Group) / (kE2m1Max * g));
-        scale[row * groups + b] = bs;
-        uint8_t* out = q + row * (K / 2) + b * (kNvfp4Group / 2);
-        const float div = e4m3_to_f32(bs) * g;
-        if (div > 0.0f) {
-          pack_e2m1(p, kNvfp4Group, div, out);
-        } else {  // the block scale underflowed e4m3: the block is negligible next to the expert
-          std::memset(out, 0, kNvfp4Group / 2);
-        }
+  // The global scale puts the largest block scale at the top of e4m3's range.
+  const float g = scale_for(absmax(w + e * N * K, N * K), kE4m3Max * kE2m1Max);
+  global[e] = g;
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t row = e * N + r;
+    for (int64_t b = 0; b < groups; ++b) {
+      const float* p = w + row * K + b * kNvfp4Group;
+      const uint8_t bs = codec::f32_to_e4m3(absmax(p, kNvfp4Group) / (kE2m1Max * g));
+      scale[row * groups + b] = bs;
+      uint8_t* out = q + row * (K / 2) + b * (kNvfp4Group / 2);
+      const float div = codec::e4m3_to_f32(bs) * g;
+      if (div > 0.0f) {
+        pack_e2m1<kNvfp4Group, true>(p, div, out);
+      } else {  // the block scale underflowed e4m3: the block is negligible next to the expert
+        std::memset(out, 0, kNvfp4Group / 2);
       }
     }
   }
@@ -302,35 +320,40 @@ ExpertMatrix quantize_experts(WeightFormat format, const float* w, int64_t exper
   void* global = make(l.global_scale, m.global_scale);
   if (experts * rows * cols == 0) return m;
 
-  const int64_t count = experts * rows * cols;
-  switch (format) {
-    case WeightFormat::kF32: std::memcpy(data, w, static_cast<size_t>(count) * sizeof(float)); break;
-    case WeightFormat::kF16: {
-      auto* d = static_cast<uint16_t*>(data);
-      for (int64_t i = 0; i < count; ++i) d[i] = f32_to_fp16(w[i]);
-      break;
+  const int64_t per_expert = rows * cols;
+  for_each_expert(experts, [&](int64_t e) {
+    const float* we = w + e * per_expert;
+    switch (format) {
+      case WeightFormat::kF32:
+        std::memcpy(static_cast<float*>(data) + e * per_expert, we, static_cast<size_t>(per_expert) * sizeof(float));
+        break;
+      case WeightFormat::kF16: {
+        uint16_t* d = static_cast<uint16_t*>(data) + e * per_expert;
+        for (int64_t i = 0; i < per_expert; ++i) d[i] = codec::f32_to_fp16(we[i]);
+        break;
+      }
+      case WeightFormat::kBF16: {
+        uint16_t* d = static_cast<uint16_t*>(data) + e * per_expert;
+        for (int64_t i = 0; i < per_expert; ++i) d[i] = codec::f32_to_bf16(we[i]);
+        break;
+      }
+      case WeightFormat::kFp8PerTensor:
+      case WeightFormat::kFp8PerChannel:
+      case WeightFormat::kFp8Block:
+        quantize_fp8_expert(format, w, e, rows, cols, static_cast<uint8_t*>(data), static_cast<float*>(scale));
+        break;
+      case WeightFormat::kMxfp4:
+        quantize_mxfp4_expert(w, e, rows, cols, static_cast<uint8_t*>(data), static_cast<uint8_t*>(scale));
+        break;
+      case WeightFormat::kNvfp4:
+        quantize_nvfp4_expert(w, e, rows, cols, static_cast<uint8_t*>(data), static_cast<uint8_t*>(scale),
+                              static_cast<float*>(global));
+        break;
+      case WeightFormat::kInt8PerChannel:
+        quantize_int8_expert(w, e, rows, cols, static_cast<int8_t*>(data), static_cast<float*>(scale));
+        break;
     }
-    case WeightFormat::kBF16: {
-      auto* d = static_cast<uint16_t*>(data);
-      for (int64_t i = 0; i < count; ++i) d[i] = f32_to_bf16(w[i]);
-      break;
-    }
-    case WeightFormat::kFp8PerTensor:
-    case WeightFormat::kFp8PerChannel:
-    case WeightFormat::kFp8Block:
-      quantize_fp8_scaled(format, w, experts, rows, cols, static_cast<uint8_t*>(data), static_cast<float*>(scale));
-      break;
-    case WeightFormat::kMxfp4:
-      quantize_mxfp4(w, experts, rows, cols, static_cast<uint8_t*>(data), static_cast<uint8_t*>(scale));
-      break;
-    case WeightFormat::kNvfp4:
-      quantize_nvfp4(w, experts, rows, cols, static_cast<uint8_t*>(data), static_cast<uint8_t*>(scale),
-                     static_cast<float*>(global));
-      break;
-    case WeightFormat::kInt8PerChannel:
-      quantize_int8(w, experts, rows, cols, static_cast<int8_t*>(data), static_cast<float*>(scale));
-      break;
-  }
+  });
   return m;
 }
 
@@ -359,20 +382,20 @@ void dequantize_row(const ExpertMatrix& m, int64_t expert, int64_t row, float* o
     case WeightFormat::kFp8PerTensor: {
       const auto* q = m.data.as<const uint8_t>() + r * K;
       const float s = m.scale.as<const float>()[expert];
-      for (int64_t k = 0; k < K; ++k) out[k] = e4m3_to_f32(q[k]) * s;
+      for (int64_t k = 0; k < K; ++k) out[k] = codec::e4m3_to_f32(q[k]) * s;
       break;
     }
     case WeightFormat::kFp8PerChannel: {
       const auto* q = m.data.as<const uint8_t>() + r * K;
       const float s = m.scale.as<const float>()[r];
-      for (int64_t k = 0; k < K; ++k) out[k] = e4m3_to_f32(q[k]) * s;
+      for (int64_t k = 0; k < K; ++k) out[k] = codec::e4m3_to_f32(q[k]) * s;
       break;
     }
     case WeightFormat::kFp8Block: {
       const auto* q = m.data.as<const uint8_t>() + r * K;
       const int64_t nb = ceil_div(m.rows, kFp8BlockSize), kb = ceil_div(K, kFp8BlockSize);
       const float* s = m.scale.as<const float>() + (expert * nb + row / kFp8BlockSize) * kb;
-      for (int64_t k = 0; k < K; ++k) out[k] = e4m3_to_f32(q[k]) * s[k / kFp8BlockSize];
+      for (int64_t k = 0; k < K; ++k) out[k] = codec::e4m3_to_f32(q[k]) * s[k / kFp8BlockSize];
       break;
     }
     case WeightFormat::kMxfp4: {
@@ -380,7 +403,7 @@ void dequantize_row(const ExpertMatrix& m, int64_t expert, int64_t row, float* o
       const auto* s = m.scale.as<const uint8_t>() + r * (K / kMxfp4Group);
       for (int64_t k = 0; k < K; ++k) {
         const uint8_t nib = (k & 1) ? (q[k / 2] >> 4) : (q[k / 2] & 0xF);
-        out[k] = e2m1_to_f32(nib) * e8m0_to_f32(s[k / kMxfp4Group]);
+        out[k] = codec::e2m1_to_f32(nib) * codec::e8m0_to_f32(s[k / kMxfp4Group]);
       }
       break;
     }
@@ -390,7 +413,7 @@ void dequantize_row(const ExpertMatrix& m, int64_t expert, int64_t row, float* o
       const float g = m.global_scale.as<const float>()[expert];
       for (int64_t k = 0; k < K; ++k) {
         const uint8_t nib = (k & 1) ? (q[k / 2] >> 4) : (q[k / 2] & 0xF);
-        out[k] = (e2m1_to_f32(nib) * e4m3_to_f32(s[k / kNvfp4Group])) * g;
+        out[k] = (codec::e2m1_to_f32(nib) * codec::e4m3_to_f32(s[k / kNvfp4Group])) * g;
       }
       break;
     }
@@ -427,7 +450,7 @@ void fake_quantize_act_fp8_per_token_group(float* x, int64_t m, int64_t k) {
       float amax = 0.0f;
       for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(row[c]));
       const float s = scale_for(amax, kE4m3Max);
-      for (int64_t c = c0; c < c1; ++c) row[c] = e4m3_to_f32(f32_to_e4m3(row[c] / s)) * s;
+      for (int64_t c = c0; c < c1; ++c) row[c] = codec::e4m3_to_f32(codec::f32_to_e4m3(row[c] / s)) * s;
     }
   }
 }

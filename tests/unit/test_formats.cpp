@@ -770,6 +770,11 @@ TEST(Formats, CheckExpertMatrixMessages) {
   expect_error([&] { check_expert_matrix(nv, "w13"); }, ErrorKind::kFormat,
                "missing w13.global_scale (nvfp4 needs F32 [E])");
 
+  m = good;
+  m.scale.device = DeviceKind::kCuda;
+  expect_error([&] { check_expert_matrix(m, "w2"); }, ErrorKind::kFormat,
+               "w2: scales and data live on different devices");
+
   // mxfp4 scales may be typed F8_E8M0 as some checkpoints do.
   ExpertMatrix mx = quantize_experts(WeightFormat::kMxfp4, w.data(), 8, 200, 256);
   mx.scale.dtype = DType::kF8E8M0;
@@ -794,6 +799,11 @@ TEST(Formats, QuantizeRejectsNonFiniteWeights) {
   w[static_cast<size_t>((1 * 4 + 2) * 32 + 5)] = std::numeric_limits<float>::quiet_NaN();
   expect_error([&] { quantize_experts(WeightFormat::kFp8PerChannel, w.data(), 2, 4, 32); },
                ErrorKind::kInvalidArgument, "cannot quantize a non-finite weight (nan) at expert 1, row 2, column 5");
+  // Experts are quantized in parallel; the error reported is still the lowest expert's.
+  w[static_cast<size_t>((0 * 4 + 3) * 32 + 31)] = std::numeric_limits<float>::infinity();
+  expect_error([&] { quantize_experts(WeightFormat::kNvfp4, w.data(), 2, 4, 32); },
+               ErrorKind::kInvalidArgument, "cannot quantize a non-finite weight (inf) at expert 0, row 3, column 31");
+  w[static_cast<size_t>((0 * 4 + 3) * 32 + 31)] = 1.0f;
   w[static_cast<size_t>((1 * 4 + 2) * 32 + 5)] = -std::numeric_limits<float>::infinity();
   for (WeightFormat f : {WeightFormat::kFp8PerTensor, WeightFormat::kFp8Block, WeightFormat::kMxfp4,
                          WeightFormat::kNvfp4, WeightFormat::kInt8PerChannel})
