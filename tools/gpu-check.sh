@@ -27,7 +27,7 @@ log sanitizer
 for tool in memcheck racecheck; do
   filt='*SmallHot*:*SmallGrouped*:*MZero*:*SmallGptOss*:*SmallShared*'
   [ $tool = memcheck ] && filt='*Small*:*MZero*:*Graph*'
-  timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 $B/tests/moerun_gpu_tests --gtest_filter="$filt" \
+  timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B/tests/moerun_gpu_tests --gtest_filter="$filt" \
     >> "$OUT/sanitizer.log" 2>&1
   echo "compute-sanitizer $tool rc=$?" | tee -a "$OUT/summary.log"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -2 | tee -a "$OUT/summary.log"
@@ -37,7 +37,7 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   log torch baseline
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/cuda/torch_baseline.py --json "$OUT/torch.json" $q > "$OUT/bench.log" 2>&1
   log moerun bench
-  timeout 300 $B/bench/cuda_moe_bench --json "$OUT/bench.json" --torch "$OUT/torch.json" $q >> "$OUT/bench.log" 2>&1
+  timeout 330 $B/bench/cuda_moe_bench --json "$OUT/bench.json" --torch "$OUT/torch.json" $q >> "$OUT/bench.log" 2>&1
   echo "bench rc=$?" | tee -a "$OUT/summary.log"
   cat "$OUT/bench.log"
 fi

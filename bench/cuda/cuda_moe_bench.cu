@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
   g.multiprocessors = prop.multiProcessorCount;
   plat.gpus.push_back(g);
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("%-18s %5s %-20s %-16s %9s %8s %6s %8s %6s %6s %7s\n", "shape", "M", "variant", "kernel", "ms", "TB/s",
+  std::printf("%-18s %5s %-22s %-16s %9s %8s %6s %8s %6s %6s %7s\n", "shape", "M", "variant", "kernel", "ms", "TB/s",
               "%bw", "TFLOP/s", "%mm", "%roof", "vs-torch");
 
   for (const ShapeDef& sd : shapes) {
@@ -247,6 +247,14 @@ int main(int argc, char** argv) {
       vs.push_back({"cuda-graph-expert", timer.median_ms([&] { CK(cudaGraphLaunch(ge, s)); }, reps)});
       CK(cudaGraphExecDestroy(gf));
       CK(cudaGraphExecDestroy(ge));
+      // Every GEMM variant forced, expert stage as graph replay (the data behind the thresholds).
+      for (const char* cfg : {"mma-stream-m16", "mma-stream-m32", "mma-tile-m64", "mma-tile-m128"}) {
+        setenv("MOERUN_CUDA_GEMM", cfg, 1);
+        cudaGraphExec_t gx = graph_of(expert);
+        vs.push_back({std::string("forced:") + cfg, timer.median_ms([&] { CK(cudaGraphLaunch(gx, s)); }, M >= 1024 ? 5 : 15)});
+        CK(cudaGraphExecDestroy(gx));
+        unsetenv("MOERUN_CUDA_GEMM");
+      }
       vs.push_back({"cublas-full", timer.median_ms([&] { cublas_runner->forward(full); }, reps)});
       const std::string key = sd.name + "/" + std::to_string(M);
       const double tms = torch_ms.count(key) ? torch_ms[key] : 0.0;
@@ -256,9 +264,10 @@ int main(int argc, char** argv) {
         const double sec = v.ms * 1e-3;
         const double tbps = bytes / sec / 1e12, tfl = flops / sec / 1e12;
         const double speed = tms > 0 ? tms / v.ms : 0.0;
-        const std::string kern = v.name.rfind("cuda", 0) == 0 ? cuda_runner->variant_for(M)
+        const std::string kern = v.name.rfind("forced:", 0) == 0 ? v.name.substr(7)
+                                 : v.name.rfind("cuda", 0) == 0 ? cuda_runner->variant_for(M)
                                  : v.name.rfind("cublas", 0) == 0 ? "cublas-grouped" : "torch._grouped_mm";
-        std::printf("%-18s %5d %-20s %-16s %9.4f %8.2f %5.1f%% %8.1f %5.1f%% %5.1f%% %6.2fx\n", sd.name.c_str(), M,
+        std::printf("%-18s %5d %-22s %-16s %9.4f %8.2f %5.1f%% %8.1f %5.1f%% %5.1f%% %6.2fx\n", sd.name.c_str(), M,
                     v.name.c_str(), kern.c_str(), v.ms, tbps, 100.0 * tbps * 1e12 / copy_bw, tfl,
                     100.0 * tfl * 1e12 / mm_rate, 100.0 * floor_s / sec, speed);
         rows.push_back({{"shape", sd.name}, {"M", M}, {"variant", v.name}, {"kernel", kern}, {"ms", v.ms},

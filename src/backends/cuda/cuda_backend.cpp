@@ -1,6 +1,8 @@
 // cuda/cuda_backend.cpp — the `cuda` backend: capabilities, and a runner that launches the forward.
 #include "backends/cuda/cuda_backend.hpp"
 
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -13,11 +15,24 @@ using cuda_detail::DeviceMoe;
 using namespace cuda_kernels;
 
 // Kernel variant by tokens per expert (m * k / E); the same rule feeds Capabilities::variants.
-constexpr double kStreamMaxTpe = 24.0;
+constexpr double kStreamMaxTpe = 12.0;
+constexpr double kStream32MaxTpe = 48.0;
 constexpr double kTileM64MaxTpe = 96.0;
 
+// MOERUN_CUDA_GEMM=<variant name> forces one GEMM variant (benchmarks and tuning only).
+int forced_config() {
+  const char* v = std::getenv("MOERUN_CUDA_GEMM");
+  if (!v || !*v) return -1;
+  for (int c = 0; c < kNumGemmConfigs; ++c)
+    if (std::strcmp(v, gemm_config_name(static_cast<GemmConfig>(c))) == 0) return c;
+  return -1;
+}
+
 GemmConfig config_for_tpe(double tpe) {
+  const int f = forced_config();
+  if (f >= 0) return static_cast<GemmConfig>(f);
   if (tpe <= kStreamMaxTpe) return GemmConfig::kStreamM16;
+  if (tpe <= kStream32MaxTpe) return GemmConfig::kStreamM32;
   if (tpe <= kTileM64MaxTpe) return GemmConfig::kTileM64;
   return GemmConfig::kTileM128;
 }
@@ -134,6 +149,8 @@ class CudaBackend final : public Backend {
     caps_.variants = {
         {gemm_config_name(GemmConfig::kStreamM16), kStreamMaxTpe,
          "decode: 16-row tiles stream each activated expert's weights once, 6-stage cp.async"},
+        {gemm_config_name(GemmConfig::kStreamM32), kStream32MaxTpe,
+         "32x64 tiles, 5-stage cp.async: a few tokens per expert, weights still streamed once"},
         {gemm_config_name(GemmConfig::kTileM64), kTileM64MaxTpe,
          "64x128 tensor-core tiles (mma.sync), 4-stage cp.async pipeline"},
         {gemm_config_name(GemmConfig::kTileM128), 0.0,

@@ -285,6 +285,7 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
 }
 
 using ShapeStreamM16 = TileShape<16, 64, 1, 4, 6>;
+using ShapeStreamM32 = TileShape<32, 64, 1, 4, 5>;
 using ShapeTileM64 = TileShape<64, 128, 2, 2, 4>;
 using ShapeTileM128 = TileShape<128, 128, 2, 4, 3>;
 
@@ -311,6 +312,7 @@ template <typename T>
 cudaError_t launch_grouped_gemm_t(GemmConfig c, const GroupedGemmParams& p, cudaStream_t stream) {
   switch (c) {
     case GemmConfig::kStreamM16: return launch_shape<T, ShapeStreamM16>(p, stream);
+    case GemmConfig::kStreamM32: return launch_shape<T, ShapeStreamM32>(p, stream);
     case GemmConfig::kTileM64: return launch_shape<T, ShapeTileM64>(p, stream);
     case GemmConfig::kTileM128: return launch_shape<T, ShapeTileM128>(p, stream);
   }

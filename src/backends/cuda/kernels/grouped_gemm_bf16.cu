@@ -1,4 +1,4 @@
-// cuda/kernels/grouped_gemm_bf16.cu — the bf16 instantiations of the grouped GEMM (3 tile shapes).
+// cuda/kernels/grouped_gemm_bf16.cu — the bf16 instantiations of the grouped GEMM (4 tile shapes).
 #include "grouped_gemm.cuh"
 
 namespace moerun::cuda_kernels {
@@ -6,6 +6,7 @@ namespace moerun::cuda_kernels {
 int gemm_block_m(GemmConfig c) {
   switch (c) {
     case GemmConfig::kStreamM16: return ShapeStreamM16::BM;
+    case GemmConfig::kStreamM32: return ShapeStreamM32::BM;
     case GemmConfig::kTileM64: return ShapeTileM64::BM;
     case GemmConfig::kTileM128: return ShapeTileM128::BM;
   }
@@ -15,6 +16,7 @@ int gemm_block_m(GemmConfig c) {
 const char* gemm_config_name(GemmConfig c) {
   switch (c) {
     case GemmConfig::kStreamM16: return "mma-stream-m16";
+    case GemmConfig::kStreamM32: return "mma-stream-m32";
     case GemmConfig::kTileM64: return "mma-tile-m64";
     case GemmConfig::kTileM128: return "mma-tile-m128";
   }

@@ -101,7 +101,9 @@ enum class GemmConfig : int {
   kStreamM16 = 0,  // 16 x 64 tiles, 5 stages: decode, streams each expert's weights once
   kTileM64 = 1,    // 64 x 128 tiles, 4 stages
   kTileM128 = 2,   // 128 x 128 tiles, 3 stages
+  kStreamM32 = 3,  // 32 x 64 tiles, 5 stages: a few tokens per expert, still one pass over weights
 };
+inline constexpr int kNumGemmConfigs = 4;
 int gemm_block_m(GemmConfig c);
 const char* gemm_config_name(GemmConfig c);
 
