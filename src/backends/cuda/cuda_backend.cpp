@@ -15,9 +15,11 @@ using cuda_detail::DeviceMoe;
 using namespace cuda_kernels;
 
 // Kernel variant by tokens per expert (m * k / E); the same rule feeds Capabilities::variants.
-constexpr double kStreamMaxTpe = 12.0;
-constexpr double kStream32MaxTpe = 48.0;
-constexpr double kTileM64MaxTpe = 96.0;
+// Thresholds from bench/results (H200, 4 model shapes, M 1..8192, every variant forced): stream-m16
+// wins up to ~8 tokens per expert, tile-m64 from 32 on (and beats tile-m128 at every size measured,
+// so tile-m128 is reachable only through MOERUN_CUDA_GEMM).
+constexpr double kStreamMaxTpe = 8.0;
+constexpr double kStream32MaxTpe = 16.0;
 
 // MOERUN_CUDA_GEMM=<variant name> forces one GEMM variant (benchmarks and tuning only).
 int forced_config() {
@@ -33,8 +35,7 @@ GemmConfig config_for_tpe(double tpe) {
   if (f >= 0) return static_cast<GemmConfig>(f);
   if (tpe <= kStreamMaxTpe) return GemmConfig::kStreamM16;
   if (tpe <= kStream32MaxTpe) return GemmConfig::kStreamM32;
-  if (tpe <= kTileM64MaxTpe) return GemmConfig::kTileM64;
-  return GemmConfig::kTileM128;
+  return GemmConfig::kTileM64;
 }
 
 class CudaRunner final : public Runner {
@@ -151,10 +152,8 @@ class CudaBackend final : public Backend {
          "decode: 16-row tiles stream each activated expert's weights once, 6-stage cp.async"},
         {gemm_config_name(GemmConfig::kStreamM32), kStream32MaxTpe,
          "32x64 tiles, 5-stage cp.async: a few tokens per expert, weights still streamed once"},
-        {gemm_config_name(GemmConfig::kTileM64), kTileM64MaxTpe,
+        {gemm_config_name(GemmConfig::kTileM64), 0.0,
          "64x128 tensor-core tiles (mma.sync), 4-stage cp.async pipeline"},
-        {gemm_config_name(GemmConfig::kTileM128), 0.0,
-         "128x128 tensor-core tiles (mma.sync), 3-stage cp.async pipeline"},
     };
   }
   std::string_view name() const override { return "cuda"; }

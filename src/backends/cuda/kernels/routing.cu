@@ -111,6 +111,7 @@ __global__ void routing_kernel(RoutingParams p, const float* __restrict__ logits
       if (i < 32) keep |= 1u << i;
       if (lane == i) gs = NAN;
     }
+    __syncwarp();  // group scoring read choice[] above
     for (int e = lane; e < E; e += 32)
       if (!((keep >> (e / gsize)) & 1u)) choice[e] = NAN;  // dropped groups: never chosen
     __syncwarp();
@@ -125,6 +126,7 @@ __global__ void routing_kernel(RoutingParams p, const float* __restrict__ logits
       if (!isnan(c) && better(c, e, v, i)) { v = c; i = e; }
     }
     warp_argmax(v, i);
+    __syncwarp();  // every lane's scan of choice[] is done before it changes
     if (lane == 0) { sel[j] = i; choice[i] = NAN; }
     __syncwarp();
   }
