@@ -5,13 +5,16 @@
 // medians of CUDA-event intervals, each taken after an L2 flush. Limits are measured in the same run:
 // device-to-device copy bandwidth (bytes read + written) and a large bf16 cuBLAS matmul rate.
 // Bytes: the distinct activated experts' weights + activations in and out; FLOPs: 2*M*k*(R*H + H*I).
-// Usage: cuda_moe_bench [--json out.json] [--torch torch.json] [--quick]
+// Usage: cuda_moe_bench [--json out.json] [--torch torch.json] [--quick] [--ms 1024,8192]
+//                       [--shapes deepseek-v3,mixtral-8x7b] [--no-forced]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -84,13 +87,16 @@ struct Timer {
 struct ShapeDef { std::string name; int e, k, h, i; };
 
 int main(int argc, char** argv) {
-  std::string json_path, torch_path;
-  bool quick = false;
+  std::string json_path, torch_path, ms_arg, shapes_arg;
+  bool quick = false, forced = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--torch" && i + 1 < argc) torch_path = argv[++i];
     else if (a == "--quick") quick = true;
+    else if (a == "--ms" && i + 1 < argc) ms_arg = argv[++i];
+    else if (a == "--shapes" && i + 1 < argc) shapes_arg = argv[++i];
+    else if (a == "--no-forced") forced = false;
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { std::puts("no CUDA device"); return 0; }
@@ -153,6 +159,20 @@ int main(int argc, char** argv) {
                                   {"qwen3-30b-a3b", 128, 8, 2048, 768},
                                   {"gpt-oss-120b-silu", 128, 4, 2880, 2880}};
   std::vector<int> ms_list = quick ? std::vector<int>{1, 128} : std::vector<int>{1, 16, 128, 1024, 8192};
+  if (!ms_arg.empty()) {  // --ms 1024,8192
+    ms_list.clear();
+    for (size_t p = 0; p < ms_arg.size();) {
+      const size_t q = ms_arg.find(',', p);
+      ms_list.push_back(std::atoi(ms_arg.substr(p, q - p).c_str()));
+      p = q == std::string::npos ? ms_arg.size() : q + 1;
+    }
+  }
+  if (!shapes_arg.empty()) {  // --shapes deepseek-v3,mixtral-8x7b
+    std::vector<ShapeDef> keep;
+    for (const ShapeDef& sd : shapes)
+      if (("," + shapes_arg + ",").find("," + sd.name + ",") != std::string::npos) keep.push_back(sd);
+    shapes = keep;
+  }
   Platform plat;
   GpuInfo g;
   g.name = prop.name;
@@ -248,12 +268,38 @@ int main(int argc, char** argv) {
       CK(cudaGraphExecDestroy(gf));
       CK(cudaGraphExecDestroy(ge));
       // Every GEMM variant forced, expert stage as graph replay (the data behind the thresholds).
-      for (const char* cfg : {"mma-stream-m16", "mma-stream-m32", "mma-tile-m64", "mma-tile-m128"}) {
+      for (const char* cfg : {"mma-stream-m16", "mma-stream-m32", "mma-tile-m64", "mma-tile-m128",
+                              "cutlass-sm90-grouped"}) {
+        if (!forced) break;
         setenv("MOERUN_CUDA_GEMM", cfg, 1);
         cudaGraphExec_t gx = graph_of(expert);
         vs.push_back({std::string("forced:") + cfg, timer.median_ms([&] { CK(cudaGraphLaunch(gx, s)); }, M >= 1024 ? 5 : 15)});
         CK(cudaGraphExecDestroy(gx));
         unsetenv("MOERUN_CUDA_GEMM");
+      }
+      // Cross-check on model shapes: the CUTLASS engine against the mma tiles, same inputs.
+      double cross = -1.0;
+      if (forced) {
+        std::vector<std::vector<uint16_t>> outs;
+        for (const char* cfg : {"mma-tile-m64", "cutlass-sm90-grouped"}) {
+          setenv("MOERUN_CUDA_GEMM", cfg, 1);
+          CK(cudaMemsetAsync(dout, 0xFF, size_t(M) * sd.h * 2, s));
+          cuda_runner->forward(expert);
+          CK(cudaStreamSynchronize(s));
+          outs.emplace_back(size_t(M) * sd.h);
+          CK(cudaMemcpy(outs.back().data(), dout, outs.back().size() * 2, cudaMemcpyDeviceToHost));
+          unsetenv("MOERUN_CUDA_GEMM");
+        }
+        auto f = [](uint16_t b) { uint32_t u = uint32_t(b) << 16; float x; std::memcpy(&x, &u, 4); return double(x); };
+        double num = 0, den = 0;
+        for (size_t i = 0; i < outs[0].size(); ++i) {
+          const double a = f(outs[0][i]), b = f(outs[1][i]);
+          num += (a - b) * (a - b);
+          den += a * a;
+        }
+        cross = std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : 1e30;
+        std::printf("check %-18s %5d cutlass vs mma-tile-m64: rel diff %.2e%s\n", sd.name.c_str(), M, cross,
+                    cross < 1e-2 ? "" : "  <-- MISMATCH");
       }
       vs.push_back({"cublas-full", timer.median_ms([&] { cublas_runner->forward(full); }, reps)});
       const std::string key = sd.name + "/" + std::to_string(M);
@@ -274,7 +320,7 @@ int main(int argc, char** argv) {
                         {"distinct_experts", distinct.size()}, {"bytes", bytes}, {"flops", flops},
                         {"TBps", tbps}, {"pct_copy_bw", 100.0 * tbps * 1e12 / copy_bw}, {"TFLOPs", tfl},
                         {"pct_matmul", 100.0 * tfl * 1e12 / mm_rate}, {"pct_roofline", 100.0 * floor_s / sec},
-                        {"speedup_vs_torch", speed}});
+                        {"speedup_vs_torch", speed}, {"cutlass_vs_m64_rel_diff", cross}});
       }
       std::fflush(stdout);
       CK(cudaFree(dh)); CK(cudaFree(dl)); CK(cudaFree(di)); CK(cudaFree(dw)); CK(cudaFree(dout));

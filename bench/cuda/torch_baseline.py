@@ -4,7 +4,7 @@
 sort by expert, gather, torch._grouped_mm (gate_up), silu-and-mul, torch._grouped_mm (down),
 router-weighted scatter-add. Uniform random routing (top-k of normal logits), bf16 weights drawn
 uniformly in +-1/sqrt(K). Median of CUDA-event intervals, each after an L2 flush.
-Usage: torch_baseline.py [--json out.json] [--quick]
+Usage: torch_baseline.py [--json out.json] [--quick] [--ms 1024,8192] [--shapes deepseek-v3,...]
 """
 import argparse
 import json
@@ -58,12 +58,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ms", default="", help="comma-separated token counts, e.g. 1024,8192")
+    ap.add_argument("--shapes", default="", help="comma-separated shape names")
     args = ap.parse_args()
     dev = torch.device("cuda")
     flush = torch.empty(512 << 20, dtype=torch.uint8, device=dev)
     ms_list = [1, 128] if args.quick else [1, 16, 128, 1024, 8192]
+    if args.ms:
+        ms_list = [int(v) for v in args.ms.split(",")]
+    shapes = [s for s in SHAPES if not args.shapes or s[0] in args.shapes.split(",")]
     rows = []
-    for name, e, k, h, i in SHAPES:
+    for name, e, k, h, i in shapes:
         g = torch.Generator(device=dev)
         g.manual_seed(11)
         w13 = (torch.rand(e, 2 * i, h, device=dev, generator=g, dtype=torch.bfloat16) * 2 - 1) / h ** 0.5

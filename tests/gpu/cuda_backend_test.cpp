@@ -141,8 +141,18 @@ std::shared_ptr<const Backend> backend_named(const std::string& name) {
   return name == "cublas" ? make_cublas_backend() : make_cuda_backend();
 }
 
+// Forces one GEMM variant of the cuda backend for the scope (MOERUN_CUDA_GEMM).
+class ForceGemm {
+ public:
+  explicit ForceGemm(const char* variant) { setenv("MOERUN_CUDA_GEMM", variant, 1); }
+  ~ForceGemm() { unsetenv("MOERUN_CUDA_GEMM"); }
+  ForceGemm(const ForceGemm&) = delete;
+  ForceGemm& operator=(const ForceGemm&) = delete;
+};
+constexpr const char* kCutlass = "cutlass-sm90-grouped";
+
 void check_case(const std::string& backend, const MoeSpec& spec, int64_t m, uint64_t seed, Route route,
-                float nan_rate = 0.0f) {
+                float nan_rate = 0.0f, const char* want_variant = nullptr) {
   spec.validate();
   const Platform plat = sm90_platform();
   auto be = backend_named(backend);
@@ -162,6 +172,7 @@ void check_case(const std::string& backend, const MoeSpec& spec, int64_t m, uint
   EXPECT_EQ(bad, 0) << backend << " left non-finite outputs, " << spec.summary() << " m=" << m;
   EXPECT_LT(err, 1.5e-2) << backend << " " << spec.summary() << " m=" << m << " variant "
                          << runner->variant_for(m);
+  if (want_variant) EXPECT_EQ(runner->variant_for(m), want_variant) << spec.summary() << " m=" << m;
 }
 
 class GpuConformance : public ::testing::TestWithParam<std::string> {};
@@ -261,6 +272,65 @@ TEST(CudaBackend, SmallRouterWeightWhenNoLogits) {
   EXPECT_EQ(bad, 0);
 }
 
+// ---- the CUTLASS sm90 grouped GEMM path (large M), forced at small sizes and chosen at large ----
+
+TEST(CudaCutlass, SmallActivationsForced) {
+  REQUIRE_GPU();
+  ForceGemm force(kCutlass);
+  for (ActivationKind a : {ActivationKind::kSiluAndMul, ActivationKind::kGeluAndMul, ActivationKind::kGeluTanhAndMul,
+                           ActivationKind::kSwigluOai, ActivationKind::kRelu2, ActivationKind::kSilu})
+    for (int64_t m : {1, 33, 257}) {
+      MoeSpec s = make_spec(8, 2, 264, 136, a);
+      if (a == ActivationKind::kSwigluOai) s.activation.interleaved_gate_up = (m % 2 == 1);
+      SCOPED_TRACE(std::string(to_string(a)) + " m=" + std::to_string(m));
+      check_case("cuda", s, m, 300 + m, Route::kLogits, 0.0f, kCutlass);
+    }
+}
+
+TEST(CudaCutlass, SmallFormatsAndRoutingForced) {
+  REQUIRE_GPU();
+  ForceGemm force(kCutlass);
+  check_case("cuda", make_spec(64, 2, 128, 64), 5, 31, Route::kLogits, 0.0f, kCutlass);  // mostly empty experts
+  check_case("cuda", make_spec(16, 4, 256, 128, ActivationKind::kSiluAndMul, WeightFormat::kF16), 97, 32,
+             Route::kLogits, 0.0f, kCutlass);
+  check_case("cuda", make_spec(16, 2, 128, 96), 300, 33, Route::kHotExpert, 0.0f, kCutlass);
+  check_case("cuda", make_spec(16, 3, 128, 96), 41, 34, Route::kTopkGiven, 0.0f, kCutlass);
+  MoeSpec g = make_spec(16, 4, 192, 96, ActivationKind::kSwigluOai);  // gpt-oss style: biases, interleaved
+  g.activation.interleaved_gate_up = true;
+  g.routing.softmax_after_topk = true;
+  g.expert_bias = true;
+  check_case("cuda", g, 65, 35, Route::kLogits, 0.0f, kCutlass);
+}
+
+TEST(CudaCutlass, SmallWithSharedExpertForced) {
+  REQUIRE_GPU();
+  ForceGemm force(kCutlass);
+  MoeSpec s = make_spec(8, 2, 256, 128);
+  s.shared.count = 1;
+  s.shared.intermediate = 192;
+  s.shared.gated_by_router = true;
+  check_case("cuda", s, 45, 36, Route::kLogits, 0.0f, kCutlass);
+  s.shared.gated_by_router = false;
+  check_case("cuda", s, 130, 37, Route::kLogits, 0.0f, kCutlass);
+}
+
+// Several 128-row and 256-column tiles per expert, partial tiles on both edges, K over many stages.
+TEST(CudaCutlass, SmallMultiTileForced) {
+  REQUIRE_GPU();
+  ForceGemm force(kCutlass);
+  check_case("cuda", make_spec(4, 2, 1032, 520), 700, 38, Route::kLogits, 0.0f, kCutlass);
+  check_case("cuda", make_spec(4, 2, 1032, 520, ActivationKind::kSiluAndMul, WeightFormat::kF16), 333, 39,
+             Route::kLogits, 0.0f, kCutlass);
+}
+
+// Enough tokens per expert that the backend picks the CUTLASS engine by itself.
+TEST(CudaCutlass, LargeTokensPerExpertChoosesCutlass) {
+  REQUIRE_GPU();
+  const MoeSpec s = make_spec(8, 2, 512, 256);
+  check_case("cuda", s, 1024, 40, Route::kLogits, 0.0f, kCutlass);  // 256 tokens per expert
+  check_case("cuda", s, 64, 41, Route::kLogits, 0.0f, "mma-stream-m32");  // 16 per expert
+}
+
 // Routing ids must equal routing::topk_host exactly; weights to float rounding.
 TEST(CudaRouting, SmallMatchesHostExactly) {
   REQUIRE_GPU();
@@ -334,7 +404,12 @@ TEST(CudaRouting, SmallMatchesHostExactly) {
 // Device tensors on a stream: graph capture + replay equals the eager forward bit for bit.
 TEST(CudaBackend, GraphReplayEqualsEager) {
   REQUIRE_GPU();
-  for (int64_t m : {1, 40, 300}) {
+  for (int64_t m : {1, 40, 300, -300}) {  // -300: 300 tokens through the CUTLASS engine
+    std::unique_ptr<ForceGemm> force;
+    if (m < 0) {
+      m = -m;
+      force = std::make_unique<ForceGemm>(kCutlass);
+    }
     MoeSpec s = make_spec(16, 4, 512, 256);
     s.routing.scoring = Scoring::kSigmoid;
     s.routing.correction_bias = true;
@@ -344,6 +419,7 @@ TEST(CudaBackend, GraphReplayEqualsEager) {
     const Platform plat = sm90_platform();
     const MoeWeights w = random_weights(s, 21);
     auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+    if (force) EXPECT_EQ(runner->variant_for(m), kCutlass);
     const Inputs in = make_inputs(s, m, 22, Route::kLogits);
     void *dh, *dl, *d1, *d2;
     const size_t hb = in.hidden.nbytes();
@@ -404,6 +480,13 @@ TEST(CudaBackend, CapabilitiesAreHonest) {
   MoeSpec s = make_spec(8, 2, 128, 64);
   s.act_dtype = DType::kF32;
   EXPECT_FALSE(supports(*be, s, sm90_platform()).ok());
+  // The large-M engine is the last variant, taken above the mma tiles' tokens-per-expert limit.
+  const auto& vs = be->capabilities().variants;
+  ASSERT_FALSE(vs.empty());
+  EXPECT_EQ(vs.back().name, kCutlass);
+  const MoeSpec big = make_spec(8, 2, 512, 256);
+  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, 1024), kCutlass);
+  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, 1), "mma-stream-m16");
 }
 
 }  // namespace

@@ -16,39 +16,77 @@ using namespace cuda_kernels;
 
 // Kernel variant by tokens per expert (m * k / E); the same rule feeds Capabilities::variants.
 // Thresholds from bench/results (H200, 4 model shapes, M 1..8192, every variant forced): stream-m16
-// wins up to ~8 tokens per expert, tile-m64 from 32 on (and beats tile-m128 at every size measured,
-// so tile-m128 is reachable only through MOERUN_CUDA_GEMM).
+// wins up to ~8 tokens per expert, stream-m32 up to ~16, tile-m64 (mma.sync, memory-bound there) up
+// to kTileMaxTpe, and the CUTLASS sm90 grouped GEMM (wgmma + TMA) above it, where the forward turns
+// compute-bound and mma.sync tops out near 250 TFLOP/s. tile-m128 is reachable only through
+// MOERUN_CUDA_GEMM.
 constexpr double kStreamMaxTpe = 8.0;
 constexpr double kStream32MaxTpe = 16.0;
+constexpr double kTileMaxTpe = 48.0;
+constexpr const char* kCutlassVariant = "cutlass-sm90-grouped";
 
-// MOERUN_CUDA_GEMM=<variant name> forces one GEMM variant (benchmarks and tuning only).
-int forced_config() {
+// One GEMM path: an own mma.sync tile configuration, or the CUTLASS engine.
+struct Path {
+  bool cutlass = false;
+  GemmConfig cfg = GemmConfig::kTileM64;
+  const char* name() const { return cutlass ? kCutlassVariant : gemm_config_name(cfg); }
+};
+
+// MOERUN_CUDA_GEMM=<variant name> forces one GEMM variant (benchmarks, tests and tuning only). An
+// unknown name is ignored; "cutlass-sm90-grouped" falls back to the rule for f32.
+Path forced_path(bool cutlass_ok, bool* forced) {
+  *forced = false;
   const char* v = std::getenv("MOERUN_CUDA_GEMM");
-  if (!v || !*v) return -1;
+  if (!v || !*v) return {};
+  if (std::strcmp(v, kCutlassVariant) == 0) {
+    *forced = cutlass_ok;
+    return {cutlass_ok, GemmConfig::kTileM64};
+  }
   for (int c = 0; c < kNumGemmConfigs; ++c)
-    if (std::strcmp(v, gemm_config_name(static_cast<GemmConfig>(c))) == 0) return c;
-  return -1;
+    if (std::strcmp(v, gemm_config_name(static_cast<GemmConfig>(c))) == 0) {
+      *forced = true;
+      return {false, static_cast<GemmConfig>(c)};
+    }
+  return {};
 }
 
-GemmConfig config_for_tpe(double tpe) {
-  const int f = forced_config();
-  if (f >= 0) return static_cast<GemmConfig>(f);
-  if (tpe <= kStreamMaxTpe) return GemmConfig::kStreamM16;
-  if (tpe <= kStream32MaxTpe) return GemmConfig::kStreamM32;
-  return GemmConfig::kTileM64;
+Path path_for_tpe(double tpe, bool cutlass_ok) {
+  bool forced = false;
+  const Path f = forced_path(cutlass_ok, &forced);
+  if (forced) return f;
+  if (tpe <= kStreamMaxTpe) return {false, GemmConfig::kStreamM16};
+  if (tpe <= kStream32MaxTpe) return {false, GemmConfig::kStreamM32};
+  if (tpe <= kTileMaxTpe || !cutlass_ok) return {false, GemmConfig::kTileM64};
+  return {true, GemmConfig::kTileM64};
 }
+
+int device_sm_count(int device) {
+  int n = 0;
+  MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  return n;
+}
+
+size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
 class CudaRunner final : public Runner {
  public:
   CudaRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptions& o)
-      : d_(spec, w, o.device_index, true) {}
+      : d_(spec, w, o.device_index, true), sm_count_(device_sm_count(o.device_index)) {
+    cutlass_ok_ = d_.elem() == Elem::kBF16 || d_.elem() == Elem::kF16;
+    if (cutlass_ok_) cutlass_ws_.reserve(cutlass_grouped_workspace_bytes(d_.elem(), d_.experts(), sm_count_));
+  }
 
-  std::string variant_for(int64_t m) const override { return gemm_config_name(config_for(m)); }
+  std::string variant_for(int64_t m) const override { return path_for(m).name(); }
 
   void forward(const ForwardArgs& args) override {
     const int64_t m = args.hidden.shape.rank > 0 ? args.hidden.shape[0] : 0;
     if (m == 0) return;
-    const GemmConfig cfg = config_for(m);
+    const Path path = path_for(m);
+    if (path.cutlass) {
+      forward_cutlass(args, m);
+      return;
+    }
+    const GemmConfig cfg = path.cfg;
     const int bm = gemm_block_m(cfg);
     const auto call = d_.begin(args, bm);
     const cudaStream_t s = call.stream;
@@ -97,7 +135,7 @@ class CudaRunner final : public Runner {
 
     const float* shared = nullptr;
     if (d_.shared_inter() > 0) {
-      const GemmConfig sc = config_for_tpe(static_cast<double>(m));
+      const GemmConfig sc = path_for_tpe(static_cast<double>(m), false).cfg;
       const int sbm = gemm_block_m(sc);
       GroupedGemmParams s1;
       s1.a = call.hidden;
@@ -132,10 +170,106 @@ class CudaRunner final : public Runner {
   }
 
  private:
-  GemmConfig config_for(int64_t m) const {
-    return config_for_tpe(static_cast<double>(m) * d_.top_k() / d_.experts());
+  Path path_for(int64_t m) const {
+    return path_for_tpe(static_cast<double>(m) * d_.top_k() / d_.experts(), cutlass_ok_);
   }
+
+  // The large-M path: gather the tokens expert-sorted, CUTLASS grouped GEMM (gate_up), activation,
+  // CUTLASS grouped GEMM (down), weighted combine. Shared experts take the same engine as one group.
+  void forward_cutlass(const ForwardArgs& args, int64_t m) {
+    const MoeSpec& sp = d_.spec();
+    const Elem el = d_.elem();
+    const size_t es = cuda_detail::elem_size(el);
+    const int E = d_.experts(), K = d_.top_k(), H = d_.hidden(), I = d_.inter(), R = d_.w13_rows();
+    const int Rs = d_.shared_rows(), Is = d_.shared_inter();
+    const size_t rows = static_cast<size_t>(m) * K;
+    // scratch: sorted tokens, later the down output [rows, H] | gate_up [rows, R] | row_of_slot [rows]
+    //          | shared gate_up [m, Rs] | shared down [m, H]
+    const size_t off_gu = align256(rows * H * es);
+    const size_t off_ros = off_gu + align256(rows * R * es);
+    const size_t off_sgu = off_ros + align256(rows * 4);
+    const size_t off_sd = off_sgu + align256(static_cast<size_t>(m) * Rs * es);
+    const size_t scratch = off_sd + align256(Is > 0 ? static_cast<size_t>(m) * H * es : 0);
+    const auto call = d_.begin(args, 128, scratch);
+    const cudaStream_t s = call.stream;
+    const auto al = d_.align_out();
+    char* base = static_cast<char*>(d_.scratch.get());
+    void* xs = base;  // sorted tokens, then (same bytes) the down output
+    void* gu = base + off_gu;
+    int32_t* row_of_slot = reinterpret_cast<int32_t*>(base + off_ros);
+    const int32_t* total = al.seg_offsets + E;
+    const Act act = cuda_detail::act_of(sp.activation.kind);
+
+    MOERUN_CUDA_CHECK(launch_gather_sorted(el, call.hidden, H, al.token_of_row, al.slot_of_row, total,
+                                           static_cast<int64_t>(rows), xs, row_of_slot, s));
+    CutlassGroupedParams g;
+    g.groups = E;
+    g.seg_offsets = al.seg_offsets;
+    g.workspace = cutlass_ws_.get();
+    g.workspace_bytes = cutlass_ws_.capacity();
+    g.sm_count = sm_count_;
+    g.a = xs;
+    g.b = d_.w13.get();
+    g.b_group_stride = static_cast<int64_t>(R) * H;
+    g.d = gu;
+    g.n = R;
+    g.k = H;
+    MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, g, s));
+    MOERUN_CUDA_CHECK(launch_activation_sorted(el, gu, R, al.seg_offsets, E, sp.expert_bias ? d_.b13.as<float>() : nullptr,
+                                               act, sp.activation.swiglu_alpha, sp.activation.swiglu_limit,
+                                               sp.activation.interleaved_gate_up, total, static_cast<int64_t>(rows),
+                                               d_.inter_buf.get(), s));
+    g.a = d_.inter_buf.get();
+    g.b = d_.w2.get();
+    g.b_group_stride = static_cast<int64_t>(H) * I;
+    g.d = xs;
+    g.n = H;
+    g.k = I;
+    MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, g, s));
+
+    const void* shared = nullptr;
+    if (Is > 0) {
+      void* sgu = base + off_sgu;
+      void* sd = base + off_sd;
+      CutlassGroupedParams sg = g;
+      sg.groups = 1;
+      sg.seg_offsets = nullptr;
+      sg.rows = m;
+      sg.a = call.hidden;
+      sg.b = d_.sw13.get();
+      sg.b_group_stride = 0;
+      sg.d = sgu;
+      sg.n = Rs;
+      sg.k = H;
+      if (reinterpret_cast<uintptr_t>(call.hidden) % 16 != 0) {
+        // TMA reads 16-byte aligned rows: stage the tokens in the shared down output's bytes (free
+        // until the shared down GEMM, which runs after this GEMM has read them).
+        MOERUN_CUDA_CHECK(cudaMemcpyAsync(sd, call.hidden, static_cast<size_t>(m) * H * es,
+                                          cudaMemcpyDeviceToDevice, s));
+        sg.a = sd;
+      }
+      MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, sg, s));
+      MOERUN_CUDA_CHECK(launch_activation_sorted(el, sgu, Rs, nullptr, 1, nullptr, act, sp.activation.swiglu_alpha,
+                                                 sp.activation.swiglu_limit, false, nullptr, m, d_.sinter.get(), s));
+      sg.a = d_.sinter.get();
+      sg.b = d_.sw2.get();
+      sg.d = sd;
+      sg.n = H;
+      sg.k = Is;
+      MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, sg, s));
+      shared = sd;
+    }
+    MOERUN_CUDA_CHECK(launch_combine_sorted(el, xs, H, m, K, row_of_slot, al.weight_of_row, al.seg_offsets, E,
+                                            sp.expert_bias ? d_.b2.as<float>() : nullptr, shared,
+                                            sp.shared.gated_by_router ? d_.sgate.as<float>() : nullptr, call.hidden,
+                                            call.out, s));
+    d_.finish(args, call);
+  }
+
   DeviceMoe d_;
+  int sm_count_ = 0;
+  bool cutlass_ok_ = false;
+  cuda_detail::DeviceBuffer cutlass_ws_;
 };
 
 class CudaBackend final : public Backend {
@@ -152,14 +286,18 @@ class CudaBackend final : public Backend {
          "decode: 16-row tiles stream each activated expert's weights once, 6-stage cp.async"},
         {gemm_config_name(GemmConfig::kStreamM32), kStream32MaxTpe,
          "32x64 tiles, 5-stage cp.async: a few tokens per expert, weights still streamed once"},
-        {gemm_config_name(GemmConfig::kTileM64), 0.0,
-         "64x128 tensor-core tiles (mma.sync), 4-stage cp.async pipeline"},
+        {gemm_config_name(GemmConfig::kTileM64), kTileMaxTpe,
+         "64x128 tensor-core tiles (mma.sync), 4-stage cp.async pipeline, gather/activation/scatter fused"},
+        {kCutlassVariant, 0.0,
+         "large M: CUTLASS sm90 grouped GEMM (TMA, warp-specialized wgmma, 128x256 tiles, device-side "
+         "group sizes) between gather, activation and combine passes; bf16 and fp16"},
     };
   }
   std::string_view name() const override { return "cuda"; }
   std::string_view description() const override {
     return "whole forward on one Hopper GPU: device routing and alignment, grouped tensor-core GEMMs "
-           "with fused gather, activation and weighted scatter; CUDA-graph capturable";
+           "(own mma.sync tiles with fused gather, activation and scatter for decode; CUTLASS sm90 "
+           "wgmma/TMA grouped GEMM for large M); CUDA-graph capturable";
   }
   const Capabilities& capabilities() const override { return caps_; }
   void extra_checks(const MoeSpec& spec, const Platform& platform, Support& out) const override {

@@ -115,6 +115,72 @@ inline cudaError_t launch_grouped_gemm(Elem elem, GemmConfig c, const GroupedGem
                              : launch_grouped_gemm_f16(c, p, stream);
 }
 
+// ---- the large-M engine: CUTLASS sm90 grouped GEMM over expert-sorted rows -------------------------
+//
+// D_g[M_g, n] = A_g[M_g, k] · B_g[n, k]^T for every group g (bf16 or fp16 operands and result, fp32
+// accumulation), on the sm_90a tensor cores through TMA (kernels/cutlass_grouped.cuh). The group
+// sizes are read on the device from seg_offsets, so no launch waits for the host and a sequence of
+// launches can be captured in a CUDA graph. k and n must be multiples of 8 (16-byte rows for TMA).
+struct CutlassGroupedParams {
+  int groups = 0;                        // group count: an upper bound (empty groups have M = 0)
+  const int32_t* seg_offsets = nullptr;  // [groups + 1], device: group g = rows [seg[g], seg[g+1])
+  int64_t rows = 0;                      // with seg_offsets null: one group (groups == 1) of `rows` rows
+  const void* a = nullptr;               // [rows, k] row-major, rows of group g contiguous
+  const void* b = nullptr;               // group g's [n, k] (K contiguous) at b + g * b_group_stride
+  int64_t b_group_stride = 0;            // elements
+  void* d = nullptr;                     // [rows, n] row-major
+  int n = 0, k = 0;
+  void* workspace = nullptr;             // device, cutlass_grouped_workspace_bytes(elem, groups, sm_count)
+  size_t workspace_bytes = 0;
+  int sm_count = 0;                      // the device's multiprocessor count (one persistent CTA each)
+};
+
+size_t cutlass_grouped_workspace_bytes_bf16(int groups, int sm_count);
+size_t cutlass_grouped_workspace_bytes_f16(int groups, int sm_count);
+cudaError_t launch_cutlass_grouped_bf16(const CutlassGroupedParams& p, cudaStream_t stream);
+cudaError_t launch_cutlass_grouped_f16(const CutlassGroupedParams& p, cudaStream_t stream);
+
+// Workspace bytes for `groups` groups (never 0 for groups > 0). Elem::kF32 has no CUTLASS path: 0.
+inline size_t cutlass_grouped_workspace_bytes(Elem elem, int groups, int sm_count) {
+  switch (elem) {
+    case Elem::kBF16: return cutlass_grouped_workspace_bytes_bf16(groups, sm_count);
+    case Elem::kF16: return cutlass_grouped_workspace_bytes_f16(groups, sm_count);
+    case Elem::kF32: break;
+  }
+  return 0;
+}
+// Enqueues the pointer-array fill and the grouped GEMM. Returns cudaErrorInvalidValue for a bad
+// argument (k or n not a multiple of 8, workspace too small, no seg_offsets with groups > 1, f32).
+inline cudaError_t launch_cutlass_grouped(Elem elem, const CutlassGroupedParams& p, cudaStream_t stream) {
+  switch (elem) {
+    case Elem::kBF16: return launch_cutlass_grouped_bf16(p, stream);
+    case Elem::kF16: return launch_cutlass_grouped_f16(p, stream);
+    case Elem::kF32: break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+// Passes around the CUTLASS GEMMs (16-byte vectors; h, n multiples of 8; 2-byte elements only).
+// gather: dst[r, :] = src[token_of_row[r], :] and row_of_slot[slot_of_row[r]] = r, r < *total_rows.
+cudaError_t launch_gather_sorted(Elem elem, const void* src, int h, const int32_t* token_of_row,
+                                 const int32_t* slot_of_row, const int32_t* total_rows, int64_t rows_bound,
+                                 void* dst, int32_t* row_of_slot, cudaStream_t stream);
+// act: inter[r, :] = act(gate_up[r, :] + bias[e(r)]) for r < *total_rows (total_rows null: rows_bound),
+// where e(r) is the segment of r in seg_offsets[0..experts] (seg_offsets null: expert 0). gate_up is
+// [rows, n]: gate columns then up columns, or interleaved pairs; non-gated activations read n columns.
+cudaError_t launch_activation_sorted(Elem elem, const void* gate_up, int n, const int32_t* seg_offsets,
+                                     int experts, const float* bias, Act act, float alpha, float limit,
+                                     bool interleaved, const int32_t* total_rows, int64_t rows_bound,
+                                     void* inter, cudaStream_t stream);
+// combine: out[t, :] = sum_s w[r] * (y[r, :] + bias[e(r), :]) (+ g_t * shared[t, :]) with
+// r = row_of_slot[t*k + s], w = weight_of_row, e(r) from seg_offsets; g_t = 1 or
+// sigmoid(hidden[t] . shared_gate). y, shared, hidden and out in `elem`; accumulation in fp32.
+cudaError_t launch_combine_sorted(Elem elem, const void* y, int h, int64_t m, int top_k,
+                                  const int32_t* row_of_slot, const float* weight_of_row,
+                                  const int32_t* seg_offsets, int experts, const float* bias,
+                                  const void* shared, const float* shared_gate, const void* hidden,
+                                  void* out, cudaStream_t stream);
+
 // ---- combine ----------------------------------------------------------------------------------------
 
 // out[t, :] = sum_s rows[t*k + s, :] (+ gate_t * shared[t, :]) in `out_elem`. gate_t = 1, or

@@ -1,0 +1,237 @@
+// cuda/kernels/cutlass_grouped.cuh — the large-M engine: a CUTLASS 3.x sm90 grouped GEMM (pointer
+// array, TMA loads and stores, warp-specialized cooperative wgmma, persistent group scheduler).
+// Included by one .cu file per element type (cutlass_grouped_bf16.cu, cutlass_grouped_f16.cu), each
+// of which instantiates exactly one kernel type: the CI compiles this on two cores.
+//
+// NOTES:
+//   Problem shapes live on the device. The host passes the group count (an upper bound: the local
+//   expert count) and no host-side shapes, so CUTLASS launches one persistent CTA per SM and its
+//   scheduler warp walks the device-side shape array; groups with M = 0 own no tiles and are skipped.
+//   A small kernel (fill_group_args) writes that array and the per-group A/B/D pointers and strides
+//   from the device-side segment offsets, so a forward never waits for the host and stays capturable
+//   in a CUDA graph.
+//   TMA needs every operand to be a strided box: A is the expert-sorted copy of the tokens (the gather
+//   pass), B the expert's [n, k] weight block (K contiguous, CUTLASS "column-major B"), D row-major.
+//   Global strides must be multiples of 16 bytes: k and n multiples of 8 for 2-byte elements, which
+//   the backend's capabilities (hidden_multiple = intermediate_multiple = 8) already demand.
+//   Tile choice: 128 x 256 x 64, two consumer warpgroups (64 x 256 each), cluster 1x1. Experts hold
+//   32..2048 rows at the M values this variant serves, so 128-row tiles waste little; 256-wide tiles
+//   halve the A re-reads against 128; a cluster along M would idle half its CTAs on a 100-row expert,
+//   and multicast along N would only share the small A tile. The scheduler rasters along M, so the
+//   CTAs running at the same time read the same weight tile (one DRAM read, the rest L2 hits).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/thread/linear_combination.h"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "launch.hpp"
+
+namespace moerun::cuda_kernels::sm90 {
+
+// The one schedule compiled (changing it is a one-line edit here).
+struct CooperativeTile128x256 {
+  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+
+// T: cutlass::bfloat16_t or cutlass::half_t. D = A · B^T per group, fp32 accumulation, no C operand.
+template <typename T, typename Schedule = CooperativeTile128x256>
+struct GroupedGemm {
+  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;  // (M, N, K) per group
+  using Shape = typename ProblemShape::UnderlyingProblemShape;
+  using LayoutA = cutlass::layout::RowMajor;     // tokens [M, K]
+  using LayoutB = cutlass::layout::ColumnMajor;  // weights [N, K], K contiguous
+  using LayoutD = cutlass::layout::RowMajor;     // out [M, N]
+  static constexpr int kAlign = 128 / cutlass::sizeof_bits<T>::value;  // 16-byte TMA boxes
+  static_assert(kAlign == 8, "the backend guarantees 16-byte rows only for 2-byte elements (k, n % 8 == 0)");
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Schedule::TileShape,
+      typename Schedule::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      void, LayoutD*, kAlign,  // no source operand C
+      T, LayoutD*, kAlign, typename Schedule::EpilogueSchedule,
+      cutlass::epilogue::fusion::LinearCombination<T, float, void, float>>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, LayoutA*, kAlign, T, LayoutB*, kAlign, float,
+      typename Schedule::TileShape, typename Schedule::ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Schedule::KernelSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+  static_assert(cute::is_same_v<StrideA, cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>>,
+                "fill_group_args writes only the leading dimension: A must be K-major with no batch mode");
+  static_assert(cute::is_same_v<StrideB, StrideA> && cute::is_same_v<StrideD, StrideA>,
+                "B ([n, k], K contiguous) and D ([m, n] row-major) share A's stride form");
+};
+
+// The per-call device arrays, carved from the front of the caller's workspace (16-byte aligned).
+template <typename G, typename T>
+struct GroupArrays {
+  typename G::Shape* shapes = nullptr;
+  const T** a = nullptr;
+  const T** b = nullptr;
+  T** d = nullptr;
+  typename G::StrideA* sa = nullptr;
+  typename G::StrideB* sb = nullptr;
+  typename G::StrideD* sd = nullptr;
+  void* cutlass_ws = nullptr;
+
+  static constexpr size_t kTensorMapAlign = 128;
+  static size_t align16(size_t x) { return (x + 15) & ~size_t(15); }
+  static size_t bytes(int groups) {
+    const size_t g = static_cast<size_t>(groups);
+    return align16(g * sizeof(typename G::Shape)) + 3 * align16(g * sizeof(void*)) +
+           align16(g * sizeof(typename G::StrideA)) + align16(g * sizeof(typename G::StrideB)) +
+           align16(g * sizeof(typename G::StrideD)) + kTensorMapAlign;
+  }
+  GroupArrays() = default;
+  GroupArrays(void* ws, int groups) {
+    char* p = static_cast<char*>(ws);
+    const size_t g = static_cast<size_t>(groups);
+    shapes = reinterpret_cast<typename G::Shape*>(p);
+    p += align16(g * sizeof(typename G::Shape));
+    a = reinterpret_cast<const T**>(p);
+    p += align16(g * sizeof(void*));
+    b = reinterpret_cast<const T**>(p);
+    p += align16(g * sizeof(void*));
+    d = reinterpret_cast<T**>(p);
+    p += align16(g * sizeof(void*));
+    sa = reinterpret_cast<typename G::StrideA*>(p);
+    p += align16(g * sizeof(typename G::StrideA));
+    sb = reinterpret_cast<typename G::StrideB*>(p);
+    p += align16(g * sizeof(typename G::StrideB));
+    sd = reinterpret_cast<typename G::StrideD*>(p);
+    p += align16(g * sizeof(typename G::StrideD));
+    const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+    cutlass_ws = p + ((kTensorMapAlign - u % kTensorMapAlign) % kTensorMapAlign);  // tensor maps: 64 B aligned
+  }
+};
+
+// One thread per group: its (M, N, K), pointers and leading dimensions. Group g covers rows
+// [seg[g], seg[g+1]) of A and D, or rows [0, rows) when seg is null (one group).
+template <typename G, typename T>
+__global__ void fill_group_args(int groups, const int32_t* __restrict__ seg, int64_t rows, const T* a,
+                                const T* b, int64_t b_group_stride, T* d, int n, int k, GroupArrays<G, T> out) {
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= groups) return;
+  const int64_t start = seg ? seg[g] : 0;
+  const int count = seg ? seg[g + 1] - seg[g] : static_cast<int>(rows);
+  out.shapes[g] = typename G::Shape{count, n, k};
+  out.a[g] = a + start * k;
+  out.b[g] = b + g * b_group_stride;
+  out.d[g] = d + start * n;
+  typename G::StrideA sa{};
+  cute::get<0>(sa) = k;
+  out.sa[g] = sa;
+  typename G::StrideB sb{};
+  cute::get<0>(sb) = k;
+  out.sb[g] = sb;
+  typename G::StrideD sd{};
+  cute::get<0>(sd) = n;
+  out.sd[g] = sd;
+}
+
+inline cudaError_t status_to_cuda(cutlass::Status s) {
+  switch (s) {
+    case cutlass::Status::kSuccess: return cudaSuccess;
+    case cutlass::Status::kErrorMisalignedOperand:
+    case cutlass::Status::kErrorInvalidProblem:
+    case cutlass::Status::kErrorNotSupported:
+    case cutlass::Status::kErrorWorkspaceNull: return cudaErrorInvalidValue;
+    default: {
+      const cudaError_t e = cudaGetLastError();
+      return e != cudaSuccess ? e : cudaErrorLaunchFailure;
+    }
+  }
+}
+
+template <typename T>
+typename GroupedGemm<T>::Gemm::Arguments make_arguments(const GroupArrays<GroupedGemm<T>, T>& arr, int groups,
+                                                        int sm_count, int device) {
+  using G = GroupedGemm<T>;
+  typename G::Gemm::Arguments args;
+  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  args.problem_shape = {groups, arr.shapes, nullptr};  // shapes on the device only
+  args.mainloop.ptr_A = arr.a;
+  args.mainloop.dA = arr.sa;
+  args.mainloop.ptr_B = arr.b;
+  args.mainloop.dB = arr.sb;
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = nullptr;
+  args.epilogue.ptr_D = arr.d;
+  args.epilogue.dD = arr.sd;
+  args.hw_info.device_id = device;
+  args.hw_info.sm_count = sm_count;
+  args.scheduler.raster_order =
+      decltype(args.scheduler.raster_order)::AlongM;  // concurrent CTAs share one weight tile
+  return args;
+}
+
+// Bytes of workspace one launcher needs for `groups` groups on `sm_count` SMs (pointer arrays plus
+// CUTLASS's per-SM tensor maps).
+template <typename T>
+size_t workspace_bytes_t(int groups, int sm_count) {
+  using G = GroupedGemm<T>;
+  const GroupArrays<G, T> arr;  // the sizes depend on counts only
+  const auto args = make_arguments<T>(arr, groups, sm_count, 0);
+  return GroupArrays<G, T>::bytes(groups) + G::Gemm::get_workspace_size(args);
+}
+
+template <typename T>
+cudaError_t launch_t(const CutlassGroupedParams& p, cudaStream_t stream) {
+  using G = GroupedGemm<T>;
+  if (p.groups <= 0 || p.n <= 0 || p.k <= 0) return cudaSuccess;
+  if (p.n % G::kAlign != 0 || p.k % G::kAlign != 0) return cudaErrorInvalidValue;
+  if (p.sm_count <= 0 || !p.workspace || p.workspace_bytes < workspace_bytes_t<T>(p.groups, p.sm_count))
+    return cudaErrorInvalidValue;
+  if (!p.seg_offsets && p.groups != 1) return cudaErrorInvalidValue;
+  static bool configured = false;  // raise the dynamic shared-memory limit once
+  if (!configured) {
+    const cudaError_t e = cudaFuncSetAttribute(cutlass::device_kernel<typename G::Kernel>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(G::Kernel::SharedStorageSize));
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  GroupArrays<G, T> arr(p.workspace, p.groups);
+  const T* a = static_cast<const T*>(p.a);
+  const T* b = static_cast<const T*>(p.b);
+  T* d = static_cast<T*>(p.d);
+  constexpr int kFillThreads = 128;
+  fill_group_args<G, T><<<(p.groups + kFillThreads - 1) / kFillThreads, kFillThreads, 0, stream>>>(
+      p.groups, p.seg_offsets, p.rows, a, b, p.b_group_stride, d, p.n, p.k, arr);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+
+  const auto args = make_arguments<T>(arr, p.groups, p.sm_count, device);
+  cutlass::Status st = G::Gemm::can_implement(args);
+  if (st != cutlass::Status::kSuccess) return status_to_cuda(st);
+  st = G::Kernel::initialize_workspace(args, arr.cutlass_ws, stream);
+  if (st != cutlass::Status::kSuccess) return status_to_cuda(st);
+  auto params = G::Kernel::to_underlying_arguments(args, arr.cutlass_ws);
+  return status_to_cuda(G::Gemm::run(params, stream));
+}
+
+}  // namespace moerun::cuda_kernels::sm90
