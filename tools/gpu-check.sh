@@ -5,7 +5,8 @@
 # Knobs: GPU_CHECK_QUICK=1 short benchmark; GPU_CHECK_SKIP_BENCH=1 no benchmark; GPU_CHECK_SKIP_CPU=1
 # no CPU suite; GPU_CHECK_PREBUILT=<dir> use moerun_gpu_tests and cuda_moe_bench from <dir> when they
 # run on this machine (built elsewhere for sm_90a), else build; BENCH_ARGS / TORCH_ARGS extra
-# arguments for cuda_moe_bench / torch_baseline.py (e.g. "--ms 1024,8192").
+# arguments for cuda_moe_bench / torch_baseline.py (e.g. "--ms 1024,8192"); GPU_CHECK_SANITIZERS
+# the compute-sanitizer tools to run (default "memcheck racecheck").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -45,7 +46,7 @@ if [ "${GPU_CHECK_SKIP_CPU:-0}" != 1 ]; then
   grep -E "^\[  (PASSED|FAILED)|tests ran" "$OUT/tests.log" | tail -5 | tee -a "$OUT/summary.log"
 fi
 log sanitizer
-for tool in memcheck racecheck; do
+for tool in ${GPU_CHECK_SANITIZERS:-memcheck racecheck}; do
   # racecheck skips the CUTLASS engine (its warp-specialized pipelines sync through mbarriers and TMA,
   # which racecheck does not model); memcheck covers it (CudaCutlass.Small*).
   filt='*SmallHot*:*SmallGrouped*:*MZero*:*SmallGptOss*:*SmallShared*'
