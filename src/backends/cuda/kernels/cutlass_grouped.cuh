@@ -163,10 +163,10 @@ inline cudaError_t status_to_cuda(cutlass::Status s) {
   }
 }
 
-template <typename T>
-typename GroupedGemm<T>::Gemm::Arguments make_arguments(const GroupArrays<GroupedGemm<T>, T>& arr, int groups,
-                                                        int sm_count, int device) {
-  using G = GroupedGemm<T>;
+template <typename T, typename Schedule = CooperativeTile128x256>
+typename GroupedGemm<T, Schedule>::Gemm::Arguments make_arguments(
+    const GroupArrays<GroupedGemm<T, Schedule>, T>& arr, int groups, int sm_count, int device) {
+  using G = GroupedGemm<T, Schedule>;
   typename G::Gemm::Arguments args;
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
   args.problem_shape = {groups, arr.shapes, nullptr};  // shapes on the device only
@@ -189,20 +189,20 @@ typename GroupedGemm<T>::Gemm::Arguments make_arguments(const GroupArrays<Groupe
 
 // Bytes of workspace one launcher needs for `groups` groups on `sm_count` SMs (pointer arrays plus
 // CUTLASS's per-SM tensor maps).
-template <typename T>
+template <typename T, typename Schedule = CooperativeTile128x256>
 size_t workspace_bytes_t(int groups, int sm_count) {
-  using G = GroupedGemm<T>;
+  using G = GroupedGemm<T, Schedule>;
   const GroupArrays<G, T> arr;  // the sizes depend on counts only
-  const auto args = make_arguments<T>(arr, groups, sm_count, 0);
+  const auto args = make_arguments<T, Schedule>(arr, groups, sm_count, 0);
   return GroupArrays<G, T>::bytes(groups) + G::Gemm::get_workspace_size(args);
 }
 
-template <typename T>
+template <typename T, typename Schedule = CooperativeTile128x256>
 cudaError_t launch_t(const CutlassGroupedParams& p, cudaStream_t stream) {
-  using G = GroupedGemm<T>;
+  using G = GroupedGemm<T, Schedule>;
   if (p.groups <= 0 || p.n <= 0 || p.k <= 0) return cudaSuccess;
   if (p.n % G::kAlign != 0 || p.k % G::kAlign != 0) return cudaErrorInvalidValue;
-  if (p.sm_count <= 0 || !p.workspace || p.workspace_bytes < workspace_bytes_t<T>(p.groups, p.sm_count))
+  if (p.sm_count <= 0 || !p.workspace || p.workspace_bytes < workspace_bytes_t<T, Schedule>(p.groups, p.sm_count))
     return cudaErrorInvalidValue;
   if (!p.seg_offsets && p.groups != 1) return cudaErrorInvalidValue;
   static bool configured = false;  // raise the dynamic shared-memory limit once
@@ -225,7 +225,7 @@ cudaError_t launch_t(const CutlassGroupedParams& p, cudaStream_t stream) {
       p.groups, p.seg_offsets, p.rows, a, b, p.b_group_stride, d, p.n, p.k, arr);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
 
-  const auto args = make_arguments<T>(arr, p.groups, p.sm_count, device);
+  const auto args = make_arguments<T, Schedule>(arr, p.groups, p.sm_count, device);
   cutlass::Status st = G::Gemm::can_implement(args);
   if (st != cutlass::Status::kSuccess) return status_to_cuda(st);
   st = G::Kernel::initialize_workspace(args, arr.cutlass_ws, stream);

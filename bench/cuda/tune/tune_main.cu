@@ -1,0 +1,182 @@
+// bench/cuda/tune/tune_main.cu — cutlass_tune: times the grouped GEMMs of each compiled CUTLASS
+// schedule on the benchmark's model shapes (expert-sorted rows from uniform top-k routing), plus the
+// gather / activation / combine passes, so the schedule in cutlass_grouped.cuh is chosen from data.
+// Build: bench/cuda/tune/build.sh (here or on the device). Usage: cutlass_tune [--ms 1024,8192]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/kernels/launch.hpp"
+
+using moerun::cuda_kernels::CutlassGroupedParams;
+using Ws = size_t (*)(int, int);
+using Launch = cudaError_t (*)(const CutlassGroupedParams&, cudaStream_t);
+#define DECL(n)                                 \
+  size_t tune_ws_##n(int, int);                 \
+  cudaError_t tune_launch_##n(const CutlassGroupedParams&, cudaStream_t);
+DECL(0) DECL(1) DECL(2) DECL(3) DECL(4) DECL(5)
+struct Cfg { const char* name; Ws ws; Launch launch; };
+const Cfg kCfgs[] = {{"coop-128x256-c1", tune_ws_0, tune_launch_0}, {"coop-128x256-c2x1", tune_ws_1, tune_launch_1},
+                     {"ping-64x256-c1", tune_ws_2, tune_launch_2},   {"ping-128x128-c1", tune_ws_3, tune_launch_3},
+                     {"coop-256x128-c1", tune_ws_4, tune_launch_4},  {"ping-64x256-c1x2", tune_ws_5, tune_launch_5}};
+
+#define CK(call)                                                                                     \
+  do {                                                                                               \
+    cudaError_t e_ = (call);                                                                         \
+    if (e_ != cudaSuccess) {                                                                         \
+      std::fprintf(stderr, "%s failed: %s at %s:%d\n", #call, cudaGetErrorName(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                                  \
+    }                                                                                                \
+  } while (0)
+
+__global__ void fill_random(__nv_bfloat16* p, size_t n, uint64_t seed, float scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    x ^= x >> 31; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 29; x *= 0x94D049BB133111EBull; x ^= x >> 32;
+    p[i] = __float2bfloat16((static_cast<float>(x & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f) * scale);
+  }
+}
+void* alloc_random(size_t n, uint64_t seed, float scale) {
+  void* p;
+  CK(cudaMalloc(&p, n * 2));
+  fill_random<<<4096, 256>>>(static_cast<__nv_bfloat16*>(p), n, seed, scale);
+  CK(cudaGetLastError());
+  return p;
+}
+
+int main(int argc, char** argv) {
+  std::vector<int> ms = {1024, 8192};
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--ms") {
+      ms.clear();
+      for (std::string s = argv[++i]; !s.empty();) {
+        const size_t q = s.find(',');
+        ms.push_back(std::atoi(s.substr(0, q).c_str()));
+        s = q == std::string::npos ? "" : s.substr(q + 1);
+      }
+    }
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cudaStream_t st;
+  CK(cudaStreamCreate(&st));
+  void* flush;
+  const size_t flush_bytes = size_t(512) << 20;
+  CK(cudaMalloc(&flush, flush_bytes));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  auto time_ms = [&](auto&& f) {
+    for (int i = 0; i < 2; ++i) f();
+    std::vector<float> t;
+    for (int i = 0; i < 10; ++i) {
+      CK(cudaMemsetAsync(flush, i, flush_bytes, st));
+      CK(cudaEventRecord(a, st));
+      f();
+      CK(cudaEventRecord(b, st));
+      CK(cudaEventSynchronize(b));
+      float x;
+      CK(cudaEventElapsedTime(&x, a, b));
+      t.push_back(x);
+    }
+    std::sort(t.begin(), t.end());
+    return double(t[t.size() / 2]);
+  };
+  struct Shape { const char* name; int e, k, h, i; };
+  const Shape shapes[] = {{"deepseek-v3", 256, 8, 7168, 2048}, {"mixtral-8x7b", 8, 2, 4096, 14336},
+                          {"qwen3-30b-a3b", 128, 8, 2048, 768}, {"gpt-oss-120b-silu", 128, 4, 2880, 2880}};
+  std::printf("%-18s %5s %-20s %9s %7s %9s %7s %9s %7s\n", "shape", "M", "schedule", "gemm1 ms", "TFLOP/s",
+              "gemm2 ms", "TFLOP/s", "both ms", "TFLOP/s");
+  for (const Shape& sh : shapes) {
+    const int R = 2 * sh.i;
+    void* w13 = alloc_random(size_t(sh.e) * R * sh.h, 1, 0.02f);
+    void* w2 = alloc_random(size_t(sh.e) * sh.h * sh.i, 2, 0.02f);
+    for (int M : ms) {
+      const int64_t rows = int64_t(M) * sh.k;
+      std::mt19937 rng(7 + M);
+      std::vector<int> count(sh.e, 0), perm(sh.e);
+      std::vector<int32_t> tok, slot;
+      std::vector<std::vector<int32_t>> by_e(sh.e);
+      for (int t = 0; t < M; ++t) {
+        std::iota(perm.begin(), perm.end(), 0);
+        for (int j = 0; j < sh.k; ++j) {
+          std::swap(perm[j], perm[j + rng() % (sh.e - j)]);
+          by_e[perm[j]].push_back(t * sh.k + j);
+        }
+      }
+      std::vector<int32_t> seg(sh.e + 1, 0), tor, sor;
+      std::vector<float> wor;
+      for (int e = 0; e < sh.e; ++e) {
+        seg[e + 1] = seg[e] + int(by_e[e].size());
+        for (int32_t s : by_e[e]) { tor.push_back(s / sh.k); sor.push_back(s); wor.push_back(0.5f); }
+      }
+      int32_t *dseg, *dtor, *dsor, *dros;
+      float* dwor;
+      CK(cudaMalloc(&dseg, seg.size() * 4));
+      CK(cudaMalloc(&dtor, rows * 4));
+      CK(cudaMalloc(&dsor, rows * 4));
+      CK(cudaMalloc(&dros, rows * 4));
+      CK(cudaMalloc(&dwor, rows * 4));
+      CK(cudaMemcpy(dseg, seg.data(), seg.size() * 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(dtor, tor.data(), rows * 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(dsor, sor.data(), rows * 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(dwor, wor.data(), rows * 4, cudaMemcpyHostToDevice));
+      void* hidden = alloc_random(size_t(M) * sh.h, 3, 1.0f);
+      void* xs = alloc_random(size_t(rows) * sh.h, 4, 1.0f);
+      void* gu = alloc_random(size_t(rows) * R, 5, 1.0f);
+      void* inter = alloc_random(size_t(rows) * sh.i, 6, 1.0f);
+      void* d;
+      CK(cudaMalloc(&d, size_t(rows) * sh.h * 2));
+      void* out;
+      CK(cudaMalloc(&out, size_t(M) * sh.h * 2));
+      const double f1 = 2.0 * rows * R * sh.h, f2 = 2.0 * rows * sh.h * sh.i;
+      for (const Cfg& c : kCfgs) {
+        const size_t wsb = c.ws(sh.e, sms);
+        void* ws;
+        CK(cudaMalloc(&ws, wsb));
+        CutlassGroupedParams p;
+        p.groups = sh.e;
+        p.seg_offsets = dseg;
+        p.workspace = ws;
+        p.workspace_bytes = wsb;
+        p.sm_count = sms;
+        CutlassGroupedParams p1 = p, p2 = p;
+        p1.a = xs; p1.b = w13; p1.b_group_stride = int64_t(R) * sh.h; p1.d = gu; p1.n = R; p1.k = sh.h;
+        p2.a = inter; p2.b = w2; p2.b_group_stride = int64_t(sh.h) * sh.i; p2.d = d; p2.n = sh.h; p2.k = sh.i;
+        const double t1 = time_ms([&] { CK(c.launch(p1, st)); });
+        const double t2 = time_ms([&] { CK(c.launch(p2, st)); });
+        std::printf("%-18s %5d %-20s %9.4f %7.1f %9.4f %7.1f %9.4f %7.1f\n", sh.name, M, c.name, t1, f1 / t1 / 1e9, t2,
+                    f2 / t2 / 1e9, t1 + t2, (f1 + f2) / (t1 + t2) / 1e9);
+        std::fflush(stdout);
+        CK(cudaFree(ws));
+      }
+      using namespace moerun::cuda_kernels;
+      const double tg = time_ms([&] {
+        CK(launch_gather_sorted(Elem::kBF16, hidden, sh.h, dtor, dsor, dseg + sh.e, rows, xs, dros, st));
+      });
+      const double ta = time_ms([&] {
+        CK(launch_activation_sorted(Elem::kBF16, gu, R, dseg, sh.e, nullptr, Act::kSiluAndMul, 1.702f, 7.0f, false,
+                                    dseg + sh.e, rows, inter, st));
+      });
+      const double tc = time_ms([&] {
+        CK(launch_combine_sorted(Elem::kBF16, d, sh.h, M, sh.k, dros, dwor, dseg, sh.e, nullptr, nullptr, nullptr,
+                                 hidden, out, st));
+      });
+      const double gb_g = 2.0 * rows * sh.h * 2 / 1e9, gb_a = rows * (R + sh.i) * 2.0 / 1e9,
+                   gb_c = (rows + M) * sh.h * 2.0 / 1e9;
+      std::printf("%-18s %5d passes: gather %.4f ms (%.2f TB/s)  act %.4f ms (%.2f TB/s)  combine %.4f ms (%.2f TB/s)\n",
+                  sh.name, M, tg, gb_g / tg, ta, gb_a / ta, tc, gb_c / tc);
+      for (void* q : {hidden, xs, gu, inter, d, out}) CK(cudaFree(q));
+      for (void* q : {(void*)dseg, (void*)dtor, (void*)dsor, (void*)dros, (void*)dwor}) CK(cudaFree(q));
+    }
+    CK(cudaFree(w13));
+    CK(cudaFree(w2));
+  }
+  return 0;
+}
