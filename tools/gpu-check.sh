@@ -3,10 +3,10 @@
 # and racecheck on small cases, then the benchmark sweep (torch baseline first). Logs and JSON go to
 # $OUT (default ./out).
 # Knobs: GPU_CHECK_QUICK=1 short benchmark; GPU_CHECK_SKIP_BENCH=1 no benchmark; GPU_CHECK_SKIP_CPU=1
-# no CPU suite; GPU_CHECK_PREBUILT=<dir> use moerun_gpu_tests and cuda_moe_bench from <dir> when they
-# run on this machine (built elsewhere for sm_90a), else build; BENCH_ARGS / TORCH_ARGS extra
+# no CPU suite; GPU_CHECK_PREBUILT=<dir> use moerun_gpu_tests, cuda_moe_bench (and moerun_tests) from
+# <dir> when they run on this machine (built elsewhere for sm_90a), else build; BENCH_ARGS / TORCH_ARGS extra
 # arguments for cuda_moe_bench / torch_baseline.py (e.g. "--ms 1024,8192"); GPU_CHECK_SANITIZERS
-# the compute-sanitizer tools to run (default "memcheck racecheck").
+# the compute-sanitizer runs (default "memcheck racecheck racecheck-m64").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -41,20 +41,29 @@ log gpu tests
 grep -E "^\[  (PASSED|FAILED|SKIPPED)|FAILED  \]|Failure|error" "$OUT/tests.log" | head -40 | tee -a "$OUT/summary.log"
 if [ "${GPU_CHECK_SKIP_CPU:-0}" != 1 ]; then
   log cpu tests
-  cmake --build $B -j16 >> "$OUT/build.log" 2>&1 || log "full build (CPU suite) FAILED"
-  timeout 150 $B/tests/moerun_tests --gtest_brief=1 >> "$OUT/tests.log" 2>&1; echo "cpu tests rc=$?" | tee -a "$OUT/summary.log"
+  CPU_TESTS=$B/tests/moerun_tests
+  if [ "$TESTS" != "$B/tests/moerun_gpu_tests" ] && [ -x "$pre/moerun_tests" ]; then
+    CPU_TESTS=$pre/moerun_tests
+  else
+    cmake --build $B -j16 >> "$OUT/build.log" 2>&1 || log "full build (CPU suite) FAILED"
+  fi
+  timeout 150 "$CPU_TESTS" --gtest_brief=1 >> "$OUT/tests.log" 2>&1; echo "cpu tests rc=$?" | tee -a "$OUT/summary.log"
   grep -E "^\[  (PASSED|FAILED)|tests ran" "$OUT/tests.log" | tail -5 | tee -a "$OUT/summary.log"
 fi
 log sanitizer
-for tool in ${GPU_CHECK_SANITIZERS:-memcheck racecheck}; do
-  # racecheck skips the CUTLASS engine (its warp-specialized pipelines sync through mbarriers and TMA,
-  # which racecheck does not model); memcheck covers it (CudaCutlass.Small*).
+for run in ${GPU_CHECK_SANITIZERS:-memcheck racecheck racecheck-m64}; do
+  # memcheck: every small case, the CUTLASS engine included (CudaCutlass.Small*). racecheck: the
+  # routing and the own mma.sync kernels, once with the default variant rule and once with the tile
+  # kernel forced (racecheck-m64), since the rule now sends larger small cases to CUTLASS.
+  tool=${run%%-*}
   filt='*SmallHot*:*SmallGrouped*:*MZero*:*SmallGptOss*:*SmallShared*'
   [ $tool = memcheck ] && filt='*Small*:*MZero*:*Graph*'
-  timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$TESTS" --gtest_filter="$filt" \
+  force=""; [ $run = racecheck-m64 ] && force=mma-tile-m64
+  echo "---- $run" >> "$OUT/sanitizer.log"
+  MOERUN_CUDA_GEMM=$force timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$TESTS" --gtest_filter="$filt" \
     >> "$OUT/sanitizer.log" 2>&1
-  echo "compute-sanitizer $tool rc=$?" | tee -a "$OUT/summary.log"
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -2 | tee -a "$OUT/summary.log"
+  echo "compute-sanitizer $run rc=$?" | tee -a "$OUT/summary.log"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -1 | tee -a "$OUT/summary.log"
 done
 if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   q=""; [ "${GPU_CHECK_QUICK:-0}" = 1 ] && q="--quick"

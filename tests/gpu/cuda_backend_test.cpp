@@ -314,6 +314,19 @@ TEST(CudaCutlass, SmallWithSharedExpertForced) {
   check_case("cuda", s, 130, 37, Route::kLogits, 0.0f, kCutlass);
 }
 
+// The mma.sync tile kernel is no longer chosen by the rule (CUTLASS serves large M); keep it covered.
+TEST(CudaBackend, SmallTileM64Forced) {
+  REQUIRE_GPU();
+  ForceGemm force("mma-tile-m64");
+  for (ActivationKind a : {ActivationKind::kSiluAndMul, ActivationKind::kSwigluOai, ActivationKind::kRelu2})
+    for (int64_t m : {33, 257}) {
+      MoeSpec s = make_spec(8, 2, 264, 136, a);
+      if (a == ActivationKind::kSwigluOai) s.activation.interleaved_gate_up = true;
+      SCOPED_TRACE(std::string(to_string(a)) + " m=" + std::to_string(m));
+      check_case("cuda", s, m, 500 + m, Route::kLogits, 0.0f, "mma-tile-m64");
+    }
+}
+
 // Several 128-row and 256-column tiles per expert, partial tiles on both edges, K over many stages.
 TEST(CudaCutlass, SmallMultiTileForced) {
   REQUIRE_GPU();
@@ -328,7 +341,8 @@ TEST(CudaCutlass, LargeTokensPerExpertChoosesCutlass) {
   REQUIRE_GPU();
   const MoeSpec s = make_spec(8, 2, 512, 256);
   check_case("cuda", s, 1024, 40, Route::kLogits, 0.0f, kCutlass);  // 256 tokens per expert
-  check_case("cuda", s, 64, 41, Route::kLogits, 0.0f, "mma-stream-m32");  // 16 per expert
+  check_case("cuda", s, 48, 41, Route::kLogits, 0.0f, "mma-stream-m32");  // 12 per expert
+  check_case("cuda", s, 52, 42, Route::kLogits, 0.0f, kCutlass);  // 13 per expert
 }
 
 // Routing ids must equal routing::topk_host exactly; weights to float rounding.

@@ -15,14 +15,15 @@ using cuda_detail::DeviceMoe;
 using namespace cuda_kernels;
 
 // Kernel variant by tokens per expert (m * k / E); the same rule feeds Capabilities::variants.
-// Thresholds from bench/results (H200, 4 model shapes, M 1..8192, every variant forced): stream-m16
-// wins up to ~8 tokens per expert, stream-m32 up to ~16, tile-m64 (mma.sync, memory-bound there) up
-// to kTileMaxTpe, and the CUTLASS sm90 grouped GEMM (wgmma + TMA) above it, where the forward turns
-// compute-bound and mma.sync tops out near 250 TFLOP/s. tile-m128 is reachable only through
-// MOERUN_CUDA_GEMM.
+// Thresholds from the H200 sweeps (bench/results/2026-11-30_*_h200: 4 model shapes, M 1..8192, every
+// variant forced): stream-m16 wins up to ~8 tokens per expert, stream-m32 up to ~12, and above that
+// the CUTLASS sm90 grouped GEMM (wgmma + TMA) wins or ties everywhere measured (deepseek-v3 at 12-16
+// tokens per expert: 5.46 vs 5.78 ms, 5.51 vs 6.00 ms; qwen3 at 16-24 is the exception, m32 ahead by
+// 1-5%); at >= 64 it is 1.3-2.3x the mma.sync tiles, which top out near 250 TFLOP/s. tile-m64 and
+// tile-m128 stay reachable through MOERUN_CUDA_GEMM (and tile-m64 serves shapes the CUTLASS path
+// cannot take).
 constexpr double kStreamMaxTpe = 8.0;
-constexpr double kStream32MaxTpe = 16.0;
-constexpr double kTileMaxTpe = 48.0;
+constexpr double kStream32MaxTpe = 12.0;
 constexpr const char* kCutlassVariant = "cutlass-sm90-grouped";
 
 // One GEMM path: an own mma.sync tile configuration, or the CUTLASS engine.
@@ -56,7 +57,7 @@ Path path_for_tpe(double tpe, bool cutlass_ok) {
   if (forced) return f;
   if (tpe <= kStreamMaxTpe) return {false, GemmConfig::kStreamM16};
   if (tpe <= kStream32MaxTpe) return {false, GemmConfig::kStreamM32};
-  if (tpe <= kTileMaxTpe || !cutlass_ok) return {false, GemmConfig::kTileM64};
+  if (!cutlass_ok) return {false, GemmConfig::kTileM64};
   return {true, GemmConfig::kTileM64};
 }
 
@@ -286,8 +287,6 @@ class CudaBackend final : public Backend {
          "decode: 16-row tiles stream each activated expert's weights once, 6-stage cp.async"},
         {gemm_config_name(GemmConfig::kStreamM32), kStream32MaxTpe,
          "32x64 tiles, 5-stage cp.async: a few tokens per expert, weights still streamed once"},
-        {gemm_config_name(GemmConfig::kTileM64), kTileMaxTpe,
-         "64x128 tensor-core tiles (mma.sync), 4-stage cp.async pipeline, gather/activation/scatter fused"},
         {kCutlassVariant, 0.0,
          "large M: CUTLASS sm90 grouped GEMM (TMA, warp-specialized wgmma, 128x256 tiles, device-side "
          "group sizes) between gather, activation and combine passes; bf16 and fp16"},
