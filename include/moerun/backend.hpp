@@ -114,6 +114,7 @@ class Backend {
   }
   // Prepares the weights (re-layout, packing) and returns a runner. Called only for a spec that
   // supports() accepted on this platform; must not fail for such a spec except for device errors.
+  // The runner may keep references into `weights`: the caller keeps them alive as long as the runner.
   virtual std::unique_ptr<Runner> create_runner(const MoeSpec& spec, const MoeWeights& weights,
                                                 const Platform& platform,
                                                 const RunnerOptions& options) const = 0;

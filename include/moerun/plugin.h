@@ -60,7 +60,7 @@ typedef struct moerun_weights {
  * output [M, H] must be fully written (it may hold NaN on entry). */
 typedef struct moerun_forward_args {
   moerun_tensor hidden, topk_ids, topk_weights, output;
-  moerun_tensor lora_token_adapter; /* absent unless the plugin declared lora support */
+  moerun_tensor reserved;  /* ABI v1: always absent (LoRA weights do not cross the v1 ABI) */
   void* stream;
 } moerun_forward_args;
 

@@ -54,6 +54,11 @@ LoraWeights random_lora(const MoeSpec& spec, uint64_t seed);
 
 // Checks every tensor against the spec: shapes, dtypes, presence of optional tensors. Throws
 // Error{kFormat} "expected F32 [128, 2048], got F32 [64, 2048] for router_weight".
+// This rank's shard of full-layer weights (spec.parallel = 1/1 in `full`), cut exactly from the
+// stored bytes (no requantization): experts of rank % ep, intermediate slice of rank / ep. Throws
+// Error{kUnsupported} when a slice would split a scale block (fp8-block needs I/tp % 128 == 0).
+MoeWeights shard_weights(const MoeSpec& full, const MoeWeights& weights, const MoeSpec& rank_spec);
+
 void check_weights(const MoeSpec& spec, const MoeWeights& w);
 void check_lora(const MoeSpec& spec, const LoraWeights& l);
 

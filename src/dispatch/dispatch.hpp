@@ -20,6 +20,7 @@ struct Dispatch {
   std::vector<int32_t> token;         // [rows]: the token each row reads
   std::vector<int32_t> slot;          // [rows]: its position in the token's top-k (0..k-1)
   std::vector<float> weight;          // [rows]: its router weight
+  std::vector<int32_t> cursor_scratch;  // build_dispatch's fill pointers, kept to avoid reallocating
 
   int64_t rows() const noexcept { return static_cast<int64_t>(token.size()); }
   int32_t count(int e) const noexcept { return offsets[e + 1] - offsets[e]; }

@@ -27,3 +27,18 @@ void router_logits_host(const float* hidden, int64_t m, int64_t h, const float* 
                         const float* router_bias, int64_t e, float* logits);
 
 }  // namespace moerun::routing
+
+#include <vector>
+
+#include "moerun/backend.hpp"
+#include "moerun/weights.hpp"
+
+namespace moerun::routing {
+
+// The routing stage of a host forward call: uses args.topk_ids/topk_weights when given, else
+// args.router_logits, else computes logits from weights.router_weight (+ router_bias) and hidden_f32.
+// Fills ids/weights ([m, k]); reuses their capacity.
+void route_host(const MoeSpec& spec, const MoeWeights& weights, const ForwardArgs& args, const float* hidden_f32,
+                std::vector<int32_t>& ids, std::vector<float>& topk_weights, std::vector<float>& logits_scratch);
+
+}  // namespace moerun::routing

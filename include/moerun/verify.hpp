@@ -1,0 +1,66 @@
+// moerun/verify.hpp — the conformance harness: run a backend and the reference on the same random
+// case and compare. Used by the test suite, `moerun verify` and `moerun check`.
+//
+// Tolerances are stated once, per activation dtype (tolerance_for); the error measure is
+// max|out - ref| / max(max|ref|, 1e-6) over the whole output, and any NaN/Inf where the reference is
+// finite fails regardless.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "moerun/backend.hpp"
+#include "moerun/registry.hpp"
+
+namespace moerun {
+
+enum class RoutingPattern {
+  kRandom,        // random logits
+  kOneHot,        // every token prefers the same top_k experts
+  kSparse,        // only a few experts ever get tokens: the rest are empty
+  kNanRows,       // some rows of logits are all NaN, some partly NaN
+  kGivenTopk,     // top-k ids/weights given directly (routing skipped)
+};
+
+struct VerifyCase {
+  MoeSpec spec;
+  int64_t tokens = 1;
+  uint64_t seed = 0;
+  RoutingPattern routing = RoutingPattern::kRandom;
+  bool nan_prefill = true;  // output buffer starts as NaN: the backend must write every element
+  bool with_lora = false;   // only when spec.lora.max_adapters > 0
+  std::string label() const;
+};
+
+struct VerifyResult {
+  bool passed = false;
+  bool skipped = false;     // the backend does not support the case's spec on this platform
+  double error = 0.0;       // normalized max error (see above)
+  double tolerance = 0.0;
+  std::string message;      // failure or skip reason, one line
+};
+
+// The normalized tolerance for a spec (act dtype and act quant).
+double tolerance_for(const MoeSpec& spec);
+
+// A random valid spec from a seed: random sizes (odd ones included, within format constraints),
+// activation, routing (grouped, biased, after-top-k), format, act quant, biases, shared experts, LoRA.
+// `formats` restricts the weight format when non-empty.
+MoeSpec random_spec(uint64_t seed, const std::vector<WeightFormat>& formats = {});
+
+// The standard case list: random specs from `seed`, M in {0, 1, 3, 33, ...}, every routing pattern.
+std::vector<VerifyCase> standard_cases(uint64_t seed, int count);
+
+// Runs one case: random weights and inputs from the case's seed, the backend and the reference. A
+// spec the backend does not support (on `platform`) gives skipped = true with the reasons.
+VerifyResult verify_case(const Backend& backend, const Platform& platform, const VerifyCase& c,
+                         const RunnerOptions& options = {});
+
+// Runs ranks 0..tp*ep-1 of a sharded spec with `backend` and sums their outputs; compares with the
+// unsharded reference (the sharding contract: partial outputs add up to the full layer).
+VerifyResult verify_sharded(const Backend& backend, const Platform& platform, const VerifyCase& c,
+                            const RunnerOptions& options = {});
+
+}  // namespace moerun

@@ -1,0 +1,127 @@
+// The backend registry: explicit registration, validated names, logged overrides.
+#include "moerun/registry.hpp"
+
+#include <cctype>
+#include <cstdlib>
+#include <iostream>
+
+#include "backends/reference/reference_backend.hpp"
+#include "moerun/error.hpp"
+#ifdef MOERUN_WITH_CPU_BACKEND
+#include "backends/cpu/cpu_backend.hpp"
+#endif
+#ifdef MOERUN_WITH_CUDA_BACKEND
+#include "backends/cuda/cuda_backend.hpp"
+#endif
+#ifdef MOERUN_WITH_CUBLAS_BACKEND
+#include "backends/cublas/cublas_backend.hpp"
+#endif
+
+namespace moerun {
+
+std::string check_backend_name(std::string_view name) {
+  if (name.empty()) return "a backend name cannot be empty";
+  if (name.size() > 32) return "backend name '" + std::string(name) + "' is longer than 32 characters";
+  for (char c : name)
+    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '_'))
+      return "backend name '" + std::string(name) + "' may contain only a-z, 0-9, '-' and '_'";
+  if (name == "auto" || name == "none" || name == "all" || name.rfind("order:", 0) == 0)
+    return "backend name '" + std::string(name) + "' is reserved (a policy word)";
+  return "";
+}
+
+void Registry::add(std::shared_ptr<const Backend> backend, std::string origin, AddOptions options) {
+  if (!backend) throw_error(ErrorKind::kRegistry, "cannot register a null backend (from " + origin + ")");
+  const std::string name(backend->name());
+  if (const std::string bad = check_backend_name(name); !bad.empty())
+    throw_error(ErrorKind::kRegistry, bad + " (from " + origin + ")");
+  std::function<void(const std::string&)> log;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (BackendEntry& e : entries_) {
+      if (e.backend->name() != name) continue;
+      if (e.backend == backend) return;  // the very same backend again: a no-op
+      if (!options.allow_override)
+        throw_error(ErrorKind::kRegistry, "backend '" + name + "' is already registered (from " + e.origin + "); " + origin +
+                                              " may replace it only with an explicit override");
+      const std::string notice = "moerun: backend '" + name + "' from " + e.origin + " overridden by " + origin;
+      e.backend = std::move(backend);
+      e.origin = std::move(origin);
+      e.builtin = false;
+      log = log_;
+      if (log) log(notice);
+      else std::cerr << notice << "\n";
+      return;
+    }
+    entries_.push_back(BackendEntry{std::move(backend), origin, origin == "built-in"});
+  }
+}
+
+const BackendEntry* Registry::find(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const BackendEntry& e : entries_)
+    if (e.backend->name() == name) return &e;
+  return nullptr;
+}
+
+std::vector<BackendEntry> Registry::entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_;
+}
+
+std::vector<std::string> Registry::names() const {
+  std::vector<std::string> v;
+  for (const BackendEntry& e : entries()) v.emplace_back(e.backend->name());
+  return v;
+}
+
+void Registry::set_log(std::function<void(const std::string&)> log) {
+  std::lock_guard<std::mutex> lock(mu_);
+  log_ = std::move(log);
+}
+
+std::vector<std::string> Registry::load_plugins_from_env() {
+  std::vector<std::string> errors;
+  const char* env = std::getenv("MOERUN_PLUGIN_PATH");
+  if (!env) return errors;
+  std::string paths(env);
+  size_t start = 0;
+  while (start <= paths.size()) {
+    const size_t end = std::min(paths.find(':', start), paths.size());
+    const std::string p = paths.substr(start, end - start);
+    if (!p.empty()) {
+      try {
+        load_plugin(p);
+      } catch (const Error& e) {
+        errors.push_back(e.what());
+      }
+    }
+    start = end + 1;
+  }
+  return errors;
+}
+
+void register_builtin_backends(Registry& r) {
+  r.add(make_reference_backend(), "built-in");
+#ifdef MOERUN_WITH_CPU_BACKEND
+  r.add(make_cpu_backend(), "built-in");
+#endif
+#ifdef MOERUN_WITH_CUDA_BACKEND
+  r.add(make_cuda_backend(), "built-in");
+#endif
+#ifdef MOERUN_WITH_CUBLAS_BACKEND
+  r.add(make_cublas_backend(), "built-in");
+#endif
+}
+
+Registry& Registry::global() {
+  static Registry* r = [] {
+    auto* reg = new Registry();  // never destroyed: plugins' code must outlive every backend object
+    register_builtin_backends(*reg);
+    for (const std::string& e : reg->load_plugins_from_env()) std::cerr << "moerun: " << e << "\n";
+    return reg;
+  }();
+  return *r;
+}
+
+}  // namespace moerun

@@ -1,0 +1,307 @@
+// The conformance harness: a backend against the reference on random cases (verify.hpp).
+#include "moerun/verify.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "backends/reference/reference_backend.hpp"
+#include "core/convert.hpp"
+#include "core/random.hpp"
+#include "moerun/error.hpp"
+#include "moerun/formats.hpp"
+#include "moerun/layer.hpp"
+
+namespace moerun {
+
+// ---- tolerances: the one place they are stated ------------------------------------------------------
+// Normalized max error (max|out-ref| / max|ref|). A backend may round the intermediate activation
+// and the output to the activation dtype and accumulate in fp32 in any order; these bounds cover that
+// with ~4x margin at the sizes the harness uses. fp8 activation quantization can flip one e4m3 rounding
+// step (1/16 relative) on a few intermediate elements when accumulation order differs.
+double tolerance_for(const MoeSpec& spec) {
+  double tol = 0.0;
+  switch (spec.act_dtype) {
+    case DType::kF32: tol = 1e-4; break;
+    case DType::kF16: tol = 4e-3; break;
+    default: tol = 2.5e-2; break;  // BF16
+  }
+  if (spec.act_quant == ActQuant::kFp8PerTokenGroup) tol = std::max(tol, 4e-2);
+  return tol;
+}
+
+std::string VerifyCase::label() const {
+  static const char* names[] = {"random", "one-hot", "sparse", "nan-rows", "given-topk"};
+  std::ostringstream os;
+  os << "[" << spec.summary() << "] M=" << tokens << " routing=" << names[static_cast<int>(routing)]
+     << " seed=" << seed << (with_lora ? " lora" : "");
+  return os.str();
+}
+
+MoeSpec random_spec(uint64_t seed, const std::vector<WeightFormat>& formats) {
+  SplitMix64 g(seed);
+  MoeSpec s;
+  s.name = "random-" + std::to_string(seed);
+  static const WeightFormat all[] = {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16,
+                                     WeightFormat::kFp8PerTensor, WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block,
+                                     WeightFormat::kMxfp4, WeightFormat::kNvfp4, WeightFormat::kInt8PerChannel};
+  s.weight_format = formats.empty() ? all[g.below(9)] : formats[g.below(static_cast<uint32_t>(formats.size()))];
+  const bool fp4 = s.weight_format == WeightFormat::kMxfp4 || s.weight_format == WeightFormat::kNvfp4;
+  // Odd sizes where the format allows them; fp4 needs multiples of its group (32 covers both).
+  static const int odd_h[] = {33, 64, 100, 136, 200}, odd_i[] = {17, 32, 48, 72};
+  static const int grp_h[] = {64, 96, 160, 256}, grp_i[] = {32, 64, 96};
+  s.hidden = fp4 ? grp_h[g.below(4)] : odd_h[g.below(5)];
+  s.intermediate = fp4 ? grp_i[g.below(3)] : odd_i[g.below(4)];
+  static const int experts[] = {1, 2, 5, 8, 12, 16, 33};
+  s.num_experts = experts[g.below(7)];
+  s.top_k = 1 + static_cast<int>(g.below(static_cast<uint32_t>(std::min(s.num_experts, 6))));
+  static const ActivationKind acts[] = {ActivationKind::kSiluAndMul, ActivationKind::kGeluAndMul, ActivationKind::kGeluTanhAndMul,
+                                        ActivationKind::kSwigluOai, ActivationKind::kRelu2, ActivationKind::kSilu};
+  s.activation.kind = acts[g.below(6)];
+  s.activation.interleaved_gate_up = s.activation.kind == ActivationKind::kSwigluOai && g.below(2);
+  static const DType dts[] = {DType::kF32, DType::kF16, DType::kBF16};
+  s.act_dtype = dts[g.below(3)];
+  s.routing.scoring = g.below(2) ? Scoring::kSigmoid : Scoring::kSoftmax;
+  s.routing.renormalize = g.below(2);
+  if (s.routing.scoring == Scoring::kSoftmax && g.below(3) == 0) s.routing.softmax_after_topk = true;
+  if (!s.routing.softmax_after_topk) {
+    s.routing.correction_bias = g.below(2);
+    if (s.num_experts % 4 == 0 && g.below(2)) {
+      s.routing.n_group = 4;
+      s.routing.topk_group = 2 + static_cast<int>(g.below(3));
+      s.top_k = std::min(s.top_k, s.routing.topk_group * s.num_experts / 4);
+    }
+  }
+  if (g.below(3) == 0) s.routing.routed_scaling_factor = 2.5f;
+  const bool fp8 = s.weight_format == WeightFormat::kFp8Block || s.weight_format == WeightFormat::kFp8PerChannel ||
+                   s.weight_format == WeightFormat::kFp8PerTensor;
+  if (fp8 && g.below(2)) s.act_quant = ActQuant::kFp8PerTokenGroup;
+  s.expert_bias = g.below(3) == 0;
+  s.router_bias = g.below(4) == 0;
+  if (s.activation.gated() && g.below(3) == 0) {
+    s.shared.count = 1 + static_cast<int>(g.below(2));
+    s.shared.intermediate = s.intermediate * s.shared.count;
+    s.shared.gated_by_router = g.below(2);
+  }
+  if (s.top_k == 1 && g.below(4) == 0) s.apply_router_weight_on_input = true;
+  if (g.below(4) == 0) {
+    s.lora.max_adapters = 1 + static_cast<int>(g.below(3));
+    s.lora.max_rank = 1 + static_cast<int>(g.below(8));
+  }
+  s.validate();
+  return s;
+}
+
+std::vector<VerifyCase> standard_cases(uint64_t seed, int count) {
+  static const int64_t tokens[] = {0, 1, 3, 33, 64, 130};
+  std::vector<VerifyCase> cases;
+  SplitMix64 g(seed);
+  for (int i = 0; i < count; ++i) {
+    VerifyCase c;
+    c.seed = g.next();
+    c.spec = random_spec(c.seed);
+    c.tokens = tokens[static_cast<size_t>(i) % 6];
+    c.routing = static_cast<RoutingPattern>(g.below(5));
+    c.nan_prefill = true;
+    c.with_lora = c.spec.lora.max_adapters > 0;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+namespace {
+
+struct Inputs {
+  HostTensor hidden, logits, ids, weights, adapter;
+  LoraWeights lora;
+  LoraBatch batch;
+};
+
+Inputs make_inputs(const MoeSpec& spec, const VerifyCase& c) {
+  Inputs in;
+  const int64_t m = c.tokens, h = spec.hidden, e = spec.num_experts, k = spec.top_k;
+  SplitMix64 g(derive_seed(c.seed, 100));
+  std::vector<float> x(static_cast<size_t>(m * h));
+  for (float& v : x) v = g.uniform_pm1();
+  in.hidden = HostTensor(spec.act_dtype, {m, h});
+  convert_from_f32(x.data(), in.hidden.view());
+
+  in.logits = HostTensor(DType::kF32, {m, e});
+  float* lg = in.logits.as<float>();
+  for (int64_t i = 0; i < m * e; ++i) lg[i] = 2.0f * g.uniform_pm1();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  switch (c.routing) {
+    case RoutingPattern::kOneHot:
+      for (int64_t t = 0; t < m; ++t)
+        for (int64_t j = 0; j < k; ++j) lg[t * e + j] = 8.0f + 0.1f * g.uniform_pm1();
+      break;
+    case RoutingPattern::kSparse: {
+      const int64_t keep = std::max<int64_t>(k, e / 4);
+      for (int64_t t = 0; t < m; ++t)
+        for (int64_t j = keep; j < e; ++j) lg[t * e + j] = -30.0f;
+      break;
+    }
+    case RoutingPattern::kNanRows:
+      for (int64_t t = 0; t < m; ++t) {
+        if (t % 3 == 0) for (int64_t j = 0; j < e; ++j) lg[t * e + j] = nan;
+        if (t % 3 == 1) for (int64_t j = 0; j < e; j += 2) lg[t * e + j] = nan;
+        if (t % 5 == 2 && e > 1) { lg[t * e + 1] = inf; lg[t * e] = -inf; }
+      }
+      break;
+    default:
+      break;
+  }
+  if (c.routing == RoutingPattern::kGivenTopk) {
+    in.ids = HostTensor(DType::kI32, {m, k});
+    in.weights = HostTensor(DType::kF32, {m, k});
+    std::vector<int32_t> perm(static_cast<size_t>(e));
+    for (int64_t t = 0; t < m; ++t) {
+      for (int64_t j = 0; j < e; ++j) perm[static_cast<size_t>(j)] = static_cast<int32_t>(j);
+      for (int64_t j = 0; j < k; ++j) {  // partial Fisher-Yates: k distinct ids
+        const int64_t r = j + g.below(static_cast<uint32_t>(e - j));
+        std::swap(perm[static_cast<size_t>(j)], perm[static_cast<size_t>(r)]);
+        in.ids.as<int32_t>()[t * k + j] = perm[static_cast<size_t>(j)];
+        in.weights.as<float>()[t * k + j] = 0.1f + 0.9f * std::fabs(g.uniform_pm1());
+      }
+    }
+  }
+  if (c.with_lora && spec.lora.max_adapters > 0) {
+    in.lora = random_lora(spec, derive_seed(c.seed, 101));
+    in.adapter = HostTensor(DType::kI32, {m});
+    for (int64_t t = 0; t < m; ++t)
+      in.adapter.as<int32_t>()[t] = static_cast<int32_t>(g.below(static_cast<uint32_t>(spec.lora.max_adapters + 1))) - 1;
+    in.batch.weights = &in.lora;
+    in.batch.token_adapter = in.adapter.view();
+  }
+  return in;
+}
+
+ForwardArgs args_for(const Inputs& in, const VerifyCase& c, TensorView out) {
+  ForwardArgs a;
+  a.hidden = in.hidden.view();
+  if (c.routing == RoutingPattern::kGivenTopk) {
+    a.topk_ids = in.ids.view();
+    a.topk_weights = in.weights.view();
+  } else {
+    a.router_logits = in.logits.view();
+  }
+  a.output = out;
+  if (in.batch.weights) a.lora = &in.batch;
+  return a;
+}
+
+HostTensor output_buffer(const MoeSpec& spec, int64_t m, bool nan_prefill) {
+  HostTensor out(spec.act_dtype, {m, spec.hidden});
+  if (nan_prefill) {
+    std::vector<float> nan(static_cast<size_t>(m * spec.hidden), std::numeric_limits<float>::quiet_NaN());
+    convert_from_f32(nan.data(), out.view());
+  }
+  return out;
+}
+
+std::vector<float> as_f32(const HostTensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.shape().numel()));
+  convert_to_f32(t.view(), v.data());
+  return v;
+}
+
+VerifyResult compare(const std::vector<float>& out, const std::vector<float>& ref, double tol) {
+  VerifyResult r;
+  r.tolerance = tol;
+  double max_ref = 0.0, max_err = 0.0;
+  int64_t worst = -1;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(ref[i])) continue;
+    max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
+    if (!std::isfinite(out[i])) {
+      r.message = "non-finite output " + std::to_string(out[i]) + " at element " + std::to_string(i) +
+                  " where the reference is " + std::to_string(ref[i]);
+      return r;
+    }
+    const double err = std::fabs(static_cast<double>(out[i]) - ref[i]);
+    if (err > max_err) { max_err = err; worst = static_cast<int64_t>(i); }
+  }
+  r.error = max_err / std::max(max_ref, 1e-6);
+  r.passed = r.error <= tol;
+  if (!r.passed) {
+    std::ostringstream os;
+    os << "normalized error " << r.error << " > tolerance " << tol << " (worst element " << worst << ": got "
+       << out[static_cast<size_t>(worst)] << ", reference " << ref[static_cast<size_t>(worst)] << ", max|ref| " << max_ref << ")";
+    r.message = os.str();
+  }
+  return r;
+}
+
+std::vector<float> run_backend(const Backend& b, const Platform& p, const MoeSpec& spec, const MoeWeights& w,
+                               const Inputs& in, const VerifyCase& c, const RunnerOptions& o) {
+  auto runner = b.create_runner(spec, w, p, o);
+  HostTensor out = output_buffer(spec, c.tokens, c.nan_prefill);
+  ForwardArgs a = args_for(in, c, out.view());
+  check_forward_args(spec, a, DeviceKind::kCpu);
+  runner->forward(a);
+  return as_f32(out);
+}
+
+}  // namespace
+
+VerifyResult verify_case(const Backend& backend, const Platform& platform, const VerifyCase& c, const RunnerOptions& o) {
+  const Support sup = supports(backend, c.spec, platform);
+  if (!sup.ok()) {
+    VerifyResult r;
+    r.skipped = true;
+    r.passed = true;
+    r.message = "not supported: " + sup.reasons.front();
+    return r;
+  }
+  try {
+    const MoeWeights w = random_weights(c.spec, derive_seed(c.seed, 200));
+    const Inputs in = make_inputs(c.spec, c);
+    static const auto reference = make_reference_backend();
+    const std::vector<float> ref = run_backend(*reference, platform, c.spec, w, in, c, o);
+    const std::vector<float> out = run_backend(backend, platform, c.spec, w, in, c, o);
+    return compare(out, ref, tolerance_for(c.spec));
+  } catch (const std::exception& e) {
+    VerifyResult r;
+    r.message = std::string("threw: ") + e.what();
+    return r;
+  }
+}
+
+VerifyResult verify_sharded(const Backend& backend, const Platform& platform, const VerifyCase& c, const RunnerOptions& o) {
+  MoeSpec full = c.spec;
+  full.parallel = Parallel{};
+  const int ranks = c.spec.parallel.tp * c.spec.parallel.ep;
+  try {
+    const MoeWeights w = random_weights(full, derive_seed(c.seed, 200));
+    VerifyCase fc = c;
+    fc.spec = full;
+    fc.with_lora = false;  // adapters are per-shard tensors; sharded LoRA is covered per rank
+    const Inputs in = make_inputs(full, fc);
+    static const auto reference = make_reference_backend();
+    const std::vector<float> ref = run_backend(*reference, platform, full, w, in, fc, o);
+    std::vector<float> sum(ref.size(), 0.0f);
+    for (int rank = 0; rank < ranks; ++rank) {
+      MoeSpec rs = c.spec;
+      rs.parallel.rank = rank;
+      const Support sup = supports(backend, rs, platform);
+      if (!sup.ok()) {
+        VerifyResult r;
+        r.skipped = r.passed = true;
+        r.message = "not supported: " + sup.reasons.front();
+        return r;
+      }
+      const MoeWeights sw = shard_weights(full, w, rs);
+      const std::vector<float> part = run_backend(backend, platform, rs, sw, in, fc, o);
+      // Partial outputs are rounded to the act dtype by each rank; the sum tolerates that.
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+    }
+    return compare(sum, ref, tolerance_for(c.spec) * 2);
+  } catch (const std::exception& e) {
+    VerifyResult r;
+    r.message = std::string("threw: ") + e.what();
+    return r;
+  }
+}
+
+}  // namespace moerun
