@@ -6,8 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "moerun/error.hpp"
 
@@ -66,9 +64,6 @@ IsaFeatures detect() {
 
 }  // namespace
 
-// TODO(merge): replace with moerun::cpu_isa_cap() once platform.cpp is on main.
-CpuIsa local_isa_cap();
-
 const IsaFeatures& detected_features() {
   static const IsaFeatures f = detect();
   return f;
@@ -79,13 +74,13 @@ CpuIsa detected_isa() {
   if (!(f.avx2 && f.fma && f.f16c && f.os_ymm)) return CpuIsa::kScalar;
   const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.os_zmm;
   if (!avx512) return CpuIsa::kAvx2;
-  if (f.amx_tile && f.amx_bf16 && f.os_amx && f.amx_permitted) return CpuIsa::kAmx;
+  if (f.avx512_bf16 && f.amx_tile && f.amx_bf16 && f.os_amx && f.amx_permitted) return CpuIsa::kAmx;
   if (f.avx512_bf16) return CpuIsa::kAvx512Bf16;
   return CpuIsa::kAvx512;
 }
 
 CpuIsa effective_isa() {
-  return static_cast<CpuIsa>(std::min(static_cast<int>(detected_isa()), static_cast<int>(local_isa_cap())));
+  return static_cast<CpuIsa>(std::min(static_cast<int>(detected_isa()), static_cast<int>(cpu_isa_cap())));
 }
 
 KernelSet kernels_for(CpuIsa isa) {
@@ -117,22 +112,5 @@ KernelSet kernels_for(CpuIsa isa) {
   }
   throw_error(ErrorKind::kInternal, "cpu backend: unhandled CpuIsa " + std::to_string(static_cast<int>(isa)));
 }
-
-// ---- temporary ISA cap (MOERUN_CPU_ISA) until platform.cpp lands -------------------------------------
-namespace {
-int g_cap = -1;
-}
-CpuIsa local_isa_cap() {
-  if (g_cap >= 0) return static_cast<CpuIsa>(g_cap);
-  const char* e = std::getenv("MOERUN_CPU_ISA");
-  if (!e) return CpuIsa::kAmx;
-  const std::string_view s(e);
-  if (s == "scalar") return CpuIsa::kScalar;
-  if (s == "avx2") return CpuIsa::kAvx2;
-  if (s == "avx512") return CpuIsa::kAvx512;
-  if (s == "avx512-bf16") return CpuIsa::kAvx512Bf16;
-  return CpuIsa::kAmx;
-}
-void set_local_isa_cap(CpuIsa c) { g_cap = static_cast<int>(c); }
 
 }  // namespace moerun::cpu

@@ -36,7 +36,7 @@ void check_stack(const ExpertMatrix& m) {
   auto fail = [&](const std::string& what, DType want, const Shape& shape, const TensorView& got) {
     throw_error(ErrorKind::kFormat, "cpu backend: expected " + std::string(dtype_name(want)) + " " + shape.str() + ", got " +
                                         std::string(dtype_name(got.dtype)) + " " + got.shape.str() + " for " + what +
-                                        " of a weight stack (format #" + std::to_string(static_cast<int>(m.format)) + ")");
+                                        " of a " + std::string(to_string(m.format)) + " stack");
   };
   auto expect = [&](const TensorView& t, DType want, Shape shape, const char* what) {
     if (t.data == nullptr && shape.numel() > 0) fail(what, want, shape, t);

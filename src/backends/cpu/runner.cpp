@@ -256,9 +256,11 @@ void CpuRunner::forward(const ForwardArgs& args) {
 #pragma omp parallel for num_threads(threads) schedule(static)
       for (int64_t t = 0; t < M; ++t)
         for (int e = 0; e < E; ++e) {
-          float s = 0.0f;
-          for (int64_t c = 0; c < H; ++c) s += hid[t * hp_ + c] * rw[static_cast<int64_t>(e) * H + c];
-          lg[t * E + e] = s + (rb ? rb[e] : 0.0f);
+          // Same math as routing::router_logits_host (double, bias first) so expert choices agree.
+          double s = rb ? rb[e] : 0.0;
+          const float* wr = rw + static_cast<int64_t>(e) * H;
+          for (int64_t c = 0; c < H; ++c) s += static_cast<double>(hid[t * hp_ + c]) * wr[c];
+          lg[t * E + e] = static_cast<float>(s);
         }
       logits = lg;
     }
