@@ -8,7 +8,9 @@
 //   e2m1 (fp4)    OCP MX FP4: values {0, 0.5, 1, 1.5, 2, 3, 4, 6} with a sign bit; two per byte,
 //                 element 2i in the low nibble, 2i+1 in the high nibble (as gpt-oss and ModelOpt store).
 // Encoders saturate to the largest finite value (the convention of every quantizer in use), map NaN to
-// the format's NaN where it has one, and round to nearest even.
+// the format's NaN where it has one, and round to nearest even. Exceptions: fp16 and bf16 are IEEE
+// conversions (as every cast does), so overflow rounds to inf; e5m2 saturates finite overflow but keeps
+// inf as inf; e4m3fn and e2m1 have no inf and saturate it; e2m1 has no NaN and encodes it as 0.
 #pragma once
 
 #include <cstdint>
