@@ -14,4 +14,5 @@
 #include "moerun/safetensors.hpp"
 #include "moerun/spec.hpp"
 #include "moerun/tensor.hpp"
+#include "moerun/verify.hpp"
 #include "moerun/weights.hpp"

@@ -27,7 +27,10 @@ class SafetensorsFile {
   const std::string& path() const noexcept { return path_; }
   std::vector<std::string> names() const;  // sorted
   bool contains(std::string_view name) const;
-  // Throws Error{kNotFound} "no tensor 'x' in file.safetensors".
+  // Throws Error{kNotFound} "no tensor 'x' in file.safetensors". The view points into this object's
+  // read-only memory (a PROT_READ mapping for open()): never write through it, and keep this object
+  // alive while the view is used. Its alignment is whatever the file's offsets give (write_safetensors
+  // starts the data 8-byte aligned); read elements with memcpy when in doubt.
   TensorView get(std::string_view name) const;
   const std::map<std::string, std::string>& metadata() const noexcept { return metadata_; }
   ~SafetensorsFile();

@@ -49,6 +49,10 @@ int tp_rank(const MoeSpec& spec) noexcept;             // rank / ep
 // spec's format, biases and router tensors where the spec has them. Deterministic across machines.
 MoeWeights random_weights(const MoeSpec& spec, uint64_t seed);
 
+// Approximate bytes of this rank's expert + shared weights in the spec's format (for progress and
+// bandwidth accounting; scales included to within a few percent).
+int64_t estimate_weight_bytes(const MoeSpec& spec) noexcept;
+
 // Random LoRA adapters (spec.lora.max_adapters, spec.lora.max_rank) from a seed.
 LoraWeights random_lora(const MoeSpec& spec, uint64_t seed);
 

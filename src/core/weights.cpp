@@ -131,6 +131,21 @@ MoeWeights random_weights(const MoeSpec& spec, uint64_t seed) {
   return w;
 }
 
+int64_t estimate_weight_bytes(const MoeSpec& spec) noexcept {
+  double bytes_per = 2.0;
+  switch (spec.weight_format) {
+    case WeightFormat::kF32: bytes_per = 4.0; break;
+    case WeightFormat::kF16: case WeightFormat::kBF16: bytes_per = 2.0; break;
+    case WeightFormat::kMxfp4: bytes_per = 0.5 + 1.0 / 32; break;
+    case WeightFormat::kNvfp4: bytes_per = 0.5 + 1.0 / 16; break;
+    default: bytes_per = 1.0; break;  // fp8 and int8; their scales are < 1%
+  }
+  const double h = spec.hidden, r = static_cast<double>(spec.w13_rows()) / spec.parallel.tp, il = local_intermediate(spec);
+  double elems = local_experts(spec) * (r * h + h * il);
+  if (spec.shared.count > 0) elems += 3.0 * h * spec.shared.intermediate / spec.parallel.tp;
+  return static_cast<int64_t>(elems * bytes_per);
+}
+
 LoraWeights random_lora(const MoeSpec& spec, uint64_t seed) {
   LoraWeights l;
   l.adapters = spec.lora.max_adapters;

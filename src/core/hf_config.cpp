@@ -1,0 +1,770 @@
+// hf_config.cpp — Hugging Face config.json (+ quantization config) -> HfModel {MoeSpec, family, layers}.
+//
+// Each supported model_type has one builder below that reads the fields its transformers
+// configuration/modeling code reads, with the same defaults, and maps them onto MoeSpec. The field
+// names, defaults and routing semantics follow the published configuration_*.py / modeling_*.py of
+// each architecture (DeepSeek's from its own repository code, the others from transformers).
+//
+// Policy:
+//   - Shape fields (experts, top-k, hidden, intermediate, layer count) are required even where the
+//     transformers config class has a default: a config without them is not a checkpoint we can trust.
+//     Missing -> Error{kParse} "<origin>: missing 'x' (<model_type> needs it)".
+//   - Semantic fields (norm_topk_prob, scoring_func, ...) default as in the model's config class.
+//   - A field of the wrong JSON type -> Error{kParse} naming the field, the expected and the found type.
+//   - JSON null counts as absent (configs write "n_group": null for "not used").
+//   - Values moerun understands but cannot run (model_type, hidden_act, quant method) -> Error
+//     {kUnsupported} listing what is supported. Range checks of spec fields are MoeSpec::validate's job;
+//     only values that size allocations or divide here (layer counts, strides) are checked here.
+//   - Unknown fields are ignored.
+#include <algorithm>
+#include <cerrno>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "moerun/error.hpp"
+#include "moerun/hf.hpp"
+
+namespace moerun {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int kMaxLayers = 1 << 16;  // bounds the moe_layers vector a (hostile) config can ask for
+
+const char* json_type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "integer";
+    case json::value_t::number_float: return "number";
+    case json::value_t::string: return "string";
+    case json::value_t::array: return "array";
+    case json::value_t::object: return "object";
+    case json::value_t::binary: return "binary";
+    case json::value_t::discarded: return "discarded";
+  }
+  return "value";
+}
+
+// The found value, short enough for a one-line message.
+std::string short_dump(const json& v) {
+  std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true, json::error_handler_t::replace);
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+// One line: nlohmann messages carry no newline, but a token echo might; never let one through.
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+// Parses JSON text; a syntax error becomes Error{kParse} "<origin>: malformed JSON: parse error at
+// line L, column C: ...". Callers check the top-level type.
+json parse_json_text(std::string_view text, std::string_view origin) {
+  try {
+    return json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    // Drop the "[json.exception.parse_error.101] " tag: it means nothing to a user.
+    if (!what.empty() && what.front() == '[') {
+      auto close = what.find("] ");
+      if (close != std::string::npos) what = what.substr(close + 2);
+    }
+    throw_error(ErrorKind::kParse, one_line(fmt::format("{}: malformed JSON: {}", origin, what)));
+  }
+}
+
+// Reads typed fields of one JSON object with messages that name the field, the model type and the
+// file. `prefix` is the path of the object inside the file ("" or "text_config.").
+class Fields {
+ public:
+  Fields(const json& obj, std::string_view origin, std::string_view model_type, std::string prefix)
+      : obj_(obj), origin_(origin), model_type_(model_type), prefix_(std::move(prefix)) {}
+
+  std::string_view origin() const { return origin_; }
+  std::string_view model_type() const { return model_type_; }
+
+  // The value under `key`, or nullptr when absent or null.
+  const json* find(std::string_view key) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  bool has(std::string_view key) const { return find(key) != nullptr; }
+
+  [[noreturn]] void missing(std::string_view key) const {
+    throw_error(ErrorKind::kParse,
+                fmt::format("{}: missing '{}{}' ({} needs it)", origin_, prefix_, key, model_type_));
+  }
+  [[noreturn]] void wrong_type(std::string_view key, std::string_view expected, const json& v) const {
+    throw_error(ErrorKind::kParse, one_line(fmt::format("{}: '{}{}' must be {}, got {} {}", origin_, prefix_,
+                                                        key, expected, json_type_name(v), short_dump(v))));
+  }
+  [[noreturn]] void bad_value(std::string_view key, const std::string& why) const {
+    throw_error(ErrorKind::kParse, one_line(fmt::format("{}: '{}{}' {}", origin_, prefix_, key, why)));
+  }
+
+  int as_int(std::string_view key, const json& v) const {
+    if (v.is_number_unsigned()) {
+      uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+        bad_value(key, fmt::format("= {}: out of range for an integer", u));
+      return static_cast<int>(u);
+    }
+    if (v.is_number_integer()) {
+      int64_t i = v.get<int64_t>();
+      if (i < std::numeric_limits<int>::min() || i > std::numeric_limits<int>::max())
+        bad_value(key, fmt::format("= {}: out of range for an integer", i));
+      return static_cast<int>(i);
+    }
+    if (v.is_number_float()) {  // 2048.0 is an integer written by a float-minded tool; 2048.5 is not
+      double d = v.get<double>();
+      if (std::isfinite(d) && std::floor(d) == d && d >= std::numeric_limits<int>::min() &&
+          d <= std::numeric_limits<int>::max())
+        return static_cast<int>(d);
+      wrong_type(key, "an integer", v);
+    }
+    wrong_type(key, "an integer", v);
+  }
+
+  int req_int(std::string_view key) const {
+    const json* v = find(key);
+    if (!v) missing(key);
+    return as_int(key, *v);
+  }
+  std::optional<int> opt_int(std::string_view key) const {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    return as_int(key, *v);
+  }
+  int int_or(std::string_view key, int def) const { return opt_int(key).value_or(def); }
+
+  float float_or(std::string_view key, float def) const {
+    const json* v = find(key);
+    if (!v) return def;
+    if (!v->is_number()) wrong_type(key, "a number", *v);
+    double d = v->get<double>();
+    if (!(std::fabs(d) <= FLT_MAX)) bad_value(key, fmt::format("= {}: out of range for a float", d));
+    return static_cast<float>(d);
+  }
+
+  bool bool_or(std::string_view key, bool def) const {
+    const json* v = find(key);
+    if (!v) return def;
+    if (!v->is_boolean()) wrong_type(key, "a boolean", *v);
+    return v->get<bool>();
+  }
+
+  std::optional<std::string> opt_string(std::string_view key) const {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) wrong_type(key, "a string", *v);
+    return v->get<std::string>();
+  }
+  std::string string_or(std::string_view key, std::string_view def) const {
+    return opt_string(key).value_or(std::string(def));
+  }
+
+  std::optional<std::vector<int>> opt_int_list(std::string_view key) const {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_array()) wrong_type(key, "an array of integers", *v);
+    std::vector<int> out;
+    out.reserve(v->size());
+    for (const json& e : *v) {
+      if (!e.is_number()) wrong_type(key, "an array of integers", *v);
+      out.push_back(as_int(key, e));
+    }
+    return out;
+  }
+
+  // A sub-object (nullptr when absent); anything else but an object is a type error.
+  const json* opt_object(std::string_view key) const {
+    const json* v = find(key);
+    if (v && !v->is_object()) wrong_type(key, "an object", *v);
+    return v;
+  }
+
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  const json& obj_;
+  std::string_view origin_;
+  std::string_view model_type_;
+  std::string prefix_;
+};
+
+// ---- shared pieces ------------------------------------------------------------------------------
+
+// hidden_act -> gated activation of the expert MLP (ACT2FN names of transformers).
+Activation activation_from(const Fields& f, std::string_view key = "hidden_act") {
+  std::string act = f.string_or(key, "silu");
+  Activation a;
+  if (act == "silu" || act == "swish") {
+    a.kind = ActivationKind::kSiluAndMul;
+  } else if (act == "gelu") {
+    a.kind = ActivationKind::kGeluAndMul;
+  } else if (act == "gelu_pytorch_tanh" || act == "gelu_new" || act == "gelu_fast") {
+    a.kind = ActivationKind::kGeluTanhAndMul;  // all three are the tanh approximation
+  } else {
+    throw_error(ErrorKind::kUnsupported,
+                one_line(fmt::format("{}: '{}{}' = \"{}\" is not supported for {} experts; supported: silu, "
+                                     "swish, gelu, gelu_pytorch_tanh, gelu_new, gelu_fast",
+                                     f.origin(), f.prefix(), key, act, f.model_type())));
+  }
+  return a;
+}
+
+int num_layers_from(const Fields& f) {
+  int n = f.req_int("num_hidden_layers");
+  if (n < 1 || n > kMaxLayers) f.bad_value("num_hidden_layers", fmt::format("= {}: must be in [1, {}]", n, kMaxLayers));
+  return n;
+}
+
+int positive_stride(const Fields& f, std::string_view key, int def) {
+  int v = f.int_or(key, def);
+  if (v < 1) f.bad_value(key, fmt::format("= {}: must be >= 1", v));
+  return v;
+}
+
+std::vector<int> all_layers(int n) {
+  std::vector<int> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
+}
+
+// Everything a builder needs: the top-level object, the object holding the text-model fields (the
+// same one, or Llama-4's text_config), and the output.
+struct Ctx {
+  const json& root;
+  const Fields& top;   // fields of root
+  const Fields& text;  // fields of the text model
+  HfModel& out;
+};
+
+// ---- builders, one per architecture ---------------------------------------------------------------
+
+// Mixtral (modeling_mixtral.py): softmax over all experts, top-k, divide by the sum of the k.
+// Phi-3.5-MoE shares its naming and shape fields; see build_phimoe.
+void build_mixtral(Ctx& c) {
+  MoeSpec& s = c.out.spec;
+  const Fields& f = c.text;
+  s.num_experts = f.req_int("num_local_experts");
+  s.top_k = f.req_int("num_experts_per_tok");
+  s.hidden = f.req_int("hidden_size");
+  s.intermediate = f.req_int("intermediate_size");
+  s.activation = activation_from(f);
+  s.routing.scoring = Scoring::kSoftmax;
+  s.routing.renormalize = true;
+  c.out.num_layers = num_layers_from(f);
+  c.out.moe_layers = all_layers(c.out.num_layers);
+}
+
+// Phi-3.5-MoE (modeling_phimoe.py) routes with "sparsemixer": a masked softmax around each chosen
+// expert's logit (jitter-eps threshold), not a plain softmax over the k. moerun has no sparsemixer;
+// the closest supported routing is Mixtral's softmax top-k with renormalization, used here. Expert
+// choice is the same (top-2 logits); the weights differ, so outputs are near, not equal, to Phi's.
+void build_phimoe(Ctx& c) { build_mixtral(c); }
+
+// Qwen2-MoE / Qwen3-MoE (modeling_qwen2_moe.py, modeling_qwen3_moe.py): softmax over all experts,
+// top-k, renormalize iff norm_topk_prob (default false). A layer is sparse when it is not in
+// mlp_only_layers and (idx + 1) % decoder_sparse_step == 0. Qwen2-MoE adds one shared expert of
+// shared_expert_intermediate_size whose output is scaled by sigmoid(shared_expert_gate(x)).
+void build_qwen_moe(Ctx& c, bool qwen2) {
+  MoeSpec& s = c.out.spec;
+  const Fields& f = c.text;
+  s.num_experts = f.req_int("num_experts");
+  s.top_k = f.req_int("num_experts_per_tok");
+  s.hidden = f.req_int("hidden_size");
+  s.intermediate = f.req_int("moe_intermediate_size");
+  s.activation = activation_from(f);
+  s.routing.scoring = Scoring::kSoftmax;
+  s.routing.renormalize = f.bool_or("norm_topk_prob", false);
+  if (qwen2) {
+    int shared = f.req_int("shared_expert_intermediate_size");
+    if (shared > 0) {
+      s.shared.count = 1;
+      s.shared.intermediate = shared;
+      s.shared.gated_by_router = true;
+    }
+  }
+  int n = c.out.num_layers = num_layers_from(f);
+  int step = positive_stride(f, "decoder_sparse_step", 1);
+  std::vector<int> dense = f.opt_int_list("mlp_only_layers").value_or(std::vector<int>{});
+  std::sort(dense.begin(), dense.end());  // binary search below: a long list must not cost n * m
+  c.out.moe_layers.clear();
+  if (s.num_experts > 0)
+    for (int i = 0; i < n; ++i)
+      if ((i + 1) % step == 0 && !std::binary_search(dense.begin(), dense.end(), i))
+        c.out.moe_layers.push_back(i);
+}
+void build_qwen2_moe(Ctx& c) { build_qwen_moe(c, true); }
+void build_qwen3_moe(Ctx& c) { build_qwen_moe(c, false); }
+
+// OLMoE (modeling_olmoe.py): Qwen-style gate, experts of intermediate_size, every layer sparse.
+void build_olmoe(Ctx& c) {
+  MoeSpec& s = c.out.spec;
+  const Fields& f = c.text;
+  s.num_experts = f.req_int("num_experts");
+  s.top_k = f.req_int("num_experts_per_tok");
+  s.hidden = f.req_int("hidden_size");
+  s.intermediate = f.req_int("intermediate_size");
+  s.activation = activation_from(f);
+  s.routing.scoring = Scoring::kSoftmax;
+  s.routing.renormalize = f.bool_or("norm_topk_prob", false);
+  c.out.num_layers = num_layers_from(f);
+  c.out.moe_layers = all_layers(c.out.num_layers);
+}
+
+// DeepSeek-V2 / V3 / R1 and Kimi-K2 (DeepSeek's modeling_deepseek.py, MoEGate):
+//   scores = softmax (V2 default) | sigmoid (V3 default) of the logits;
+//   topk_method "greedy": plain top-k; "group_limited_greedy" (V2): keep the topk_group of n_group
+//   groups by group max, then top-k; "noaux_tc" (V3): choose on scores + e_score_correction_bias,
+//   groups ranked by the sum of their top-2 biased scores, weights from the unbiased scores.
+//   Renormalize when top_k > 1 and norm_topk_prob. V3 then always multiplies by routed_scaling_factor;
+//   V2 multiplies only when it did not renormalize.
+// Layer i is sparse when i >= first_k_dense_replace and i % moe_layer_freq == 0. Shared experts are
+// one MLP of n_shared_experts * moe_intermediate_size.
+void build_deepseek(Ctx& c, bool v3) {
+  MoeSpec& s = c.out.spec;
+  const Fields& f = c.text;
+  s.num_experts = f.req_int("n_routed_experts");
+  s.top_k = f.req_int("num_experts_per_tok");
+  s.hidden = f.req_int("hidden_size");
+  s.intermediate = f.req_int("moe_intermediate_size");
+  s.activation = activation_from(f);
+
+  std::string scoring = f.string_or("scoring_func", v3 ? "sigmoid" : "softmax");
+  if (scoring == "softmax") {
+    s.routing.scoring = Scoring::kSoftmax;
+  } else if (scoring == "sigmoid") {
+    s.routing.scoring = Scoring::kSigmoid;
+  } else {
+    throw_error(ErrorKind::kUnsupported,
+                one_line(fmt::format("{}: '{}scoring_func' = \"{}\" is not supported; supported: softmax, sigmoid",
+                                     f.origin(), f.prefix(), scoring)));
+  }
+
+  std::string method = f.string_or("topk_method", v3 ? "noaux_tc" : "greedy");
+  if (method == "greedy") {
+    s.routing.n_group = 1;
+    s.routing.topk_group = 1;
+  } else if (method == "group_limited_greedy" || method == "noaux_tc") {
+    // DeepseekV3Config defaults to 8 groups / 4 kept; V2's config has no default (None).
+    s.routing.n_group = v3 ? f.int_or("n_group", 8) : f.req_int("n_group");
+    s.routing.topk_group = v3 ? f.int_or("topk_group", 4) : f.req_int("topk_group");
+    s.routing.correction_bias = method == "noaux_tc";
+  } else {
+    throw_error(ErrorKind::kUnsupported,
+                one_line(fmt::format("{}: '{}topk_method' = \"{}\" is not supported; supported: greedy, "
+                                     "group_limited_greedy, noaux_tc",
+                                     f.origin(), f.prefix(), method)));
+  }
+
+  bool norm = f.bool_or("norm_topk_prob", v3);
+  s.routing.renormalize = norm && s.top_k > 1;
+  s.routing.routed_scaling_factor = f.float_or("routed_scaling_factor", v3 ? 2.5f : 1.0f);
+  if (!v3 && s.routing.renormalize) s.routing.routed_scaling_factor = 1.0f;
+
+  int shared = f.int_or("n_shared_experts", v3 ? 1 : 0);
+  if (shared > 0) {
+    s.shared.count = shared;
+    s.shared.intermediate = shared * s.intermediate;
+  }
+
+  int n = c.out.num_layers = num_layers_from(f);
+  int first_dense = f.int_or("first_k_dense_replace", v3 ? 3 : 0);
+  int freq = positive_stride(f, "moe_layer_freq", 1);
+  c.out.moe_layers.clear();
+  for (int i = std::max(first_dense, 0); i < n; ++i)
+    if (i % freq == 0) c.out.moe_layers.push_back(i);
+}
+void build_deepseek_v2(Ctx& c) { build_deepseek(c, false); }
+void build_deepseek_v3(Ctx& c) { build_deepseek(c, true); }
+
+// GLM-4.5 (modeling_glm4_moe.py): DeepSeek-V3's noaux_tc router (sigmoid + e_score_correction_bias,
+// grouped top-k, norm_topk_prob, routed_scaling_factor) with its own defaults; no topk_method or
+// moe_layer_freq fields: every layer from first_k_dense_replace on is sparse.
+void build_glm4_moe(Ctx& c) {
+  MoeSpec& s = c.out.spec;
+  const Fields& f = c.text;
+  s.num_experts = f.req_int("n_routed_experts");
+  s.top_k = f.req_int("num_experts_per_tok");
+  s.hidden = f.req_int("hidden_size");
+  s.intermediate = f.req_int("moe_intermediate_size");
+  s.activation = activation_from(f);
+  s.routing.scoring = Scoring::kSigmoid;
+  s.routing.correction_bias = true;
+  s.routing.n_group = f.int_or("n_group", 1);
+  s.routing.topk_group = f.int_or("topk_group", 1);
+  s.routing.renormalize = f.bool_or("norm_topk_prob", true);
+  s.routing.routed_scaling_factor = f.float_or("routed_scaling_factor", 1.0f);
+  int shared = f.int_or("n_shared_experts", 1);
+  if (shared > 0) {
+    s.shared.count = shared;
+    s.shared.intermediate = shared * s.intermediate;
+  }
+  int n = c.out.num_layers = num_layers_from(f);
+  int first_dense = f.int_or("first_k_dense_replace", 1);
+  c.out.moe_layers.clear();
+  for (int i = std::max(first_dense, 0); i < n; ++i) c.out.moe_layers.push_back(i);
+}
+
+// gpt-oss (modeling_gpt_oss.py): router = linear with bias; top-k of the logits, then softmax over
+// the k (so the k weights already sum to 1: no further renormalization). Experts: fused gate_up with
+// bias, gate/up interleaved along 2I, activation (up + 1) * g * sigmoid(1.702 g) with
+// g = min(gate, swiglu_limit), up clamped to +-swiglu_limit; alpha 1.702 is a constant of the code,
+// not a config field. hidden_act in the config is not used by the experts. Every layer is sparse.
+void build_gpt_oss(Ctx& c) {
+  MoeSpec& s = c.out.spec;
+  const Fields& f = c.text;
+  s.num_experts = f.req_int("num_local_experts");
+  // GptOssConfig reads num_experts_per_tok; the original release also wrote experts_per_token.
+  if (f.has("num_experts_per_tok") || !f.has("experts_per_token"))
+    s.top_k = f.req_int("num_experts_per_tok");
+  else
+    s.top_k = f.req_int("experts_per_token");
+  s.hidden = f.req_int("hidden_size");
+  s.intermediate = f.req_int("intermediate_size");
+  s.activation.kind = ActivationKind::kSwigluOai;
+  s.activation.swiglu_alpha = 1.702f;
+  s.activation.swiglu_limit = f.float_or("swiglu_limit", 7.0f);
+  s.activation.interleaved_gate_up = true;
+  s.routing.scoring = Scoring::kSoftmax;
+  s.routing.softmax_after_topk = true;
+  s.routing.renormalize = false;
+  s.expert_bias = true;
+  s.router_bias = true;
+  c.out.num_layers = num_layers_from(f);
+  c.out.moe_layers = all_layers(c.out.num_layers);
+}
+
+// Llama-4 (modeling_llama4.py, Llama4Router / Llama4TextMoe): top-k of the logits, weight =
+// sigmoid(logit) of each chosen expert (no renormalization, no scaling), applied to the expert's
+// *input*. One shared expert of intermediate_size (the same size as a routed one; dense layers use
+// intermediate_size_mlp). Sparse layers: "moe_layers" when given, else every
+// interleave_moe_layer_step-th layer starting at step - 1.
+void build_llama4(Ctx& c) {
+  MoeSpec& s = c.out.spec;
+  const Fields& f = c.text;
+  s.num_experts = f.req_int("num_local_experts");
+  s.top_k = f.req_int("num_experts_per_tok");
+  s.hidden = f.req_int("hidden_size");
+  s.intermediate = f.req_int("intermediate_size");
+  s.activation = activation_from(f);
+  s.routing.scoring = Scoring::kSigmoid;
+  s.routing.renormalize = false;
+  s.apply_router_weight_on_input = true;
+  s.shared.count = 1;
+  s.shared.intermediate = s.intermediate;
+  int n = c.out.num_layers = num_layers_from(f);
+  if (auto listed = f.opt_int_list("moe_layers")) {
+    std::vector<int> v = *listed;
+    for (int i : v)
+      if (i < 0 || i >= n)
+        f.bad_value("moe_layers", fmt::format("contains {}: layers are [0, {})", i, n));
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    c.out.moe_layers = std::move(v);
+  } else {
+    int step = positive_stride(f, "interleave_moe_layer_step", 1);
+    c.out.moe_layers.clear();
+    for (int i = step - 1; i < n; i += step) c.out.moe_layers.push_back(i);
+  }
+}
+
+// Granite-MoE (modeling_granitemoe.py, GraniteMoeTopKGating): top-k of the logits, softmax over the
+// k. granitemoeshared adds one shared MLP of shared_intermediate_size (0 = none), ungated.
+void build_granite(Ctx& c, bool shared) {
+  MoeSpec& s = c.out.spec;
+  const Fields& f = c.text;
+  s.num_experts = f.req_int("num_local_experts");
+  s.top_k = f.req_int("num_experts_per_tok");
+  s.hidden = f.req_int("hidden_size");
+  s.intermediate = f.req_int("intermediate_size");
+  s.activation = activation_from(f);
+  s.routing.scoring = Scoring::kSoftmax;
+  s.routing.softmax_after_topk = true;
+  s.routing.renormalize = false;
+  if (shared) {
+    int is = f.int_or("shared_intermediate_size", 0);
+    if (is > 0) {
+      s.shared.count = 1;
+      s.shared.intermediate = is;
+    }
+  }
+  c.out.num_layers = num_layers_from(f);
+  c.out.moe_layers = all_layers(c.out.num_layers);
+}
+void build_granitemoe(Ctx& c) { build_granite(c, false); }
+void build_granitemoeshared(Ctx& c) { build_granite(c, true); }
+
+struct Arch {
+  std::string_view model_type;
+  HfFamily family;
+  void (*build)(Ctx&);
+  bool text_config;  // the text-model fields live under "text_config"
+};
+
+// Sorted by model_type (supported_model_types() and messages list them in this order).
+constexpr Arch kArchs[] = {
+    {"deepseek_v2", HfFamily::kDeepseek, build_deepseek_v2, false},
+    {"deepseek_v3", HfFamily::kDeepseek, build_deepseek_v3, false},
+    {"glm4_moe", HfFamily::kDeepseek, build_glm4_moe, false},
+    {"gpt_oss", HfFamily::kGptOss, build_gpt_oss, false},
+    {"granitemoe", HfFamily::kGranite, build_granitemoe, false},
+    {"granitemoeshared", HfFamily::kGranite, build_granitemoeshared, false},
+    {"kimi_k2", HfFamily::kDeepseek, build_deepseek_v3, false},  // DeepSeek-V3 architecture
+    {"llama4", HfFamily::kLlama4, build_llama4, true},
+    {"llama4_text", HfFamily::kLlama4, build_llama4, false},
+    {"mixtral", HfFamily::kMixtral, build_mixtral, false},
+    {"olmoe", HfFamily::kQwenMoe, build_olmoe, false},
+    {"phimoe", HfFamily::kMixtral, build_phimoe, false},
+    {"qwen2_moe", HfFamily::kQwenMoe, build_qwen2_moe, false},
+    {"qwen3_moe", HfFamily::kQwenMoe, build_qwen3_moe, false},
+};
+
+std::string supported_list() {
+  std::string s;
+  for (const Arch& a : kArchs) {
+    if (!s.empty()) s += ", ";
+    s += a.model_type;
+  }
+  return s;
+}
+
+// ---- dtype and quantization -----------------------------------------------------------------------
+
+// "dtype" (transformers >= 4.56) or "torch_dtype": the dtype of hidden states, and of the expert
+// weights when the checkpoint is not quantized. Absent: bfloat16 (what every supported model ships).
+void apply_dtype(const Fields& f, MoeSpec& s) {
+  std::string key = f.has("dtype") ? "dtype" : "torch_dtype";
+  std::string name = f.string_or(key, "bfloat16");
+  if (name.rfind("torch.", 0) == 0) name = name.substr(6);
+  if (name == "bfloat16") {
+    s.act_dtype = DType::kBF16;
+    s.weight_format = WeightFormat::kBF16;
+  } else if (name == "float16" || name == "half") {
+    s.act_dtype = DType::kF16;
+    s.weight_format = WeightFormat::kF16;
+  } else if (name == "float32" || name == "float") {
+    s.act_dtype = DType::kF32;
+    s.weight_format = WeightFormat::kF32;
+  } else {
+    throw_error(ErrorKind::kUnsupported,
+                one_line(fmt::format("{}: '{}{}' = \"{}\" is not supported; supported: bfloat16, float16, float32",
+                                     f.origin(), f.prefix(), key, name)));
+  }
+}
+
+// A ModelOpt quantization block ({"quant_algo": "NVFP4", "group_size": 16, ...}), from
+// hf_quant_config.json's "quantization" or config.json's quantization_config.
+void apply_modelopt(const Fields& q, MoeSpec& s) {
+  std::optional<std::string> algo = q.opt_string("quant_algo");
+  if (!algo) return;  // only the KV cache is quantized: weights keep the checkpoint dtype
+  if (*algo == "NVFP4") {
+    int group = q.int_or("group_size", 16);
+    if (group != 16) q.bad_value("group_size", fmt::format("= {}: NVFP4 uses groups of 16", group));
+    // ModelOpt NVFP4 also quantizes GEMM inputs to fp4 (W4A4); moerun has no fp4 activation
+    // quantization, so activations stay in act_dtype (weight-only emulation of the recipe).
+    s.weight_format = WeightFormat::kNvfp4;
+    s.act_quant = ActQuant::kNone;
+  } else if (*algo == "FP8") {
+    s.weight_format = WeightFormat::kFp8PerTensor;  // ModelOpt FP8: one scale per weight tensor
+    s.act_quant = ActQuant::kNone;
+  } else {
+    throw_error(ErrorKind::kUnsupported,
+                one_line(fmt::format("{}: '{}quant_algo' = \"{}\" is not supported; supported: NVFP4, FP8",
+                                     q.origin(), q.prefix(), *algo)));
+  }
+}
+
+// config.json "quantization_config".
+void apply_quantization_config(const json& qc, std::string_view origin, std::string_view model_type,
+                               MoeSpec& s) {
+  Fields q(qc, origin, model_type, "quantization_config.");
+  std::optional<std::string> method = q.opt_string("quant_method");
+  if (!method) q.missing("quant_method");
+  if (*method == "fp8") {
+    // DeepSeek-V3/R1, Kimi-K2, Qwen3-FP8: e4m3 weights with one scale per 128x128 block, activations
+    // quantized per token per 128 columns at run time. Without weight_block_size it is the per-tensor
+    // recipe (as vLLM reads it).
+    std::string fmt_name = q.string_or("fmt", "e4m3");
+    if (fmt_name != "e4m3")
+      throw_error(ErrorKind::kUnsupported,
+                  fmt::format("{}: 'quantization_config.fmt' = \"{}\" is not supported; supported: e4m3", origin,
+                              fmt_name));
+    std::string scheme = q.string_or("activation_scheme", "dynamic");
+    if (auto block = q.opt_int_list("weight_block_size")) {
+      if (block->size() != 2 || (*block)[0] != 128 || (*block)[1] != 128)
+        throw_error(ErrorKind::kUnsupported,
+                    one_line(fmt::format("{}: 'quantization_config.weight_block_size' = {}: only [128, 128] is "
+                                         "supported",
+                                         origin, short_dump(*q.find("weight_block_size")))));
+      if (scheme != "dynamic")
+        throw_error(ErrorKind::kUnsupported,
+                    one_line(fmt::format("{}: 'quantization_config.activation_scheme' = \"{}\" with block fp8: "
+                                         "only \"dynamic\" is supported",
+                                         origin, scheme)));
+      s.weight_format = WeightFormat::kFp8Block;
+      s.act_quant = ActQuant::kFp8PerTokenGroup;
+    } else {
+      // Static per-tensor activation scales have no ActQuant counterpart: activations stay unquantized.
+      s.weight_format = WeightFormat::kFp8PerTensor;
+      s.act_quant = ActQuant::kNone;
+    }
+  } else if (*method == "mxfp4") {
+    s.weight_format = WeightFormat::kMxfp4;  // gpt-oss: experts only; the router stays bf16
+    s.act_quant = ActQuant::kNone;
+  } else if (*method == "modelopt") {
+    // Newer ModelOpt exports nest the block under "quantization"; older ones are flat.
+    if (const json* inner = q.opt_object("quantization")) {
+      Fields qi(*inner, origin, model_type, "quantization_config.quantization.");
+      apply_modelopt(qi, s);
+    } else {
+      apply_modelopt(q, s);
+    }
+  } else if (*method == "fbgemm_fp8") {
+    // Llama-4 Maverick FP8: e4m3 weights with one scale per output row.
+    s.weight_format = WeightFormat::kFp8PerChannel;
+    s.act_quant = ActQuant::kNone;
+  } else {
+    throw_error(ErrorKind::kUnsupported,
+                one_line(fmt::format("{}: 'quantization_config.quant_method' = \"{}\" is not supported; supported: "
+                                     "fp8 (block 128x128 or per-tensor), mxfp4, modelopt (NVFP4, FP8), fbgemm_fp8",
+                                     origin, *method)));
+  }
+}
+
+// hf_quant_config.json sits beside config.json; its origin in messages is that file's name.
+std::string sibling_origin(std::string_view origin, std::string_view name) {
+  std::filesystem::path p{std::string(origin)};
+  if (p.filename() == "config.json") return (p.parent_path() / std::string(name)).string();
+  return std::string(name);
+}
+
+}  // namespace
+
+// ---- public API ---------------------------------------------------------------------------------
+
+std::vector<std::string> supported_model_types() {
+  std::vector<std::string> v;
+  for (const Arch& a : kArchs) v.emplace_back(a.model_type);
+  return v;
+}
+
+HfModel parse_hf_config(std::string_view config_json, std::string_view origin,
+                        std::optional<std::string_view> quant_json) {
+  json root = parse_json_text(config_json, origin);
+  if (!root.is_object())
+    throw_error(ErrorKind::kParse, fmt::format("{}: expected a JSON object at the top level, got {}", origin,
+                                               json_type_name(root)));
+
+  Fields top(root, origin, "every config", "");
+  std::optional<std::string> model_type = top.opt_string("model_type");  // type errors name the field
+  if (!model_type)
+    throw_error(ErrorKind::kParse,
+                fmt::format("{}: missing 'model_type' (supported: {})", origin, supported_list()));
+  const Arch* arch = nullptr;
+  for (const Arch& a : kArchs)
+    if (a.model_type == *model_type) arch = &a;
+  if (!arch)
+    throw_error(ErrorKind::kUnsupported,
+                one_line(fmt::format("{}: model_type \"{}\" is not a supported MoE model; supported: {}", origin,
+                                     *model_type, supported_list())));
+
+  HfModel m;
+  m.model_type = *model_type;
+  m.family = arch->family;
+  Fields topf(root, origin, m.model_type, "");
+  if (const json* archs = topf.find("architectures")) {
+    if (!archs->is_array()) topf.wrong_type("architectures", "an array of strings", *archs);
+    if (!archs->empty()) {
+      if (!(*archs)[0].is_string()) topf.wrong_type("architectures", "an array of strings", *archs);
+      m.architecture = (*archs)[0].get<std::string>();
+    }
+  }
+
+  const json* text_obj = &root;
+  std::string text_prefix;
+  if (arch->text_config) {
+    text_obj = topf.opt_object("text_config");
+    if (!text_obj) topf.missing("text_config");
+    text_prefix = "text_config.";
+  }
+  Fields text(*text_obj, origin, m.model_type, text_prefix);
+
+  Ctx ctx{root, topf, text, m};
+  arch->build(ctx);
+
+  // Name: the checkpoint's own name when the config records it, else the model type.
+  std::string name = topf.string_or("_name_or_path", "");
+  m.spec.name = name.empty() ? m.model_type : name;
+
+  // dtype: the text model's own entry wins over the wrapper's (Llama-4 has both).
+  if (text.has("dtype") || text.has("torch_dtype"))
+    apply_dtype(text, m.spec);
+  else
+    apply_dtype(topf, m.spec);
+
+  // Quantization: an hf_quant_config.json (ModelOpt) describes the weights actually stored, so it
+  // wins over a quantization_config left in config.json.
+  if (quant_json) {
+    std::string qorigin = sibling_origin(origin, "hf_quant_config.json");
+    json qroot = parse_json_text(*quant_json, qorigin);
+    if (!qroot.is_object())
+      throw_error(ErrorKind::kParse, fmt::format("{}: expected a JSON object at the top level, got {}", qorigin,
+                                                 json_type_name(qroot)));
+    Fields qf(qroot, qorigin, "hf_quant_config.json", "");
+    const json* q = qf.opt_object("quantization");
+    if (!q) qf.missing("quantization");
+    Fields qq(*q, qorigin, "hf_quant_config.json", "quantization.");
+    apply_modelopt(qq, m.spec);
+  } else if (const json* qc = topf.opt_object("quantization_config")) {
+    apply_quantization_config(*qc, origin, m.model_type, m.spec);
+  }
+  return m;
+}
+
+namespace {
+std::string read_text_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in)
+    throw_error(ErrorKind::kIo, fmt::format("cannot open {}: {}", p.string(), std::strerror(errno)));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw_error(ErrorKind::kIo, fmt::format("cannot read {}", p.string()));
+  return ss.str();
+}
+}  // namespace
+
+HfModel read_hf_config(const std::string& config_path) {
+  std::filesystem::path p(config_path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(p, ec)) p /= "config.json";  // a model folder works too
+  std::string text = read_text_file(p);
+  std::filesystem::path qp = p.parent_path() / "hf_quant_config.json";
+  if (std::filesystem::is_regular_file(qp, ec)) {
+    std::string qtext = read_text_file(qp);
+    return parse_hf_config(text, p.string(), std::string_view(qtext));
+  }
+  return parse_hf_config(text, p.string());
+}
+
+}  // namespace moerun

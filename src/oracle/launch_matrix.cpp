@@ -1,0 +1,120 @@
+#include "oracle/launch_matrix.hpp"
+
+#include <map>
+#include <numeric>
+
+#include "moerun/error.hpp"
+#include "moerun/presets.hpp"
+#include "moerun/verify.hpp"
+#include "oracle/json_io.hpp"
+
+namespace moerun {
+
+std::string LaunchMatrixResult::summary() const {
+  return "planned " + std::to_string(planned) + ", refused " + std::to_string(refused) + ", crashed " + std::to_string(crashed) +
+         ", mismatched " + std::to_string(mismatched);
+}
+
+MoeSpec scaled_for_check(const MoeSpec& spec) {
+  MoeSpec base = spec;
+  base.parallel = Parallel{};
+  MoeSpec s = scaled_down(base);
+  s.parallel = spec.parallel;
+  // 128 per rank keeps every format's blocks whole (fp8 128x128, mxfp4 32, nvfp4 16) under any tp.
+  s.intermediate = 128 * spec.parallel.tp;
+  if (s.shared.count > 0) s.shared.intermediate = 128 * spec.parallel.tp;
+  const int l = std::lcm(s.routing.n_group, spec.parallel.ep);
+  s.num_experts = (s.num_experts + l - 1) / l * l;
+  return s;
+}
+
+LaunchMatrixResult run_launch_matrix(const Registry& registry, const LaunchMatrixOptions& o) {
+  LaunchMatrixResult r;
+  std::vector<std::string> preset_names = o.presets;
+  if (preset_names.empty())
+    for (const Preset& p : presets()) preset_names.push_back(p.name);
+  std::vector<std::string> platforms = o.platforms;
+  if (platforms.empty()) {
+    platforms = Platform::known_descriptions();
+    platforms.push_back("detected");
+  }
+  const Platform here = Platform::detect();
+  std::vector<Policy> policies{Policy{}};
+  for (const std::string& name : registry.names()) policies.push_back(Policy::parse(name));
+
+  std::map<std::string, VerifyResult> runs;  // (backend, scaled spec) -> result, so each runs once
+  int combos = 0;
+  for (const std::string& pn : preset_names) {
+    const Preset& preset = find_preset(pn);
+    for (const std::string& pd : platforms) {
+      const Platform platform = Platform::describe(pd);
+      for (int tp : o.parallel_sizes)
+        for (int ep : o.parallel_sizes) {
+          MoeSpec spec = preset.model.spec;
+          spec.parallel.tp = tp;
+          spec.parallel.ep = ep;
+          spec.parallel.rank = tp * ep - 1;  // the last rank: non-zero expert offset and tp slice
+          for (const Policy& policy : policies) {
+            ++combos;
+            const std::string where = pn + " on " + pd + " tp=" + std::to_string(tp) + " ep=" + std::to_string(ep) + " policy " + policy.str();
+            Selection sel;
+            try {
+              sel = select(spec, platform, policy, registry);
+            } catch (const Error& e) {
+              if (e.kind() == ErrorKind::kUnsupported || e.kind() == ErrorKind::kInvalidSpec) {
+                ++r.refused;
+                continue;
+              }
+              ++r.crashed;
+              r.failures.push_back("crash planning " + where + ": " + e.what());
+              continue;
+            } catch (const std::exception& e) {
+              ++r.crashed;
+              r.failures.push_back("crash planning " + where + ": " + e.what());
+              continue;
+            }
+            ++r.planned;
+            if (!o.run_here) continue;
+            MoeSpec small;
+            try {
+              small = scaled_for_check(spec);
+              small.validate();
+            } catch (const Error& e) {
+              ++r.crashed;
+              r.failures.push_back("cannot scale down " + where + ": " + e.what());
+              continue;
+            }
+            if (!supports(*sel.chosen, small, here).ok()) {
+              ++r.not_runnable_here;
+              continue;
+            }
+            const std::string key = sel.backend + "|" + json_io::to_json(small).dump();
+            auto it = runs.find(key);
+            if (it == runs.end()) {
+              VerifyCase c;
+              c.spec = small;
+              c.tokens = o.tokens;
+              c.seed = o.seed + runs.size();
+              c.with_lora = small.lora.max_adapters > 0;
+              it = runs.emplace(key, verify_case(*sel.chosen, here, c)).first;
+              if (o.progress && runs.size() % 25 == 0)
+                o.progress("check: " + std::to_string(combos) + " combinations, " + std::to_string(runs.size()) + " forwards run");
+            }
+            const VerifyResult& v = it->second;
+            if (v.passed) continue;
+            if (v.message.rfind("threw", 0) == 0) {
+              ++r.crashed;
+              r.failures.push_back("crash running " + where + " with " + sel.backend + ": " + v.message);
+            } else {
+              ++r.mismatched;
+              r.failures.push_back("mismatch running " + where + " with " + sel.backend + ": " + v.message);
+            }
+          }
+        }
+    }
+  }
+  r.ran = static_cast<int>(runs.size());
+  return r;
+}
+
+}  // namespace moerun

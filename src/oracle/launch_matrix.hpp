@@ -1,0 +1,39 @@
+// oracle/launch_matrix.hpp — the launch matrix behind `moerun check`: every preset x platform
+// description x parallel config x policy either plans or is refused with a reason, and every plan that
+// can run on this machine runs a scaled-down forward that must match the reference.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "moerun/oracle.hpp"
+#include "moerun/platform.hpp"
+#include "moerun/registry.hpp"
+
+namespace moerun {
+
+struct LaunchMatrixOptions {
+  std::vector<std::string> presets;     // empty = all
+  std::vector<std::string> platforms;   // empty = every known description + "detected"
+  std::vector<int> parallel_sizes = {1, 2, 8};  // tp and ep each range over these
+  bool run_here = true;                  // run scaled-down forwards for plans runnable on this machine
+  int64_t tokens = 5;
+  uint64_t seed = 7;
+  std::function<void(const std::string&)> progress;  // occasional one-line progress
+};
+
+struct LaunchMatrixResult {
+  int planned = 0, refused = 0, crashed = 0, mismatched = 0;
+  int ran = 0;             // distinct scaled-down forwards run and matched
+  int not_runnable_here = 0;
+  std::vector<std::string> failures;  // one line per crash or mismatch
+  std::string summary() const;        // "planned N, refused R, crashed C, mismatched M"
+};
+
+LaunchMatrixResult run_launch_matrix(const Registry& registry, const LaunchMatrixOptions& options);
+
+// The spec scaled down for a run on this machine, keeping its structure and parallel config valid.
+MoeSpec scaled_for_check(const MoeSpec& spec);
+
+}  // namespace moerun

@@ -1,0 +1,114 @@
+// MoeSpec validation: every rule names its field and the allowed values.
+#include <gtest/gtest.h>
+
+#include "moerun/error.hpp"
+#include "moerun/spec.hpp"
+
+namespace moerun {
+namespace {
+
+MoeSpec small() {
+  MoeSpec s;
+  s.num_experts = 8;
+  s.top_k = 2;
+  s.hidden = 64;
+  s.intermediate = 32;
+  return s;
+}
+
+std::string error_of(const MoeSpec& s) {
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidSpec);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Spec, ValidSpecPasses) { EXPECT_EQ(error_of(small()), ""); }
+
+TEST(Spec, TopKOutOfRangeNamesField) {
+  MoeSpec s = small();
+  s.top_k = 9;
+  EXPECT_EQ(error_of(s), "spec.top_k = 9: must be in [1, num_experts=8]");
+  s.top_k = 0;
+  EXPECT_NE(error_of(s).find("spec.top_k = 0"), std::string::npos);
+}
+
+TEST(Spec, GroupRules) {
+  MoeSpec s = small();
+  s.routing.n_group = 3;
+  EXPECT_NE(error_of(s).find("spec.routing.n_group = 3"), std::string::npos);
+  s.routing.n_group = 4;
+  s.routing.topk_group = 5;
+  EXPECT_NE(error_of(s).find("spec.routing.topk_group = 5"), std::string::npos);
+  s.routing.topk_group = 1;
+  s.top_k = 3;  // one group of 2 experts kept: at most 2
+  EXPECT_NE(error_of(s).find("spec.top_k = 3"), std::string::npos);
+}
+
+TEST(Spec, FormatAlignment) {
+  MoeSpec s = small();
+  s.weight_format = WeightFormat::kMxfp4;
+  s.hidden = 48;
+  EXPECT_NE(error_of(s).find("multiples of 32"), std::string::npos);
+  s.hidden = 64;
+  s.parallel.tp = 2;  // I/tp = 16, not a multiple of 32
+  EXPECT_NE(error_of(s).find("spec.parallel.tp = 2"), std::string::npos);
+}
+
+TEST(Spec, ActQuantNeedsFp8) {
+  MoeSpec s = small();
+  s.act_quant = ActQuant::kFp8PerTokenGroup;
+  EXPECT_NE(error_of(s).find("needs an fp8 weight format"), std::string::npos);
+  s.weight_format = WeightFormat::kFp8Block;
+  EXPECT_EQ(error_of(s), "");
+}
+
+TEST(Spec, ParallelRules) {
+  MoeSpec s = small();
+  s.parallel.ep = 3;
+  EXPECT_NE(error_of(s).find("spec.parallel.ep = 3: must divide num_experts=8"), std::string::npos);
+  s.parallel.ep = 2;
+  s.parallel.rank = 2;
+  EXPECT_NE(error_of(s).find("spec.parallel.rank = 2"), std::string::npos);
+}
+
+TEST(Spec, MiscRules) {
+  MoeSpec s = small();
+  s.apply_router_weight_on_input = true;
+  EXPECT_NE(error_of(s).find("needs top_k = 1"), std::string::npos);
+  s = small();
+  s.activation.kind = ActivationKind::kRelu2;
+  s.activation.interleaved_gate_up = true;
+  EXPECT_NE(error_of(s).find("interleaved_gate_up"), std::string::npos);
+  s = small();
+  s.routing.routed_scaling_factor = 0.0f;
+  EXPECT_NE(error_of(s).find("routed_scaling_factor"), std::string::npos);
+  s = small();
+  s.act_dtype = DType::kI8;
+  EXPECT_NE(error_of(s).find("allowed: F32, F16, BF16"), std::string::npos);
+  s = small();
+  s.shared.count = 1;
+  EXPECT_NE(error_of(s).find("spec.shared.intermediate = 0"), std::string::npos);
+  s = small();
+  s.lora.max_adapters = 2;
+  EXPECT_NE(error_of(s).find("spec.lora.max_rank = 0"), std::string::npos);
+}
+
+TEST(Spec, NamesRoundTrip) {
+  for (int i = 0; i < 6; ++i) {
+    const auto k = static_cast<ActivationKind>(i);
+    EXPECT_EQ(parse_activation(to_string(k)), k);
+  }
+  for (int i = 0; i < 9; ++i) {
+    const auto f = static_cast<WeightFormat>(i);
+    EXPECT_EQ(parse_weight_format(to_string(f)), f);
+  }
+  EXPECT_FALSE(parse_weight_format("fp5").has_value());
+  EXPECT_NE(allowed_weight_formats().find("nvfp4"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moerun

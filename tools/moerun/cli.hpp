@@ -1,0 +1,55 @@
+// tools/moerun/cli.hpp — what the subcommands share: spec options (preset | --config | flags), the
+// platform, the backend policy and plugins.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moerun/moerun.hpp"
+
+namespace moerun::cli {
+
+// Options that describe a layer. Exactly one source: --preset, --config, or --experts/... flags.
+struct SpecOptions {
+  std::string preset, config;
+  // flags (used when neither preset nor config is given; parallel ones apply to any source)
+  int experts = 0, top_k = 0, hidden = 0, intermediate = 0;
+  std::string activation = "silu-and-mul", scoring = "softmax", format = "bf16", act_quant = "none", act_dtype = "bf16";
+  int n_group = 1, topk_group = 1, shared = 0, shared_intermediate = 0;
+  bool no_renormalize = false, correction_bias = false, softmax_after_topk = false, expert_bias = false, router_bias = false;
+  float scale = 1.0f;
+  int tp = 1, ep = 1, rank = 0, lora_adapters = 0, lora_rank = 0;
+
+  void add_to(CLI::App& app, bool allow_config = true);
+  // The spec, validated. Throws moerun::Error naming the problem.
+  MoeSpec resolve() const;
+  // The model (family) when from a preset or config; nullopt for flags.
+  std::optional<HfModel> model() const;
+};
+
+struct CommonOptions {
+  std::string platform = "detected";
+  std::string backend = "auto";
+  std::vector<std::string> plugins;
+  int threads = 0;
+  void add_to(CLI::App& app, bool with_backend = true);
+  Platform resolve_platform() const;
+  Policy resolve_policy() const;
+  // Loads --plugin libraries into the global registry (MOERUN_PLUGIN_PATH ones load by themselves).
+  Registry& registry() const;
+};
+
+int run_command(CLI::App& app);  // moerun run
+void add_run(CLI::App& root);
+void add_explain(CLI::App& root);
+void add_backends(CLI::App& root);
+void add_presets(CLI::App& root);
+void add_verify(CLI::App& root);
+void add_check(CLI::App& root);
+
+// Prints "moerun: <message>" to stderr (one line) and returns the exit code for the error kind.
+int report(const std::exception& e);
+
+}  // namespace moerun::cli

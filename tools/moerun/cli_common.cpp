@@ -1,0 +1,147 @@
+#include <iostream>
+
+#include "cli.hpp"
+
+namespace moerun::cli {
+
+void SpecOptions::add_to(CLI::App& app, bool allow_config) {
+  app.add_option("--preset", preset, "a named layer shape (see `moerun presets`)");
+  if (allow_config) app.add_option("--config", config, "a Hugging Face config.json (+ hf_quant_config.json beside it)");
+  auto* g = app.add_option_group("layer flags", "describe a layer by hand (when no --preset/--config)");
+  g->add_option("--experts", experts, "number of routed experts E");
+  g->add_option("--top-k", top_k, "experts per token");
+  g->add_option("--hidden", hidden, "hidden size H");
+  g->add_option("--intermediate", intermediate, "expert intermediate size I");
+  g->add_option("--activation", activation, "silu-and-mul | gelu-and-mul | gelu-tanh-and-mul | swiglu-oai | relu2 | silu");
+  g->add_option("--scoring", scoring, "softmax | sigmoid");
+  g->add_option("--format", format, "weight format: " + allowed_weight_formats());
+  g->add_option("--act-quant", act_quant, "none | fp8-token-group");
+  g->add_option("--act-dtype", act_dtype, "f32 | f16 | bf16");
+  g->add_option("--n-group", n_group, "expert groups for grouped top-k");
+  g->add_option("--topk-group", topk_group, "groups kept by grouped top-k");
+  g->add_flag("--no-renormalize", no_renormalize, "do not renormalize the top-k weights");
+  g->add_flag("--correction-bias", correction_bias, "DeepSeek-V3 score correction bias");
+  g->add_flag("--softmax-after-topk", softmax_after_topk, "top-k on logits, then softmax (gpt-oss)");
+  g->add_option("--scale", scale, "routed scaling factor");
+  g->add_option("--shared", shared, "shared experts");
+  g->add_option("--shared-intermediate", shared_intermediate, "total shared-expert intermediate size");
+  g->add_flag("--expert-bias", expert_bias, "biases on the expert GEMMs");
+  g->add_flag("--router-bias", router_bias, "bias on the router");
+  g->add_option("--lora-adapters", lora_adapters, "max LoRA adapters");
+  g->add_option("--lora-rank", lora_rank, "max LoRA rank");
+  auto* p = app.add_option_group("parallel", "this process's shard");
+  p->add_option("--tp", tp, "tensor-parallel size");
+  p->add_option("--ep", ep, "expert-parallel size");
+  p->add_option("--rank", rank, "rank in tp*ep");
+}
+
+std::optional<HfModel> SpecOptions::model() const {
+  if (!preset.empty()) return find_preset(preset).model;
+  if (!config.empty()) return read_hf_config(config);
+  return std::nullopt;
+}
+
+MoeSpec SpecOptions::resolve() const {
+  if (!preset.empty() && !config.empty()) throw_error(ErrorKind::kInvalidArgument, "give --preset or --config, not both");
+  MoeSpec s;
+  if (auto m = model()) {
+    s = m->spec;
+  } else {
+    if (experts == 0 && top_k == 0 && hidden == 0 && intermediate == 0)
+      throw_error(ErrorKind::kInvalidArgument, "describe the layer: --preset NAME, --config config.json, or --experts/--top-k/--hidden/--intermediate");
+    s.name = "custom";
+    s.num_experts = experts;
+    s.top_k = top_k;
+    s.hidden = hidden;
+    s.intermediate = intermediate;
+    auto act = parse_activation(activation);
+    if (!act) throw_error(ErrorKind::kInvalidArgument, "--activation '" + activation + "': allowed " + allowed_activations());
+    s.activation.kind = *act;
+    s.activation.interleaved_gate_up = false;
+    auto sc = parse_scoring(scoring);
+    if (!sc) throw_error(ErrorKind::kInvalidArgument, "--scoring '" + scoring + "': allowed softmax, sigmoid");
+    s.routing.scoring = *sc;
+    auto f = parse_weight_format(format);
+    if (!f) throw_error(ErrorKind::kInvalidArgument, "--format '" + format + "': allowed " + allowed_weight_formats());
+    s.weight_format = *f;
+    auto q = parse_act_quant(act_quant);
+    if (!q) throw_error(ErrorKind::kInvalidArgument, "--act-quant '" + act_quant + "': allowed none, fp8-token-group");
+    s.act_quant = *q;
+    if (act_dtype == "f32") s.act_dtype = DType::kF32;
+    else if (act_dtype == "f16") s.act_dtype = DType::kF16;
+    else if (act_dtype == "bf16") s.act_dtype = DType::kBF16;
+    else throw_error(ErrorKind::kInvalidArgument, "--act-dtype '" + act_dtype + "': allowed f32, f16, bf16");
+    s.routing.n_group = n_group;
+    s.routing.topk_group = topk_group;
+    s.routing.renormalize = !no_renormalize;
+    s.routing.correction_bias = correction_bias;
+    s.routing.softmax_after_topk = softmax_after_topk;
+    s.routing.routed_scaling_factor = scale;
+    s.shared.count = shared;
+    s.shared.intermediate = shared_intermediate;
+    s.expert_bias = expert_bias;
+    s.router_bias = router_bias;
+    s.lora.max_adapters = lora_adapters;
+    s.lora.max_rank = lora_rank;
+  }
+  s.parallel.tp = tp;
+  s.parallel.ep = ep;
+  s.parallel.rank = rank;
+  s.validate();
+  return s;
+}
+
+void CommonOptions::add_to(CLI::App& app, bool with_backend) {
+  app.add_option("--platform", platform, "detected, or a description: " +
+                                             [] { std::string s; for (auto& n : Platform::known_descriptions()) s += (s.empty() ? "" : ", ") + n; return s; }() +
+                                             ", or a .json file");
+  if (with_backend) app.add_option("--backend", backend, "auto, a backend name, or order:a,b,c");
+  app.add_option("--plugin", plugins, "load a backend plugin (.so); repeatable. Also MOERUN_PLUGIN_PATH");
+  app.add_option("--threads", threads, "CPU threads (0 = all)");
+}
+
+Platform CommonOptions::resolve_platform() const { return Platform::describe(platform); }
+Policy CommonOptions::resolve_policy() const { return Policy::parse(backend); }
+
+Registry& CommonOptions::registry() const {
+  Registry& r = Registry::global();
+  for (const std::string& p : plugins) r.load_plugin(p);
+  return r;
+}
+
+int report(const std::exception& e) {
+  std::string msg = e.what();
+  if (const auto* me = dynamic_cast<const Error*>(&e)) {
+    std::cerr << "moerun: " << msg << "\n";
+    switch (me->kind()) {
+      case ErrorKind::kUnsupported: return 3;
+      case ErrorKind::kNotFound: return 4;
+      case ErrorKind::kInternal: return 70;
+      default: return 2;
+    }
+  }
+  std::cerr << "moerun: unexpected error: " << msg << "\n";
+  return 70;
+}
+
+}  // namespace moerun::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"moerun — Mixture-of-Experts layers on CPUs and GPUs, with backends chosen and explained"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "moerun 0.1.0");
+  moerun::cli::add_run(app);
+  moerun::cli::add_explain(app);
+  moerun::cli::add_backends(app);
+  moerun::cli::add_presets(app);
+  moerun::cli::add_verify(app);
+  moerun::cli::add_check(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    return moerun::cli::report(e);
+  }
+  return 0;
+}

@@ -1,0 +1,182 @@
+// moerun run — one MoE layer: plan, weights (random or a checkpoint), inputs, forward, timing, verify.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <limits>
+
+#include "backends/reference/reference_backend.hpp"
+#include "cli.hpp"
+#include "moerun/verify.hpp"
+#include "core/convert.hpp"
+#include "core/random.hpp"
+#include "fmt/format.h"
+
+namespace moerun::cli {
+namespace {
+
+struct RunOptions {
+  SpecOptions spec;
+  CommonOptions common;
+  std::vector<std::string> weights;
+  int layer = -1;
+  std::string input, output;
+  int64_t tokens = 64;
+  uint64_t seed = 1234;
+  int iters = 10;
+  bool verify = false;
+};
+
+// Converts a host tensor of any float dtype into a new tensor of `dtype`.
+HostTensor converted(const TensorView& t, DType dtype) {
+  std::vector<float> f(static_cast<size_t>(t.numel()));
+  convert_to_f32(t, f.data());
+  HostTensor out(dtype, t.shape);
+  convert_from_f32(f.data(), out.view());
+  return out;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void run(const RunOptions& o) {
+  const MoeSpec spec = o.spec.resolve();
+  const Platform platform = o.common.resolve_platform();
+  Registry& registry = o.common.registry();
+  const Policy policy = o.common.resolve_policy();
+
+  // Inputs first: their token count decides the plan's kernel variant.
+  HostTensor hidden, logits;
+  std::shared_ptr<SafetensorsFile> in_file;
+  if (!o.input.empty()) {
+    in_file = SafetensorsFile::open(o.input);
+    const TensorView h = in_file->get("hidden_states");
+    if (h.shape.rank != 2 || h.shape[1] != spec.hidden)
+      throw_error(ErrorKind::kFormat, o.input + ": hidden_states: expected [M, " + std::to_string(spec.hidden) + "], got " + h.shape.str());
+    hidden = converted(h, spec.act_dtype);
+    if (in_file->contains("router_logits")) {
+      const TensorView l = in_file->get("router_logits");
+      if (!(l.shape == Shape{h.shape[0], spec.num_experts}))
+        throw_error(ErrorKind::kFormat, o.input + ": router_logits: expected [" + std::to_string(h.shape[0]) + ", " +
+                                            std::to_string(spec.num_experts) + "], got " + l.shape.str());
+      logits = converted(l, DType::kF32);
+    }
+  } else {
+    if (o.tokens < 0) throw_error(ErrorKind::kInvalidArgument, "--tokens must be >= 0");
+    SplitMix64 g(o.seed ^ 0x5eed);
+    std::vector<float> x(static_cast<size_t>(o.tokens * spec.hidden)), l(static_cast<size_t>(o.tokens * spec.num_experts));
+    for (float& v : x) v = g.uniform_pm1();
+    for (float& v : l) v = 2.0f * g.uniform_pm1();
+    hidden = HostTensor(spec.act_dtype, {o.tokens, spec.hidden});
+    convert_from_f32(x.data(), hidden.view());
+    logits = HostTensor(DType::kF32, {o.tokens, spec.num_experts});
+    std::memcpy(logits.data(), l.data(), l.size() * 4);
+  }
+  const int64_t m = hidden.shape()[0];
+
+  // Plan before loading weights, so an impossible request fails in milliseconds.
+  SelectOptions so;
+  so.tokens = m;
+  const Selection plan = select(spec, platform, policy, registry, so);
+  std::cout << explain_text(spec, platform, plan);
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<MoeWeights> weights;
+  if (!o.weights.empty()) {
+    const std::optional<HfModel> model = o.spec.model();
+    if (!model) throw_error(ErrorKind::kInvalidArgument, "--weights needs --config (or --preset) to know the tensor names");
+    HfModel mm = *model;
+    mm.spec = spec;
+    std::vector<std::shared_ptr<SafetensorsFile>> files;
+    for (const std::string& f : o.weights) files.push_back(SafetensorsFile::open(f));
+    std::cerr << "loading layer weights from " << o.weights.size() << " file(s)...\n";
+    weights = std::make_shared<MoeWeights>(load_hf_layer(mm, files, o.layer >= 0 ? std::optional<int>(o.layer) : std::nullopt));
+  } else {
+    const double gib = static_cast<double>(estimate_weight_bytes(spec)) / (1ull << 30);
+    std::cerr << fmt::format("generating random weights (seed {}, {:.2f} GiB)...\n", o.seed, gib);
+    weights = std::make_shared<MoeWeights>(random_weights(spec, o.seed));
+  }
+  std::cerr << fmt::format("weights ready in {:.1f} s; preparing backend '{}'...\n", seconds_since(t0), plan.backend);
+
+  RunnerOptions ro;
+  ro.threads = o.common.threads;
+  Policy chosen;
+  chosen.kind = Policy::Kind::kExplicit;
+  chosen.name = plan.backend;
+  MoeLayer layer(spec, weights, platform, chosen, registry, ro);
+
+  HostTensor out(spec.act_dtype, {m, spec.hidden});
+  ForwardArgs args;
+  args.hidden = hidden.view();
+  if (!logits.empty() || m == 0) args.router_logits = logits.view();
+  args.output = out.view();
+
+  // Warm-up, then the median of --iters timed calls.
+  layer.forward(args);
+  std::vector<double> times;
+  for (int i = 0; i < std::max(1, o.iters); ++i) {
+    auto t = std::chrono::steady_clock::now();
+    layer.forward(args);
+    times.push_back(seconds_since(t));
+  }
+  std::sort(times.begin(), times.end());
+  const double med = times[times.size() / 2];
+  std::cout << fmt::format("forward:   M={} tokens, kernel {}, median {:.3f} ms over {} runs, {:.1f} tokens/s\n", m,
+                           layer.variant_for(m).empty() ? "-" : layer.variant_for(m), med * 1e3, times.size(),
+                           med > 0 ? static_cast<double>(m) / med : 0.0);
+
+  if (o.verify) {
+    if (plan.backend == "reference") {
+      std::cout << "verify:    skipped (the plan is the reference itself)\n";
+    } else {
+      std::cerr << "running the reference backend to verify (slow)...\n";
+      auto t1 = std::chrono::steady_clock::now();
+      Policy ref;
+      ref.kind = Policy::Kind::kExplicit;
+      ref.name = "reference";
+      MoeLayer reference(spec, weights, platform, ref, registry, ro);
+      HostTensor expect(spec.act_dtype, {m, spec.hidden});
+      ForwardArgs ra = args;
+      ra.output = expect.view();
+      reference.forward(ra);
+      const double ref_time = seconds_since(t1);
+      std::vector<float> a(static_cast<size_t>(m * spec.hidden)), b(a.size());
+      convert_to_f32(out.view(), a.data());
+      convert_to_f32(expect.view(), b.data());
+      double max_ref = 0, max_err = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        max_ref = std::max(max_ref, static_cast<double>(std::fabs(b[i])));
+        max_err = std::max(max_err, std::isfinite(a[i]) ? static_cast<double>(std::fabs(a[i] - b[i])) : std::numeric_limits<double>::infinity());
+      }
+      const double err = max_err / std::max(max_ref, 1e-6), tol = tolerance_for(spec);
+      std::cout << fmt::format("verify:    {} vs reference: normalized max error {:.2e} (tolerance {:.1e}) {}; reference took {:.3f} s ({:.0f}x slower)\n",
+                               plan.backend, err, tol, err <= tol ? "OK" : "MISMATCH", ref_time, med > 0 ? ref_time / med : 0.0);
+      if (err > tol) throw CLI::RuntimeError(5);
+    }
+  }
+  if (!o.output.empty()) {
+    write_safetensors(o.output, {{"output", out.view()}}, {{"producer", "moerun run"}, {"backend", plan.backend}});
+    std::cout << "output:    wrote 'output' " << out.shape().str() << " to " << o.output << "\n";
+  }
+}
+
+}  // namespace
+
+void add_run(CLI::App& root) {
+  auto* app = root.add_subcommand("run", "run one MoE layer: plan, weights, forward, timing (and --verify against reference)");
+  auto o = std::make_shared<RunOptions>();
+  o->spec.add_to(*app);
+  o->common.add_to(*app);
+  app->add_option("--weights", o->weights, "safetensors file(s) holding the layer under its Hugging Face names")->check(CLI::ExistingFile);
+  app->add_option("--layer", o->layer, "which layer when the file holds several");
+  app->add_option("--input", o->input, "safetensors with hidden_states [M, H] (+ router_logits [M, E])")->check(CLI::ExistingFile);
+  app->add_option("--output", o->output, "write tensor 'output' [M, H] here");
+  app->add_option("--tokens", o->tokens, "tokens M for random inputs (default 64)");
+  app->add_option("--seed", o->seed, "seed for random weights and inputs");
+  app->add_option("--iters", o->iters, "timed forward calls (median reported)");
+  app->add_flag("--verify", o->verify, "compare with the reference backend");
+  app->callback([o] { run(*o); });
+}
+
+}  // namespace moerun::cli

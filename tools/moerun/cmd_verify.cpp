@@ -1,0 +1,104 @@
+// moerun verify | check — conformance of one backend, and the whole launch matrix.
+#include <iostream>
+#include <random>
+
+#include "cli.hpp"
+#include "moerun/verify.hpp"
+#include "fmt/format.h"
+#include "oracle/launch_matrix.hpp"
+
+namespace moerun::cli {
+namespace {
+
+struct VerifyOptions {
+  CommonOptions common;
+  int cases = 60;
+  uint64_t seed = 0;
+  bool verbose = false;
+};
+
+void verify(const VerifyOptions& o) {
+  Registry& registry = o.common.registry();
+  const Platform platform = o.common.resolve_platform();
+  const BackendEntry* e = registry.find(o.common.backend);
+  if (!e) {
+    std::string names;
+    for (const std::string& n : registry.names()) names += (names.empty() ? "" : ", ") + n;
+    throw_error(ErrorKind::kNotFound, "unknown backend '" + o.common.backend + "'; registered: " + names);
+  }
+  const uint64_t seed = o.seed ? o.seed : static_cast<uint64_t>(std::random_device{}());
+  std::cout << fmt::format("verify {} [{}] against reference: {} random cases from seed {} on {}\n", o.common.backend, e->origin,
+                           o.cases, seed, platform.summary());
+  RunnerOptions ro;
+  ro.threads = o.common.threads;
+  int passed = 0, failed = 0, skipped = 0;
+  for (const VerifyCase& c : standard_cases(seed, o.cases)) {
+    const VerifyResult r = verify_case(*e->backend, platform, c, ro);
+    if (r.skipped) ++skipped;
+    else if (r.passed) ++passed;
+    else ++failed;
+    if (!r.passed || (o.verbose && !r.skipped))
+      std::cout << (r.passed ? "  ok   " : "  FAIL ") << c.label() << ": " << (r.message.empty() ? fmt::format("error {:.2e}", r.error) : r.message) << "\n";
+    else if (o.verbose)
+      std::cout << "  skip " << c.label() << ": " << r.message << "\n";
+  }
+  std::cout << fmt::format("{}: {} passed, {} failed, {} skipped (not supported)\n", o.common.backend, passed, failed, skipped);
+  if (failed) throw CLI::RuntimeError(1);
+  if (passed == 0) {
+    std::cout << o.common.backend << ": no case was supported; nothing verified\n";
+    throw CLI::RuntimeError(1);
+  }
+}
+
+struct CheckOptions {
+  std::vector<std::string> plugins, presets, platforms;
+  bool no_run = false;
+  int64_t tokens = 5;
+};
+
+void check(const CheckOptions& o) {
+  Registry& registry = Registry::global();
+  for (const std::string& p : o.plugins) registry.load_plugin(p);
+  LaunchMatrixOptions lo;
+  lo.presets = o.presets;
+  lo.platforms = o.platforms;
+  lo.run_here = !o.no_run;
+  lo.tokens = o.tokens;
+  lo.progress = [](const std::string& s) { std::cerr << s << "\n"; };
+  const std::vector<std::string> names = registry.names();
+  std::cout << fmt::format("check: {} presets x {} platforms x tp,ep in {{1,2,8}} x (auto + {} backends)\n",
+                           o.presets.empty() ? presets().size() : o.presets.size(),
+                           o.platforms.empty() ? Platform::known_descriptions().size() + 1 : o.platforms.size(), names.size());
+  const LaunchMatrixResult r = run_launch_matrix(registry, lo);
+  for (const std::string& f : r.failures) std::cout << "  " << f << "\n";
+  std::cout << fmt::format("ran {} distinct scaled-down forwards on this machine, all checked against reference; {} plans need hardware this machine lacks\n",
+                           r.ran, r.not_runnable_here);
+  std::cout << r.summary() << "\n";
+  if (r.crashed || r.mismatched) throw CLI::RuntimeError(1);
+}
+
+}  // namespace
+
+void add_verify(CLI::App& root) {
+  auto* app = root.add_subcommand("verify", "run a backend (a plugin too) through the conformance harness against reference");
+  auto o = std::make_shared<VerifyOptions>();
+  o->common.add_to(*app);
+  app->get_option("--backend")->required();
+  app->add_option("--cases", o->cases, "random cases (default 60)");
+  app->add_option("--seed", o->seed, "seed (default: fresh, printed)");
+  app->add_flag("-v,--verbose", o->verbose, "print every case");
+  app->callback([o] { verify(*o); });
+}
+
+void add_check(CLI::App& root) {
+  auto* app = root.add_subcommand("check", "the launch matrix: every preset x platform x parallel x backend plans or is refused, never crashes");
+  auto o = std::make_shared<CheckOptions>();
+  app->add_option("--plugin", o->plugins, "load a backend plugin (.so); repeatable");
+  app->add_option("--preset", o->presets, "restrict to these presets");
+  app->add_option("--platform", o->platforms, "restrict to these platform descriptions");
+  app->add_option("--tokens", o->tokens, "tokens per scaled-down forward");
+  app->add_flag("--no-run", o->no_run, "plan only; run no forward");
+  app->callback([o] { check(*o); });
+}
+
+}  // namespace moerun::cli
