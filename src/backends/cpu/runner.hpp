@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -17,10 +18,21 @@ namespace moerun::cpu {
 // Calls with at most this many tokens per expert take the streaming kernels.
 inline constexpr int kStreamMaxTokens = 4;
 
+// 64-byte aligned allocations (kernels store panels with aligned stores).
+template <typename T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <typename U> Aligned64(const Aligned64<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
+  template <typename U> bool operator==(const Aligned64<U>&) const noexcept { return true; }
+};
+
 // A vector that only grows (the steady-state forward allocates nothing).
 template <typename T>
 struct Grow {
-  std::vector<T> v;
+  std::vector<T, Aligned64<T>> v;
   T* get(size_t n) {
     if (v.size() < n) v.resize(n);
     return v.data();
