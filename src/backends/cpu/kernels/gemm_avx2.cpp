@@ -14,17 +14,21 @@ using avx2::Dec;
 using avx2::group_scale;
 
 // ---- streaming: weights decoded once, MT tokens' accumulators in registers ----------------------------
-// NOTES: with MT <= 2 the even and odd k of a pair go to separate accumulators so that each register's
-// FMA chain is short (FMA latency 4-5 cycles); from MT = 3 there are enough independent chains already.
+// NOTES: accumulators are named variables, not arrays: GCC keeps arrays of vectors in memory and stores
+// them every iteration (12 stores per k step halved the tile kernel's speed). With MT <= 2 the even and
+// odd k of a pair go to separate accumulators so each FMA chain is short (latency 4-5 cycles); from
+// MT = 3 there are enough independent chains already.
+#define MOERUN_T4(X) X(0) X(1) X(2) X(3)
 template <PackFmt F, int MT>
 void stream_t(const BlockRef& b, const float* x, int64_t ldx, float* acc) {
   constexpr int G = group_size(F);
   constexpr bool kSplit = MT <= 2;
   const int64_t pairs = b.kp / 2;
   const int64_t gp = G ? G / 2 : pairs;
-  __m256 ae[MT][2], ao[MT][2];
-  for (int t = 0; t < MT; ++t)
-    ae[t][0] = ae[t][1] = ao[t][0] = ao[t][1] = _mm256_setzero_ps();
+  const __m256 z = _mm256_setzero_ps();
+#define DECL(t) __m256 e##t##0 = z, e##t##1 = z, o##t##0 = z, o##t##1 = z; const float* x##t = x + (t) * ldx;
+  MOERUN_T4(DECL)
+#undef DECL
   for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
     __m256 s0, s1;
     if constexpr (G != 0) group_scale<F>(b.gscale, p0 / gp, b.gmul, s0, s1);
@@ -36,30 +40,31 @@ void stream_t(const BlockRef& b, const float* x, int64_t ldx, float* acc) {
         w[0] = _mm256_mul_ps(w[0], s0); w[1] = _mm256_mul_ps(w[1], s1);
         w[2] = _mm256_mul_ps(w[2], s0); w[3] = _mm256_mul_ps(w[3], s1);
       }
-      for (int t = 0; t < MT; ++t) {
-        const __m256 xe = _mm256_broadcast_ss(x + t * ldx + 2 * p);
-        const __m256 xo = _mm256_broadcast_ss(x + t * ldx + 2 * p + 1);
-        ae[t][0] = _mm256_fmadd_ps(w[0], xe, ae[t][0]);
-        ae[t][1] = _mm256_fmadd_ps(w[1], xe, ae[t][1]);
-        if constexpr (kSplit) {
-          ao[t][0] = _mm256_fmadd_ps(w[2], xo, ao[t][0]);
-          ao[t][1] = _mm256_fmadd_ps(w[3], xo, ao[t][1]);
-        } else {
-          ae[t][0] = _mm256_fmadd_ps(w[2], xo, ae[t][0]);
-          ae[t][1] = _mm256_fmadd_ps(w[3], xo, ae[t][1]);
-        }
+#define STEP(t)                                                              \
+      if constexpr (MT > (t)) {                                              \
+        const __m256 xe = _mm256_broadcast_ss(x##t + 2 * p);                 \
+        const __m256 xo = _mm256_broadcast_ss(x##t + 2 * p + 1);             \
+        e##t##0 = _mm256_fmadd_ps(w[0], xe, e##t##0);                        \
+        e##t##1 = _mm256_fmadd_ps(w[1], xe, e##t##1);                        \
+        if constexpr (kSplit) {                                              \
+          o##t##0 = _mm256_fmadd_ps(w[2], xo, o##t##0);                      \
+          o##t##1 = _mm256_fmadd_ps(w[3], xo, o##t##1);                      \
+        } else {                                                             \
+          e##t##0 = _mm256_fmadd_ps(w[2], xo, e##t##0);                      \
+          e##t##1 = _mm256_fmadd_ps(w[3], xo, e##t##1);                      \
+        }                                                                    \
       }
+      MOERUN_T4(STEP)
+#undef STEP
     }
   }
-  for (int t = 0; t < MT; ++t) {
-    if constexpr (kSplit) {
-      _mm256_storeu_ps(acc + t * 16, _mm256_add_ps(ae[t][0], ao[t][0]));
-      _mm256_storeu_ps(acc + t * 16 + 8, _mm256_add_ps(ae[t][1], ao[t][1]));
-    } else {
-      _mm256_storeu_ps(acc + t * 16, ae[t][0]);
-      _mm256_storeu_ps(acc + t * 16 + 8, ae[t][1]);
-    }
+#define STORE(t)                                                             \
+  if constexpr (MT > (t)) {                                                  \
+    _mm256_storeu_ps(acc + (t) * 16, _mm256_add_ps(e##t##0, o##t##0));       \
+    _mm256_storeu_ps(acc + (t) * 16 + 8, _mm256_add_ps(e##t##1, o##t##1));   \
   }
+  MOERUN_T4(STORE)
+#undef STORE
 }
 
 template <PackFmt F>
@@ -100,22 +105,31 @@ void panel_f(const BlockRef& b, float* panel) {
 }
 
 // ---- register tiles on an f32 panel: MR tokens x 16 lanes -------------------------------------------
+#define MOERUN_R6(X) X(0) X(1) X(2) X(3) X(4) X(5)
 template <int MR>
 void tile_t(const float* panel, int64_t kp, const float* x, int64_t ldx, float* acc) {
-  __m256 c[MR][2];
-  for (int r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
+  const __m256 z = _mm256_setzero_ps();
+#define DECL(r) __m256 c##r##0 = z, c##r##1 = z; const float* x##r = x + (r) * ldx;
+  MOERUN_R6(DECL)
+#undef DECL
   for (int64_t k = 0; k < kp; ++k) {
     const __m256 b0 = _mm256_load_ps(panel + k * 16), b1 = _mm256_load_ps(panel + k * 16 + 8);
-    for (int r = 0; r < MR; ++r) {
-      const __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
-      c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
-      c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
+#define STEP(r)                                                  \
+    if constexpr (MR > (r)) {                                    \
+      const __m256 a = _mm256_broadcast_ss(x##r + k);            \
+      c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);                 \
+      c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);                 \
     }
+    MOERUN_R6(STEP)
+#undef STEP
   }
-  for (int r = 0; r < MR; ++r) {
-    _mm256_storeu_ps(acc + r * 16, c[r][0]);
-    _mm256_storeu_ps(acc + r * 16 + 8, c[r][1]);
+#define STORE(r)                                                 \
+  if constexpr (MR > (r)) {                                      \
+    _mm256_storeu_ps(acc + (r) * 16, c##r##0);                   \
+    _mm256_storeu_ps(acc + (r) * 16 + 8, c##r##1);               \
   }
+  MOERUN_R6(STORE)
+#undef STORE
 }
 
 }  // namespace

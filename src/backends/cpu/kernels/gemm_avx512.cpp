@@ -76,13 +76,17 @@ inline __m512 group_scale(const uint8_t* gs, int64_t g, float gmul) {
   }
 }
 
+// Accumulators are named variables (GCC keeps arrays of vectors in memory; see gemm_avx2.cpp).
+#define MOERUN_T8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 template <PackFmt F, int MT>
 void stream_t(const BlockRef& b, const float* x, int64_t ldx, float* acc) {
   constexpr int G = group_size(F);
   constexpr bool kSplit = MT <= 4;
   const int64_t pairs = b.kp / 2, gp = G ? G / 2 : pairs;
-  __m512 ae[MT], ao[MT];
-  for (int t = 0; t < MT; ++t) ae[t] = ao[t] = _mm512_setzero_ps();
+  const __m512 z = _mm512_setzero_ps();
+#define DECL(t) __m512 e##t = z, o##t = z; const float* x##t = x + (t) * ldx;
+  MOERUN_T8(DECL)
+#undef DECL
   for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
     __m512 s = _mm512_set1_ps(1.0f);
     if constexpr (G != 0) s = group_scale<F>(b.gscale, p0 / gp, b.gmul);
@@ -91,14 +95,19 @@ void stream_t(const BlockRef& b, const float* x, int64_t ldx, float* acc) {
       __m512 we, wo;
       load2<F>(b.data, p, we, wo);
       if constexpr (G != 0) { we = _mm512_mul_ps(we, s); wo = _mm512_mul_ps(wo, s); }
-      for (int t = 0; t < MT; ++t) {
-        ae[t] = _mm512_fmadd_ps(we, _mm512_set1_ps(x[t * ldx + 2 * p]), ae[t]);
-        if constexpr (kSplit) ao[t] = _mm512_fmadd_ps(wo, _mm512_set1_ps(x[t * ldx + 2 * p + 1]), ao[t]);
-        else ae[t] = _mm512_fmadd_ps(wo, _mm512_set1_ps(x[t * ldx + 2 * p + 1]), ae[t]);
+#define STEP(t)                                                                  \
+      if constexpr (MT > (t)) {                                                  \
+        e##t = _mm512_fmadd_ps(we, _mm512_set1_ps(x##t[2 * p]), e##t);           \
+        if constexpr (kSplit) o##t = _mm512_fmadd_ps(wo, _mm512_set1_ps(x##t[2 * p + 1]), o##t); \
+        else e##t = _mm512_fmadd_ps(wo, _mm512_set1_ps(x##t[2 * p + 1]), e##t); \
       }
+      MOERUN_T8(STEP)
+#undef STEP
     }
   }
-  for (int t = 0; t < MT; ++t) _mm512_storeu_ps(acc + t * 16, kSplit ? _mm512_add_ps(ae[t], ao[t]) : ae[t]);
+#define STORE(t) if constexpr (MT > (t)) _mm512_storeu_ps(acc + (t) * 16, _mm512_add_ps(e##t, o##t));
+  MOERUN_T8(STORE)
+#undef STORE
 }
 
 template <PackFmt F>
@@ -132,15 +141,22 @@ void panel_f(const BlockRef& b, float* panel) {
   }
 }
 
+#define MOERUN_R12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 template <int MR>
 void tile_t(const float* panel, int64_t kp, const float* x, int64_t ldx, float* acc) {
-  __m512 c[MR];
-  for (int r = 0; r < MR; ++r) c[r] = _mm512_setzero_ps();
+  const __m512 z = _mm512_setzero_ps();
+#define DECL(r) __m512 c##r = z; const float* x##r = x + (r) * ldx;
+  MOERUN_R12(DECL)
+#undef DECL
   for (int64_t k = 0; k < kp; ++k) {
     const __m512 bv = _mm512_load_ps(panel + k * 16);
-    for (int r = 0; r < MR; ++r) c[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), bv, c[r]);
+#define STEP(r) if constexpr (MR > (r)) c##r = _mm512_fmadd_ps(_mm512_set1_ps(x##r[k]), bv, c##r);
+    MOERUN_R12(STEP)
+#undef STEP
   }
-  for (int r = 0; r < MR; ++r) _mm512_storeu_ps(acc + r * 16, c[r]);
+#define STORE(r) if constexpr (MR > (r)) _mm512_storeu_ps(acc + (r) * 16, c##r);
+  MOERUN_R12(STORE)
+#undef STORE
 }
 
 template <int MR>
