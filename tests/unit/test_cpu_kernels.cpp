@@ -237,6 +237,46 @@ TEST(CpuKernels, EveryFormatEveryPathMatchesDenseLoop) {
     }
 }
 
+TEST(CpuKernels, AmxTilesMatchDenseLoopWithinBf16Rounding) {
+  if (detected_isa() < CpuIsa::kAmx) GTEST_SKIP() << "no usable AMX-BF16 here (CPU, XCR0 or permission)";
+  const KernelSet ks = kernels_for(CpuIsa::kAmx);
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
+    Stack s = make_stack(f, 1, 48, 256, 5);
+    auto p = pack_stack(s.m, LaneMap::kPlain);
+    for (int m : {1, 16, 17, 70}) {
+      const int64_t ldx = p->kp;
+      const int rows = (m + 15) / 16 * 16;
+      std::vector<float> x(static_cast<size_t>(rows * ldx), 0.0f);
+      std::mt19937 g(3);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (int i = 0; i < m; ++i)
+        for (int64_t k = 0; k < p->cols; ++k) x[static_cast<size_t>(i * ldx + k)] = u(g);
+      std::vector<uint16_t> xb(x.size());
+      for (int i = 0; i < rows; ++i) kernels::f32_to_bf16_row(x.data() + i * ldx, ldx, xb.data() + i * ldx);
+      std::vector<float> panel(static_cast<size_t>(p->kp * 16) + 16), acc(static_cast<size_t>(m * 16));
+      float* pa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(panel.data()) + 63) & ~uintptr_t{63});
+      std::vector<uint16_t> pb(static_cast<size_t>(p->kp * 16));
+      for (int64_t b = 0; b < p->nblocks; ++b) {
+        ks.panel(p->block(0, b), pa);
+        kernels::panel_to_bf16_vnni(pa, p->kp, pb.data());
+        kernels::tile_amx(pb.data(), p->kp, xb.data(), ldx, m, acc.data());
+        for (int i = 0; i < m; ++i)
+          for (int l = 0; l < 16; ++l) {
+            const int32_t r = p->lane_row[static_cast<size_t>(b * 16 + l)];
+            double want = 0, mag = 0;
+            for (int64_t k = 0; k < p->cols; ++k) {
+              const double t = static_cast<double>(x[static_cast<size_t>(i * ldx + k)]) * s.dense[static_cast<size_t>(r * p->cols + k)];
+              want += t;
+              mag += std::fabs(t);
+            }
+            ASSERT_NEAR(acc[static_cast<size_t>(i * 16 + l)], want, 1e-2 * mag) << "format " << static_cast<int>(f) << " m " << m;
+          }
+      }
+      kernels::amx_release();
+    }
+  }
+}
+
 TEST(CpuKernels, OddKIsPaddedWithZeros) {
   const auto lv = levels();
   if (lv.empty()) GTEST_SKIP();
