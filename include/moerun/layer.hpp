@@ -26,7 +26,8 @@ class MoeLayer {
   // and throws Error{kInvalidArgument} naming the bad one before any kernel runs; then runs.
   void forward(const ForwardArgs& args);
 
-  std::string variant_for(int64_t m) const { return runner_->variant_for(m); }
+  // The kernel variant a call with m tokens takes (the runner's answer, else the capabilities').
+  std::string variant_for(int64_t m) const;
 
  private:
   MoeSpec spec_;

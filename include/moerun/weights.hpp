@@ -20,6 +20,8 @@ struct MoeWeights {
   HostTensor router_weight;      // F32 [E, H]   optional: used when forward gets no router logits
   HostTensor router_bias;        // F32 [E]      when spec.router_bias
   HostTensor correction_bias;    // F32 [E]      when spec.routing.correction_bias
+  // Shared experts: every rank holds its tp slice; only ranks with rank % ep == 0 add it, since rank
+  // outputs are summed and each EP rank sees every token.
   ExpertMatrix shared_w13;       // [1, 2*Is/tp, H] when spec.shared.count > 0 (same format as experts)
   ExpertMatrix shared_w2;        // [1, H, Is/tp]
   HostTensor shared_gate;        // F32 [1, H]   when spec.shared.gated_by_router

@@ -63,6 +63,11 @@ MoeLayer::MoeLayer(MoeSpec spec, std::shared_ptr<const MoeWeights> weights, cons
   runner_ = plan_.chosen->create_runner(spec_, *weights_, platform, options);
 }
 
+std::string MoeLayer::variant_for(int64_t m) const {
+  std::string v = runner_->variant_for(m);
+  return v.empty() ? variant_for_tokens(plan_.chosen->capabilities(), spec_, m) : v;
+}
+
 void MoeLayer::forward(const ForwardArgs& args) {
   check_forward_args(spec_, args, plan_.chosen->capabilities().device);
   if (args.hidden.shape[0] == 0) return;

@@ -16,13 +16,6 @@
 
 namespace moerun {
 
-// Stand-ins for weights.cpp's parallel helpers (weak: the library's definitions win once merged).
-__attribute__((weak)) int local_experts(const MoeSpec& s) noexcept { return s.num_experts / s.parallel.ep; }
-__attribute__((weak)) int first_local_expert(const MoeSpec& s) noexcept {
-  return (s.parallel.rank % s.parallel.ep) * s.num_experts / s.parallel.ep;
-}
-__attribute__((weak)) int local_intermediate(const MoeSpec& s) noexcept { return s.intermediate / s.parallel.tp; }
-__attribute__((weak)) int tp_rank(const MoeSpec& s) noexcept { return s.parallel.rank / s.parallel.ep; }
 
 namespace {
 

@@ -121,7 +121,9 @@ class ReferenceRunner final : public Runner {
           if (has[static_cast<size_t>(t * k + j)]) acc += y[static_cast<size_t>((t * k + j) * h + c)];
         result[static_cast<size_t>(t * h + c)] = static_cast<float>(acc);
       }
-    if (spec_.shared.count > 0) add_shared(x.data(), m, result.data());
+    // Every EP rank sees all tokens and the rank outputs are summed, so exactly one EP rank (the
+    // first) adds the shared experts' tp slice.
+    if (spec_.shared.count > 0 && spec_.parallel.rank % spec_.parallel.ep == 0) add_shared(x.data(), m, result.data());
     convert_from_f32(result.data(), args.output);
   }
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""The torch baseline for cuda_moe_bench: the MoE expert stage written the usual way in PyTorch.
+
+sort by expert, gather, torch._grouped_mm (gate_up), silu-and-mul, torch._grouped_mm (down),
+router-weighted scatter-add. Uniform random routing (top-k of normal logits), bf16 weights drawn
+uniformly in +-1/sqrt(K). Median of CUDA-event intervals, each after an L2 flush.
+Usage: torch_baseline.py [--json out.json] [--quick]
+"""
+import argparse
+import json
+
+import torch
+import torch.nn.functional as F
+
+SHAPES = [("deepseek-v3", 256, 8, 7168, 2048), ("mixtral-8x7b", 8, 2, 4096, 14336),
+          ("qwen3-30b-a3b", 128, 8, 2048, 768), ("gpt-oss-120b-silu", 128, 4, 2880, 2880)]
+
+
+def moe_expert_stage(x, ids, w, w13, w2):
+    m, h = x.shape
+    k = ids.shape[1]
+    e = w13.shape[0]
+    inter = w2.shape[2]
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    tok = order // k
+    counts = torch.bincount(flat, minlength=e)
+    offs = torch.cumsum(counts, 0).to(torch.int32)
+    xs = x.index_select(0, tok)
+    gu = torch._grouped_mm(xs, w13.transpose(-2, -1), offs=offs)
+    a = F.silu(gu[:, :inter]) * gu[:, inter:]
+    y = torch._grouped_mm(a, w2.transpose(-2, -1), offs=offs)
+    y = y.float() * w.reshape(-1)[order].unsqueeze(1)
+    out = torch.zeros(m, h, dtype=torch.float32, device=x.device)
+    out.index_add_(0, tok, y)
+    return out.to(x.dtype)
+
+
+def median_ms(fn, reps, flush):
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default="")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    flush = torch.empty(512 << 20, dtype=torch.uint8, device=dev)
+    ms_list = [1, 128] if args.quick else [1, 16, 128, 1024, 8192]
+    rows = []
+    for name, e, k, h, i in SHAPES:
+        g = torch.Generator(device=dev)
+        g.manual_seed(11)
+        w13 = (torch.rand(e, 2 * i, h, device=dev, generator=g, dtype=torch.bfloat16) * 2 - 1) / h ** 0.5
+        w2 = (torch.rand(e, h, i, device=dev, generator=g, dtype=torch.bfloat16) * 2 - 1) / i ** 0.5
+        for m in ms_list:
+            x = torch.randn(m, h, device=dev, dtype=torch.bfloat16)
+            logits = torch.randn(m, e, device=dev)
+            w, ids = torch.topk(torch.softmax(logits, -1), k, dim=-1)
+            w = w / w.sum(-1, keepdim=True)
+            ids = ids.to(torch.int32)
+            try:
+                fn = lambda: moe_expert_stage(x, ids.long(), w, w13, w2)
+                fn()
+                ms = median_ms(fn, 10 if m >= 1024 else 30, flush)
+                rows.append({"shape": name, "M": m, "ms": ms})
+                print(f"torch {name:18s} M={m:5d} {ms:9.4f} ms", flush=True)
+            except Exception as ex:  # noqa: BLE001 - report and go on
+                print(f"torch {name} M={m}: failed: {ex}", flush=True)
+        del w13, w2
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+// cuda/cuda_check.hpp — checked CUDA runtime calls and an owning device buffer.
+//
+// Every CUDA call in the cuda and cublas backends goes through MOERUN_CUDA_CHECK: a failure throws
+// moerun::Error{kDevice} naming the call, the error's name and text, and the file and line.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "moerun/error.hpp"
+
+namespace moerun::cuda_detail {
+
+[[noreturn]] inline void throw_cuda(cudaError_t err, const char* call, const char* file, int line) {
+  throw_error(ErrorKind::kDevice, std::string("CUDA call ") + call + " failed with " +
+                                      cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
+                                      ") at " + file + ":" + std::to_string(line));
+}
+
+inline void check(cudaError_t err, const char* call, const char* file, int line) {
+  if (err != cudaSuccess) throw_cuda(err, call, file, line);
+}
+
+// Owns one cudaMalloc allocation. Grows only through reserve(); never shrinks.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { release(); }
+
+  // Makes room for at least `bytes`; returns true when it had to allocate (forbidden while a stream
+  // is being captured: the caller checks that first). Old contents are not kept.
+  bool reserve(size_t bytes);
+  void upload(const void* host, size_t bytes);  // reserve(bytes) + synchronous copy
+  void* get() const noexcept { return ptr_; }
+  template <typename T> T* as() const noexcept { return static_cast<T*>(ptr_); }
+  size_t capacity() const noexcept { return bytes_; }
+  void release() noexcept;
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace moerun::cuda_detail
+
+#define MOERUN_CUDA_CHECK(call) ::moerun::cuda_detail::check((call), #call, __FILE__, __LINE__)

@@ -1,0 +1,276 @@
+// cuda/device_runner.cpp — see device_runner.hpp.
+#include "backends/cuda/device_runner.hpp"
+
+#include <algorithm>
+
+namespace moerun::cuda_detail {
+
+using cuda_kernels::Act;
+using cuda_kernels::Elem;
+
+bool DeviceBuffer::reserve(size_t bytes) {
+  if (bytes <= bytes_) return false;
+  release();
+  MOERUN_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+  bytes_ = bytes;
+  return true;
+}
+
+void DeviceBuffer::upload(const void* host, size_t bytes) {
+  reserve(bytes);
+  if (bytes) MOERUN_CUDA_CHECK(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice));
+}
+
+void DeviceBuffer::release() noexcept {
+  if (ptr_) cudaFree(ptr_);
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+Elem elem_of(DType t) {
+  switch (t) {
+    case DType::kBF16: return Elem::kBF16;
+    case DType::kF16: return Elem::kF16;
+    case DType::kF32: return Elem::kF32;
+    default: break;
+  }
+  throw_error(ErrorKind::kUnsupported,
+              std::string("cuda: unsupported dtype ") + std::string(dtype_name(t)) + " (allowed: BF16, F16)");
+}
+
+Act act_of(ActivationKind k) { return static_cast<Act>(static_cast<int>(k)); }
+
+size_t elem_size(Elem e) { return e == Elem::kF32 ? 4 : 2; }
+
+Capabilities common_gpu_capabilities() {
+  Capabilities c;
+  c.device = DeviceKind::kCuda;
+  c.min_sm = 90;
+  c.max_sm = 90;  // built for sm_90a only
+  c.formats = {FormatSupport{WeightFormat::kBF16, ActQuant::kNone}, FormatSupport{WeightFormat::kF16, ActQuant::kNone}};
+  c.act_dtypes = {DType::kBF16, DType::kF16};
+  c.activations = {ActivationKind::kSiluAndMul, ActivationKind::kGeluAndMul, ActivationKind::kGeluTanhAndMul,
+                   ActivationKind::kSwigluOai,  ActivationKind::kRelu2,      ActivationKind::kSilu};
+  c.interleaved_gate_up = true;
+  c.scorings = {Scoring::kSoftmax, Scoring::kSigmoid};
+  c.softmax_after_topk = true;
+  c.correction_bias = true;
+  c.grouped_topk = true;
+  c.max_top_k = cuda_kernels::kMaxRoutingTopK;
+  c.max_experts = cuda_kernels::kMaxRoutingExperts;
+  c.hidden_multiple = 8;        // 16-byte rows for the asynchronous copies
+  c.intermediate_multiple = 8;
+  c.expert_bias = true;
+  c.router_bias = true;
+  return c;
+}
+
+void common_gpu_checks(const MoeSpec& spec, Support& out) {
+  const DType wd = spec.weight_format == WeightFormat::kF16 ? DType::kF16 : DType::kBF16;
+  if (spec.act_dtype != wd)
+    out.reasons.push_back("act_dtype " + std::string(dtype_name(spec.act_dtype)) +
+                          " differs from the weight dtype " + std::string(dtype_name(wd)) +
+                          ": the GPU backends compute in the weights' dtype (use the same dtype)");
+  if (spec.routing.n_group > 32)
+    out.reasons.push_back("n_group = " + std::to_string(spec.routing.n_group) + ": at most 32 groups");
+  if (spec.routing.n_group > 0 && spec.num_experts % spec.routing.n_group != 0)
+    out.reasons.push_back("num_experts must be a multiple of n_group");
+  if (spec.shared.count > 0 && !spec.activation.gated())
+    out.reasons.push_back("shared experts with a non-gated activation are not defined");
+  if (spec.shared.count > 0 && spec.shared.intermediate % 8 != 0)
+    out.reasons.push_back("shared.intermediate = " + std::to_string(spec.shared.intermediate) +
+                          ": must be a multiple of 8");
+}
+
+void upload_view(DeviceBuffer& dst, const TensorView& v, const std::string& what) {
+  if (v.empty() || v.numel() == 0) return;
+  if (v.device == DeviceKind::kCuda) {
+    dst.reserve(v.nbytes());
+    MOERUN_CUDA_CHECK(cudaMemcpy(dst.get(), v.data, v.nbytes(), cudaMemcpyDeviceToDevice));
+    return;
+  }
+  (void)what;
+  dst.upload(v.data, v.nbytes());
+}
+
+namespace {
+void check_matrix(const ExpertMatrix& m, WeightFormat f, const char* what) {
+  if (m.layout != "canonical")
+    throw_error(ErrorKind::kUnsupported, std::string("cuda: ") + what + " has layout '" + m.layout +
+                                             "'; only 'canonical' is prepared here");
+  if (m.format != f)
+    throw_error(ErrorKind::kUnsupported, std::string("cuda: ") + what + " format " +
+                                             std::string(to_string(m.format)) + " differs from the spec's");
+}
+}  // namespace
+
+DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index, bool need_tiles)
+    : spec_(spec), device_(device_index), need_tiles_(need_tiles) {
+  MOERUN_CUDA_CHECK(cudaSetDevice(device_));
+  if (spec.weight_format != WeightFormat::kBF16 && spec.weight_format != WeightFormat::kF16)
+    throw_error(ErrorKind::kUnsupported, "cuda: weight format " + std::string(to_string(spec.weight_format)) +
+                                             " is not supported (bf16, f16)");
+  elem_ = elem_of(spec.act_dtype);
+  E_ = spec.num_experts;
+  K_ = spec.top_k;
+  H_ = spec.hidden;
+  I_ = spec.intermediate;
+  R_ = spec.w13_rows();
+  check_matrix(w.w13, spec.weight_format, "w13");
+  check_matrix(w.w2, spec.weight_format, "w2");
+  if (w.w13.experts != E_ || w.w13.rows != R_ || w.w13.cols != H_ || w.w2.rows != H_ || w.w2.cols != I_)
+    throw_error(ErrorKind::kInvalidArgument, "cuda: expert weight shapes do not match the spec");
+  upload_view(w13, w.w13.data, "w13");
+  upload_view(w2, w.w2.data, "w2");
+  if (spec.expert_bias) {
+    upload_view(b13, w.w13_bias.view(), "w13_bias");
+    upload_view(b2, w.w2_bias.view(), "w2_bias");
+  }
+  if (spec.routing.correction_bias) upload_view(corr, w.correction_bias.view(), "correction_bias");
+  if (!w.router_weight.empty()) upload_view(router_w, w.router_weight.view(), "router_weight");
+  if (spec.router_bias && !w.router_bias.empty()) upload_view(router_b, w.router_bias.view(), "router_bias");
+  if (spec.shared.count > 0) {
+    check_matrix(w.shared_w13, spec.weight_format, "shared_w13");
+    check_matrix(w.shared_w2, spec.weight_format, "shared_w2");
+    Rs_ = static_cast<int>(w.shared_w13.rows);
+    Is_ = static_cast<int>(w.shared_w2.cols);
+    upload_view(sw13, w.shared_w13.data, "shared_w13");
+    upload_view(sw2, w.shared_w2.data, "shared_w2");
+    if (spec.shared.gated_by_router) upload_view(sgate, w.shared_gate.view(), "shared_gate");
+  }
+  MOERUN_CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking));
+}
+
+DeviceMoe::~DeviceMoe() {
+  if (own_stream_) cudaStreamDestroy(own_stream_);
+}
+
+cuda_kernels::AlignOutput DeviceMoe::align_out() const {
+  cuda_kernels::AlignOutput a;
+  a.seg_offsets = seg.as<int32_t>();
+  a.token_of_row = token_of_row.as<int32_t>();
+  a.slot_of_row = slot_of_row.as<int32_t>();
+  a.weight_of_row = weight_of_row.as<float>();
+  a.tile_expert = tile_e.as<int32_t>();
+  a.tile_row0 = tile_r.as<int32_t>();
+  a.num_tiles = ntiles.as<int32_t>();
+  return a;
+}
+
+void DeviceMoe::reserve(int64_t m, cudaStream_t s, size_t scratch_bytes) {
+  if (m <= cap_m_ && scratch_bytes <= cap_scratch_) return;
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  MOERUN_CUDA_CHECK(cudaStreamIsCapturing(s, &st));
+  if (st != cudaStreamCaptureStatusNone)
+    throw_error(ErrorKind::kInvalidArgument,
+                "cuda: a forward of " + std::to_string(m) +
+                    " tokens would allocate workspace while the stream is being captured; run one "
+                    "eager forward of at least this many tokens before capturing");
+  MOERUN_CUDA_CHECK(cudaDeviceSynchronize());  // old workspaces may still be in use
+  const int64_t cm = std::max<int64_t>(m, cap_m_);
+  const size_t es = elem_size(elem_);
+  const size_t rows = static_cast<size_t>(cm) * K_;
+  hidden_in.reserve(cm * H_ * es);
+  logits.reserve(cm * E_ * 4);
+  ids.reserve(rows * 4);
+  tw.reserve(rows * 4);
+  out.reserve(cm * H_ * es);
+  token_of_row.reserve(rows * 4);
+  slot_of_row.reserve(rows * 4);
+  weight_of_row.reserve(rows * 4);
+  seg.reserve((E_ + 1) * 4);
+  tile_e.reserve(cuda_kernels::max_tiles(rows, E_, 16) * 4);
+  tile_r.reserve(cuda_kernels::max_tiles(rows, E_, 16) * 4);
+  ntiles.reserve(4);
+  inter_buf.reserve(rows * I_ * es);
+  rows_buf.reserve(rows * H_ * 4);
+  if (Is_ > 0) {
+    sinter.reserve(cm * Is_ * es);
+    sout.reserve(cm * H_ * 4);
+  }
+  if (scratch_bytes) scratch.reserve(std::max(scratch_bytes, cap_scratch_));
+  cap_m_ = cm;
+  cap_scratch_ = std::max(scratch_bytes, cap_scratch_);
+}
+
+DeviceMoe::Call DeviceMoe::begin(const ForwardArgs& args, int block_m, size_t scratch_bytes) {
+  Call c;
+  c.m = args.hidden.shape.rank > 0 ? args.hidden.shape[0] : 0;
+  c.host = args.hidden.device != DeviceKind::kCuda;
+  for (const TensorView* v : {&args.router_logits, &args.topk_ids, &args.topk_weights, &args.output})
+    if (!v->empty() && (v->device == DeviceKind::kCuda) == c.host)
+      throw_error(ErrorKind::kInvalidArgument,
+                  "cuda: hidden, router_logits, topk and output must all be host tensors or all be "
+                  "device tensors");
+  MOERUN_CUDA_CHECK(cudaSetDevice(device_));
+  c.stream = c.host ? own_stream_ : static_cast<cudaStream_t>(args.stream);
+  if (c.m == 0) return c;
+  if (elem_of(args.hidden.dtype) != elem_)
+    throw_error(ErrorKind::kInvalidArgument, "cuda: hidden dtype differs from the spec's act_dtype");
+  reserve(c.m, c.stream, scratch_bytes);
+  const int64_t m = c.m;
+  const size_t es = elem_size(elem_);
+  const cudaStream_t s = c.stream;
+  const cudaMemcpyKind h2d = c.host ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice;
+  (void)h2d;
+  c.hidden = args.hidden.data;
+  c.out = args.output.data;
+  if (c.host) {
+    MOERUN_CUDA_CHECK(cudaMemcpyAsync(hidden_in.get(), args.hidden.data, m * H_ * es, cudaMemcpyHostToDevice, s));
+    c.hidden = hidden_in.get();
+    c.out = out.get();
+  }
+  const int32_t* id_ptr;
+  const float* w_ptr;
+  if (!args.topk_ids.empty()) {
+    id_ptr = args.topk_ids.as<int32_t>();
+    w_ptr = args.topk_weights.as<float>();
+    if (c.host) {
+      MOERUN_CUDA_CHECK(cudaMemcpyAsync(ids.get(), id_ptr, m * K_ * 4, cudaMemcpyHostToDevice, s));
+      MOERUN_CUDA_CHECK(cudaMemcpyAsync(tw.get(), w_ptr, m * K_ * 4, cudaMemcpyHostToDevice, s));
+      id_ptr = ids.as<int32_t>();
+      w_ptr = tw.as<float>();
+    }
+  } else {
+    const float* lg;
+    if (!args.router_logits.empty()) {
+      lg = args.router_logits.as<float>();
+      if (c.host) {
+        MOERUN_CUDA_CHECK(cudaMemcpyAsync(logits.get(), lg, m * E_ * 4, cudaMemcpyHostToDevice, s));
+        lg = logits.as<float>();
+      }
+    } else {
+      if (!router_w.get())
+        throw_error(ErrorKind::kInvalidArgument,
+                    "cuda: no router_logits, no topk and the weights have no router_weight");
+      MOERUN_CUDA_CHECK(cuda_kernels::launch_router_linear(elem_, c.hidden, m, H_, router_w.as<float>(),
+                                                           router_b.as<float>(), E_, logits.as<float>(), s));
+      lg = logits.as<float>();
+    }
+    cuda_kernels::RoutingParams rp;
+    rp.num_experts = E_;
+    rp.top_k = K_;
+    rp.scoring = spec_.routing.scoring == Scoring::kSigmoid ? 1 : 0;
+    rp.softmax_after_topk = spec_.routing.softmax_after_topk;
+    rp.correction_bias = spec_.routing.correction_bias ? corr.as<float>() : nullptr;
+    rp.n_group = spec_.routing.n_group;
+    rp.topk_group = spec_.routing.topk_group;
+    rp.renormalize = spec_.routing.renormalize;
+    rp.scale = spec_.routing.routed_scaling_factor;
+    MOERUN_CUDA_CHECK(cuda_kernels::launch_routing(rp, lg, m, ids.as<int32_t>(), tw.as<float>(), s));
+    id_ptr = ids.as<int32_t>();
+    w_ptr = tw.as<float>();
+  }
+  (void)need_tiles_;
+  MOERUN_CUDA_CHECK(cuda_kernels::launch_align(id_ptr, w_ptr, m, K_, E_, block_m, align_out(), s));
+  return c;
+}
+
+void DeviceMoe::finish(const ForwardArgs& args, const Call& c) {
+  if (!c.host || c.m == 0) return;
+  const size_t bytes = static_cast<size_t>(c.m) * H_ * elem_size(elem_);
+  MOERUN_CUDA_CHECK(cudaMemcpyAsync(args.output.data, c.out, bytes, cudaMemcpyDeviceToHost, c.stream));
+  MOERUN_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+}
+
+}  // namespace moerun::cuda_detail

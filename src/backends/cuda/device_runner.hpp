@@ -1,0 +1,79 @@
+// cuda/device_runner.hpp — pieces shared by the cuda and cublas runners: weights on the device,
+// device workspaces, staging of host tensors and the routing + alignment prologue.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/kernels/launch.hpp"
+#include "moerun/backend.hpp"
+
+namespace moerun::cuda_detail {
+
+cuda_kernels::Elem elem_of(DType t);
+cuda_kernels::Act act_of(ActivationKind k);
+size_t elem_size(cuda_kernels::Elem e);
+
+// Capabilities both GPU backends share (device, formats, routings, activations, shape rules).
+Capabilities common_gpu_capabilities();
+// Rules common_gpu_capabilities cannot say: act dtype equals the weight dtype, n_group <= 32, E
+// divisible by n_group, the shared expert's sizes multiples of 8.
+void common_gpu_checks(const MoeSpec& spec, Support& out);
+
+// Copies a host tensor (or an expert matrix's data) to a new device buffer; empty views give none.
+void upload_view(DeviceBuffer& dst, const TensorView& v, const std::string& what);
+
+// The device state of one runner: weights, workspaces, and the routed/aligned tokens of a call.
+class DeviceMoe {
+ public:
+  DeviceMoe(const MoeSpec& spec, const MoeWeights& weights, int device_index, bool need_tiles);
+  ~DeviceMoe();
+
+  // Resolves the call's tensors to device pointers (staging host tensors into workspaces), routes
+  // and aligns the tokens with tiles of block_m rows. Returns the stream the call runs on.
+  struct Call {
+    int64_t m = 0;
+    bool host = false;
+    cudaStream_t stream = nullptr;
+    const void* hidden = nullptr;
+    void* out = nullptr;
+  };
+  Call begin(const ForwardArgs& args, int block_m, size_t scratch_bytes = 0);
+  // Copies the output back for host calls and synchronises; nothing for device calls.
+  void finish(const ForwardArgs& args, const Call& call);
+
+  const MoeSpec& spec() const noexcept { return spec_; }
+  cuda_kernels::Elem elem() const noexcept { return elem_; }
+  int experts() const noexcept { return E_; }
+  int top_k() const noexcept { return K_; }
+  int hidden() const noexcept { return H_; }
+  int inter() const noexcept { return I_; }
+  int w13_rows() const noexcept { return R_; }
+  int shared_inter() const noexcept { return Is_; }
+  int shared_rows() const noexcept { return Rs_; }
+
+  // Weights.
+  DeviceBuffer w13, w2, b13, b2, corr, router_w, router_b, sw13, sw2, sgate;
+  // Workspaces (sized for capacity() tokens).
+  DeviceBuffer hidden_in, logits, ids, tw, out, token_of_row, slot_of_row, weight_of_row, seg, tile_e,
+      tile_r, ntiles, inter_buf, rows_buf, sinter, sout, scratch;
+  cuda_kernels::AlignOutput align_out() const;
+  // Grows the workspaces for m tokens (throws when that would allocate during a capture).
+  // extra_bytes_per_row: extra scratch per routed row (cublas: gathered activations).
+  void reserve(int64_t m, cudaStream_t s, size_t scratch_bytes);
+
+ private:
+  MoeSpec spec_;
+  cuda_kernels::Elem elem_;
+  int E_, K_, H_, I_, R_, Is_ = 0, Rs_ = 0;
+  int device_;
+  bool need_tiles_;
+  int64_t cap_m_ = -1;
+  size_t cap_scratch_ = 0;
+  cudaStream_t own_stream_ = nullptr;
+};
+
+}  // namespace moerun::cuda_detail

@@ -1,0 +1,145 @@
+// cuda/kernels/launch.hpp — host launchers of the cuda backend's kernels: raw pointers, shapes and a
+// stream, nothing else (no moerun framework types below this folder).
+//
+// Every launcher enqueues work on `stream` and returns; none synchronises with the host or allocates,
+// so a sequence of them can be captured in a CUDA graph. Launch errors come back as cudaError_t.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace moerun::cuda_kernels {
+
+// Element type of GEMM operands (activations and weights share it).
+enum class Elem : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
+
+// Activation codes (same order as moerun::ActivationKind).
+enum class Act : int { kSiluAndMul = 0, kGeluAndMul, kGeluTanhAndMul, kSwigluOai, kRelu2, kSilu };
+
+// ---- routing ----------------------------------------------------------------------------------------
+
+struct RoutingParams {
+  int num_experts = 0, top_k = 0;
+  int scoring = 0;               // 0 softmax, 1 sigmoid
+  bool softmax_after_topk = false;
+  const float* correction_bias = nullptr;  // [E] or null
+  int n_group = 1, topk_group = 1;
+  bool renormalize = true;
+  float scale = 1.0f;
+};
+
+// The most experts and top_k the routing kernel handles (one warp per token, lists in shared memory).
+inline constexpr int kMaxRoutingExperts = 1024;
+inline constexpr int kMaxRoutingTopK = 32;
+
+// logits [m, E] f32 -> ids [m, k] i32, weights [m, k] f32 (routing::topk_host semantics).
+cudaError_t launch_routing(const RoutingParams& p, const float* logits, int64_t m, int32_t* ids,
+                           float* weights, cudaStream_t stream);
+
+// logits[m, E] = hidden[m, H] (elem) @ router_weight[E, H]^T (f32) (+ bias[E]).
+cudaError_t launch_router_linear(Elem elem, const void* hidden, int64_t m, int h,
+                                 const float* router_weight, const float* router_bias, int e,
+                                 float* logits, cudaStream_t stream);
+
+// ---- alignment: (token, slot) pairs grouped by expert, plus the GEMM tile table -------------------
+
+struct AlignOutput {
+  int32_t* seg_offsets = nullptr;   // [E + 1]: rows of expert e are [seg_offsets[e], seg_offsets[e+1])
+  int32_t* token_of_row = nullptr;  // [m*k]: the token row r reads
+  int32_t* slot_of_row = nullptr;   // [m*k]: token*k + slot, where row r's result goes
+  float* weight_of_row = nullptr;   // [m*k]: its router weight
+  int32_t* tile_expert = nullptr;   // [max_tiles(m*k, E, block_m)]
+  int32_t* tile_row0 = nullptr;     // [max_tiles]: first row of the tile inside its expert's segment
+  int32_t* num_tiles = nullptr;     // [1]
+};
+
+// Upper bound of the tile count for `rows` rows over E experts in tiles of block_m rows.
+inline int64_t max_tiles(int64_t rows, int64_t experts, int block_m) {
+  return (rows + block_m - 1) / block_m + (experts < rows ? experts : rows);
+}
+
+// One block; ids [m*k] must be in [0, E) (E <= kMaxRoutingExperts).
+cudaError_t launch_align(const int32_t* ids, const float* weights, int64_t m, int top_k, int experts,
+                         int block_m, const AlignOutput& out, cudaStream_t stream);
+
+// ---- grouped GEMM (gate_up with gathered A and fused activation; down with weighted scatter) --------
+
+struct GroupedGemmParams {
+  // A: rows of [*, k] with leading dimension lda. Segment row r (global, over all experts) reads
+  // A row a_row_index[r], or row r when a_row_index is null.
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const int32_t* a_row_index = nullptr;
+  // B: per expert [n, k] row-major (K contiguous), expert e at b + e * b_expert_stride elements.
+  const void* b = nullptr;
+  int64_t b_expert_stride = 0;
+  int n = 0, k = 0;
+  // Segments and tiles: from launch_align. When seg_offsets is null there is one expert (0) whose
+  // segment is rows [0, rows) and tiles are consecutive.
+  const int32_t* seg_offsets = nullptr;
+  const int32_t* tile_expert = nullptr;
+  const int32_t* tile_row0 = nullptr;
+  const int32_t* num_tiles = nullptr;
+  int rows = 0;
+  int64_t grid_tiles = 0;  // blocks launched along M (>= the device tile count)
+  // Epilogue.
+  bool down = false;            // false: gate_up -> inter; true: down -> rows_out
+  Act act = Act::kSiluAndMul;
+  float alpha = 1.702f, limit = 7.0f;
+  bool interleaved = false;
+  const float* bias = nullptr;  // per expert [n] at bias + e * n
+  void* inter = nullptr;        // gate_up: [rows, n/2 or n] elem
+  int64_t ld_inter = 0;
+  float* rows_out = nullptr;    // down: rows_out[slot_of_row[r] * n + col] = w[r] * (acc + bias)
+  const int32_t* slot_of_row = nullptr;
+  const float* weight_of_row = nullptr;  // null: weight 1
+};
+
+// Tile configurations (the kernel variants shown by Capabilities::variants).
+enum class GemmConfig : int {
+  kStreamM16 = 0,  // 16 x 64 tiles, 5 stages: decode, streams each expert's weights once
+  kTileM64 = 1,    // 64 x 128 tiles, 4 stages
+  kTileM128 = 2,   // 128 x 128 tiles, 3 stages
+  kStreamM32 = 3,  // 32 x 64 tiles, 5 stages: a few tokens per expert, still one pass over weights
+};
+inline constexpr int kNumGemmConfigs = 4;
+int gemm_block_m(GemmConfig c);
+const char* gemm_config_name(GemmConfig c);
+
+cudaError_t launch_grouped_gemm_bf16(GemmConfig c, const GroupedGemmParams& p, cudaStream_t stream);
+cudaError_t launch_grouped_gemm_f16(GemmConfig c, const GroupedGemmParams& p, cudaStream_t stream);
+inline cudaError_t launch_grouped_gemm(Elem elem, GemmConfig c, const GroupedGemmParams& p,
+                                       cudaStream_t stream) {
+  return elem == Elem::kBF16 ? launch_grouped_gemm_bf16(c, p, stream)
+                             : launch_grouped_gemm_f16(c, p, stream);
+}
+
+// ---- combine ----------------------------------------------------------------------------------------
+
+// out[t, :] = sum_s rows[t*k + s, :] (+ gate_t * shared[t, :]) in `out_elem`. gate_t = 1, or
+// sigmoid(hidden[t] . shared_gate) when shared_gate is given (hidden in `hidden_elem`).
+cudaError_t launch_combine(const float* rows, int64_t m, int top_k, int h, const float* shared,
+                           const float* shared_gate, const void* hidden, Elem hidden_elem,
+                           void* out, Elem out_elem, cudaStream_t stream);
+
+// Elementwise helpers used by the cublas backend.
+// gather: dst[r, :] = src[token_of_row[r], :] for r < rows_bound (rows beyond seg_offsets[E] skipped).
+cudaError_t launch_gather_rows(Elem elem, const void* src, int h, const int32_t* token_of_row,
+                               const int32_t* total_rows, int64_t rows_bound, void* dst,
+                               cudaStream_t stream);
+// act: inter[r, j] = act(gate_up[r, :]) (+ bias of the row's expert), for r < *total_rows.
+cudaError_t launch_activation(Elem elem, const void* gate_up, int64_t n, const int32_t* expert_of_row,
+                              const float* bias, Act act, float alpha, float limit, bool interleaved,
+                              const int32_t* total_rows, int64_t rows_bound, void* inter,
+                              cudaStream_t stream);
+// scatter: rows_out[slot_of_row[r], :] = w[r] * (y[r, :] + bias[expert_of_row[r], :]).
+cudaError_t launch_weighted_scatter(Elem elem, const void* y, int h, const int32_t* slot_of_row,
+                                    const float* weight_of_row, const int32_t* expert_of_row,
+                                    const float* bias, const int32_t* total_rows,
+                                    int64_t rows_bound, float* rows_out, cudaStream_t stream);
+// expert_of_row[r] from seg_offsets (for the elementwise helpers).
+cudaError_t launch_expert_of_row(const int32_t* seg_offsets, int experts, int64_t rows_bound,
+                                 int32_t* expert_of_row, cudaStream_t stream);
+
+}  // namespace moerun::cuda_kernels

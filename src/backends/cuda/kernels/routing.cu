@@ -1,0 +1,415 @@
+// cuda/kernels/routing.cu — routing (fused scoring, bias, grouped top-k, renormalize, scale), the
+// router linear, token alignment by expert, the combine pass and the elementwise helpers.
+//
+// NOTES:
+//   Routing runs one warp per token with the token's scores in shared memory. Choices follow
+//   routing::topk_host exactly: NaN logits choose as -inf and weigh 0 (1/k each when every logit of
+//   the token is NaN); ties go to the lower expert id (and the lower group id).
+//   Alignment runs in one block: histogram, warp scan, tile table, then a fill with per-expert
+//   cursors. Rows inside an expert's segment are in no particular order; every row's result depends
+//   on its own data only and is written to its (token, slot) place, so outputs are deterministic.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cfloat>
+#include <climits>
+#include <cmath>
+
+#include "common.cuh"
+
+namespace moerun::cuda_kernels {
+namespace {
+
+constexpr int kRoutingWarps = 4;
+
+// Infinite logits are clamped to the largest finite float (as routing::topk_host does).
+__device__ __forceinline__ float clamp_inf(float x) { return isinf(x) ? copysignf(FLT_MAX, x) : x; }
+
+__device__ __forceinline__ bool better(float v1, int i1, float v2, int i2) {
+  return v1 > v2 || (v1 == v2 && i1 < i2);
+}
+
+// Warp-wide argmax over (value, index) pairs; every lane gets the winner. NaN marks "not a candidate".
+__device__ __forceinline__ void warp_argmax(float& v, int& i) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, off);
+    if (better(ov, oi, v, i)) { v = ov; i = oi; }
+  }
+}
+
+__global__ void routing_kernel(RoutingParams p, const float* __restrict__ logits, int64_t m,
+                               int32_t* __restrict__ ids, float* __restrict__ weights) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRoutingWarps + warp;
+  if (t >= m) return;  // whole warps leave; the kernel uses no block barrier
+  const int E = p.num_experts, K = p.top_k;
+  float* score = smem + static_cast<size_t>(warp) * (2 * E + kMaxRoutingTopK);
+  float* choice = score + E;
+  int* sel = reinterpret_cast<int*>(choice + E);
+  const float* row = logits + t * E;
+
+  // Phase 1: max and count of the non-NaN logits.
+  float mx = -INFINITY;
+  int valid = 0;
+  for (int e = lane; e < E; e += 32) {
+    const float l = row[e];
+    if (!isnan(l)) { mx = fmaxf(mx, clamp_inf(l)); ++valid; }
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    valid += __shfl_xor_sync(0xffffffffu, valid, off);
+  }
+  const bool softmax_all = p.scoring == 0 && !p.softmax_after_topk;
+  float sum = 0.0f;
+  if (softmax_all) {
+    for (int e = lane; e < E; e += 32) {
+      const float l = row[e];
+      if (!isnan(l)) sum += expf(clamp_inf(l) - mx);
+    }
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  }
+
+  // Phase 2: scores (weight source) and choice values.
+  for (int e = lane; e < E; e += 32) {
+    const float l = clamp_inf(row[e]);
+    float s, c;
+    if (isnan(l)) {
+      s = 0.0f;
+      c = -INFINITY;
+    } else {
+      if (p.scoring == 0) s = p.softmax_after_topk ? l : expf(l - mx) / sum;
+      else s = 1.0f / (1.0f + expf(-l));
+      c = s;
+      if (p.correction_bias) c += p.correction_bias[e];
+    }
+    score[e] = s;
+    choice[e] = c;
+  }
+  __syncwarp();
+
+  // Phase 3: grouped top-k keeps the topk_group best groups (n_group <= 32: one lane per group).
+  if (p.n_group > 1) {
+    const int gsize = E / p.n_group;
+    float gs = NAN;
+    if (lane < p.n_group) {
+      float b1 = -INFINITY, b2 = -INFINITY;
+      for (int j = 0; j < gsize; ++j) {
+        const float c = choice[lane * gsize + j];
+        if (c > b1) { b2 = b1; b1 = c; } else if (c > b2) { b2 = c; }
+      }
+      gs = p.correction_bias ? b1 + b2 : b1;
+      if (isnan(gs)) gs = -INFINITY;  // -inf + inf cannot happen; keep NaN only for "taken"
+    }
+    unsigned keep = 0;
+    for (int r = 0; r < p.topk_group; ++r) {
+      float v = lane < p.n_group && !isnan(gs) ? gs : -INFINITY;
+      int i = lane < p.n_group && !isnan(gs) ? lane : INT_MAX;
+      warp_argmax(v, i);
+      if (i < 32) keep |= 1u << i;
+      if (lane == i) gs = NAN;
+    }
+    __syncwarp();  // group scoring read choice[] above
+    for (int e = lane; e < E; e += 32)
+      if (!((keep >> (e / gsize)) & 1u)) choice[e] = NAN;  // dropped groups: never chosen
+    __syncwarp();
+  }
+
+  // Phase 4: top-k, ties to the lower id; chosen entries become NaN (no longer candidates).
+  for (int j = 0; j < K; ++j) {
+    float v = -INFINITY;
+    int i = INT_MAX;
+    for (int e = lane; e < E; e += 32) {
+      const float c = choice[e];
+      if (!isnan(c) && better(c, e, v, i)) { v = c; i = e; }
+    }
+    warp_argmax(v, i);
+    __syncwarp();  // every lane's scan of choice[] is done before it changes
+    if (lane == 0) { sel[j] = i; choice[i] = NAN; }
+    __syncwarp();
+  }
+
+  // Phase 5: weights (lane 0; k <= 32), sums in double as the host does.
+  if (lane == 0) {
+    float w[kMaxRoutingTopK];
+    if (valid == 0) {
+      for (int j = 0; j < K; ++j) w[j] = 1.0f / static_cast<float>(K);
+    } else if (p.softmax_after_topk) {
+      float m2 = -INFINITY;
+      for (int j = 0; j < K; ++j) {
+        const float l = row[sel[j]];
+        if (!isnan(l)) m2 = fmaxf(m2, clamp_inf(l));
+      }
+      double s2 = 0.0;
+      for (int j = 0; j < K; ++j) {
+        const float l = row[sel[j]];
+        w[j] = isnan(l) ? 0.0f : expf(clamp_inf(l) - m2);
+        s2 += w[j];
+      }
+      for (int j = 0; j < K; ++j) w[j] = static_cast<float>(w[j] / s2);
+    } else {
+      double s2 = 0.0;
+      for (int j = 0; j < K; ++j) { w[j] = score[sel[j]]; s2 += w[j]; }
+      if (p.renormalize)
+        for (int j = 0; j < K; ++j) w[j] = s2 > 0 ? static_cast<float>(w[j] / s2) : 1.0f / static_cast<float>(K);
+    }
+    for (int j = 0; j < K; ++j) {
+      ids[t * K + j] = sel[j];
+      weights[t * K + j] = w[j] * p.scale;
+    }
+  }
+}
+
+template <typename T>
+__global__ void router_linear_kernel(const T* __restrict__ hidden, int64_t m, int h,
+                                     const float* __restrict__ w, const float* __restrict__ bias,
+                                     int e, float* __restrict__ logits) {
+  const int64_t gw = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (gw >= m * e) return;
+  const int64_t t = gw / e;
+  const int x = static_cast<int>(gw % e);
+  float acc = 0.0f;
+  for (int i = lane; i < h; i += 32) acc += to_f32(hidden[t * h + i]) * w[static_cast<int64_t>(x) * h + i];
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) logits[gw] = acc + (bias ? bias[x] : 0.0f);
+}
+
+constexpr int kAlignThreads = 1024;
+
+__global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* __restrict__ ids,
+                                                              const float* __restrict__ weights,
+                                                              int64_t rows, int top_k, int E,
+                                                              int block_m, AlignOutput out) {
+  __shared__ int count[kMaxRoutingExperts];
+  __shared__ int offset[kMaxRoutingExperts + 1];
+  __shared__ int tile_off[kMaxRoutingExperts + 1];
+  __shared__ int cursor[kMaxRoutingExperts];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) { count[e] = 0; cursor[e] = 0; }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) atomicAdd(&count[ids[i]], 1);
+  __syncthreads();
+  // Exclusive scans of counts and tile counts: warp 0, each lane a contiguous run of experts.
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const int per = (E + 31) / 32;
+    const int lo = min(E, lane * per), hi = min(E, lo + per);
+    int rs = 0, ts = 0;
+    for (int e = lo; e < hi; ++e) { rs += count[e]; ts += (count[e] + block_m - 1) / block_m; }
+    int ri = rs, ti = ts;  // inclusive warp scan
+    for (int off = 1; off < 32; off <<= 1) {
+      const int a = __shfl_up_sync(0xffffffffu, ri, off), b = __shfl_up_sync(0xffffffffu, ti, off);
+      if (lane >= off) { ri += a; ti += b; }
+    }
+    int r0 = ri - rs, t0 = ti - ts;
+    for (int e = lo; e < hi; ++e) {
+      offset[e] = r0;
+      tile_off[e] = t0;
+      r0 += count[e];
+      t0 += (count[e] + block_m - 1) / block_m;
+    }
+    if (lane == 31) { offset[E] = ri; tile_off[E] = ti; *out.num_tiles = ti; }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e <= E; e += blockDim.x) out.seg_offsets[e] = offset[e];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    const int n = (count[e] + block_m - 1) / block_m;
+    for (int j = 0; j < n; ++j) {
+      out.tile_expert[tile_off[e] + j] = e;
+      out.tile_row0[tile_off[e] + j] = j * block_m;
+    }
+  }
+  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+    const int e = ids[i];
+    const int pos = offset[e] + atomicAdd(&cursor[e], 1);
+    out.token_of_row[pos] = static_cast<int32_t>(i / top_k);
+    out.slot_of_row[pos] = static_cast<int32_t>(i);
+    out.weight_of_row[pos] = weights[i];
+  }
+}
+
+template <typename TH, typename TO>
+__global__ void combine_kernel(const float* __restrict__ rows, int top_k, int h,
+                               const float* __restrict__ shared, const float* __restrict__ shared_gate,
+                               const TH* __restrict__ hidden, TO* __restrict__ out) {
+  const int64_t t = blockIdx.x;
+  float gate = 1.0f;
+  if (shared && shared_gate) {
+    __shared__ float part[32];
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < h; i += blockDim.x) acc += to_f32(hidden[t * h + i]) * shared_gate[i];
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      float v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      if (threadIdx.x == 0) part[0] = v;
+    }
+    __syncthreads();
+    gate = 1.0f / (1.0f + expf(-part[0]));
+  }
+  const float* base = rows + t * top_k * h;
+  for (int i = threadIdx.x; i < h; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int s = 0; s < top_k; ++s) acc += base[static_cast<int64_t>(s) * h + i];
+    if (shared) acc += gate * shared[t * h + i];
+    out[t * h + i] = from_f32<TO>(acc);
+  }
+}
+
+template <typename T>
+__global__ void gather_rows_kernel(const T* __restrict__ src, int h, const int32_t* __restrict__ token,
+                                   const int32_t* __restrict__ total, T* __restrict__ dst) {
+  const int64_t r = blockIdx.x;
+  if (r >= *total) return;
+  const int64_t s = token[r];
+  for (int i = threadIdx.x; i < h; i += blockDim.x) dst[r * h + i] = src[s * h + i];
+}
+
+template <typename T>
+__global__ void activation_kernel(const T* __restrict__ gu, int64_t n, const int32_t* __restrict__ eor,
+                                  const float* __restrict__ bias, Act act, float alpha, float limit,
+                                  bool interleaved, const int32_t* __restrict__ total,
+                                  T* __restrict__ inter) {
+  const int64_t r = blockIdx.x;
+  if (r >= *total) return;
+  const bool gated = act_gated(act);
+  const int64_t outn = gated ? n / 2 : n;
+  const float* b = bias ? bias + static_cast<int64_t>(eor[r]) * n : nullptr;
+  for (int64_t j = threadIdx.x; j < outn; j += blockDim.x) {
+    const int64_t gi = gated ? (interleaved ? 2 * j : j) : j;
+    const int64_t ui = gated ? (interleaved ? 2 * j + 1 : outn + j) : j;
+    float g = to_f32(gu[r * n + gi]), u = gated ? to_f32(gu[r * n + ui]) : 0.0f;
+    if (b) { g += b[gi]; if (gated) u += b[ui]; }
+    inter[r * outn + j] = from_f32<T>(apply_act(act, g, u, alpha, limit));
+  }
+}
+
+template <typename T>
+__global__ void weighted_scatter_kernel(const T* __restrict__ y, int h, const int32_t* __restrict__ slot,
+                                        const float* __restrict__ w, const int32_t* __restrict__ eor,
+                                        const float* __restrict__ bias, const int32_t* __restrict__ total,
+                                        float* __restrict__ rows_out) {
+  const int64_t r = blockIdx.x;
+  if (r >= *total) return;
+  const float wr = w[r];
+  const float* b = bias ? bias + static_cast<int64_t>(eor[r]) * h : nullptr;
+  float* dst = rows_out + static_cast<int64_t>(slot[r]) * h;
+  for (int i = threadIdx.x; i < h; i += blockDim.x) dst[i] = wr * (to_f32(y[r * h + i]) + (b ? b[i] : 0.0f));
+}
+
+__global__ void expert_of_row_kernel(const int32_t* __restrict__ seg, int E, int64_t rows_bound,
+                                     int32_t* __restrict__ eor) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows_bound || r >= seg[E]) return;
+  int lo = 0, hi = E - 1;  // last e with seg[e] <= r
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (seg[mid] <= r) lo = mid; else hi = mid - 1;
+  }
+  eor[r] = lo;
+}
+
+template <typename F>
+cudaError_t by_elem(Elem e, F&& f) {
+  switch (e) {
+    case Elem::kBF16: return f(__nv_bfloat16{});
+    case Elem::kF16: return f(__half{});
+    case Elem::kF32: return f(float{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t launch_routing(const RoutingParams& p, const float* logits, int64_t m, int32_t* ids,
+                           float* weights, cudaStream_t stream) {
+  if (m == 0) return cudaSuccess;
+  if (p.num_experts > kMaxRoutingExperts || p.top_k > kMaxRoutingTopK || p.n_group > 32)
+    return cudaErrorInvalidValue;
+  const size_t smem = kRoutingWarps * (2 * p.num_experts + kMaxRoutingTopK) * sizeof(float);
+  const int64_t blocks = (m + kRoutingWarps - 1) / kRoutingWarps;
+  routing_kernel<<<static_cast<unsigned>(blocks), kRoutingWarps * 32, smem, stream>>>(p, logits, m, ids, weights);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_router_linear(Elem elem, const void* hidden, int64_t m, int h, const float* w,
+                                 const float* bias, int e, float* logits, cudaStream_t stream) {
+  if (m == 0) return cudaSuccess;
+  const int64_t warps = m * e;
+  const unsigned blocks = static_cast<unsigned>((warps * 32 + 255) / 256);
+  return by_elem(elem, [&](auto tag) {
+    using T = decltype(tag);
+    router_linear_kernel<T><<<blocks, 256, 0, stream>>>(static_cast<const T*>(hidden), m, h, w, bias, e, logits);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_align(const int32_t* ids, const float* weights, int64_t m, int top_k, int experts,
+                         int block_m, const AlignOutput& out, cudaStream_t stream) {
+  if (experts > kMaxRoutingExperts) return cudaErrorInvalidValue;
+  align_kernel<<<1, kAlignThreads, 0, stream>>>(ids, weights, m * top_k, top_k, experts, block_m, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_combine(const float* rows, int64_t m, int top_k, int h, const float* shared,
+                           const float* shared_gate, const void* hidden, Elem hidden_elem, void* out,
+                           Elem out_elem, cudaStream_t stream) {
+  if (m == 0) return cudaSuccess;
+  return by_elem(hidden_elem, [&](auto htag) {
+    using TH = decltype(htag);
+    return by_elem(out_elem, [&](auto otag) {
+      using TO = decltype(otag);
+      combine_kernel<TH, TO><<<static_cast<unsigned>(m), 256, 0, stream>>>(
+          rows, top_k, h, shared, shared_gate, static_cast<const TH*>(hidden), static_cast<TO*>(out));
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t launch_gather_rows(Elem elem, const void* src, int h, const int32_t* token,
+                               const int32_t* total, int64_t rows_bound, void* dst, cudaStream_t stream) {
+  if (rows_bound == 0) return cudaSuccess;
+  return by_elem(elem, [&](auto tag) {
+    using T = decltype(tag);
+    gather_rows_kernel<T><<<static_cast<unsigned>(rows_bound), 256, 0, stream>>>(
+        static_cast<const T*>(src), h, token, total, static_cast<T*>(dst));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_activation(Elem elem, const void* gu, int64_t n, const int32_t* eor, const float* bias,
+                              Act act, float alpha, float limit, bool interleaved, const int32_t* total,
+                              int64_t rows_bound, void* inter, cudaStream_t stream) {
+  if (rows_bound == 0) return cudaSuccess;
+  return by_elem(elem, [&](auto tag) {
+    using T = decltype(tag);
+    activation_kernel<T><<<static_cast<unsigned>(rows_bound), 256, 0, stream>>>(
+        static_cast<const T*>(gu), n, eor, bias, act, alpha, limit, interleaved, total, static_cast<T*>(inter));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_weighted_scatter(Elem elem, const void* y, int h, const int32_t* slot, const float* w,
+                                    const int32_t* eor, const float* bias, const int32_t* total,
+                                    int64_t rows_bound, float* rows_out, cudaStream_t stream) {
+  if (rows_bound == 0) return cudaSuccess;
+  return by_elem(elem, [&](auto tag) {
+    using T = decltype(tag);
+    weighted_scatter_kernel<T><<<static_cast<unsigned>(rows_bound), 256, 0, stream>>>(
+        static_cast<const T*>(y), h, slot, w, eor, bias, total, rows_out);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_expert_of_row(const int32_t* seg, int experts, int64_t rows_bound, int32_t* eor,
+                                 cudaStream_t stream) {
+  if (rows_bound == 0) return cudaSuccess;
+  expert_of_row_kernel<<<static_cast<unsigned>((rows_bound + 255) / 256), 256, 0, stream>>>(seg, experts, rows_bound, eor);
+  return cudaGetLastError();
+}
+
+}  // namespace moerun::cuda_kernels

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs moerun into <build>/_install and builds examples/plugin against it with find_package(moerun),
+# twice: as shipped, and pretending to be built against ABI version 2 (for the refusal test).
+set -euo pipefail
+src=$1 build=$2
+cmake --install "$build" --prefix "$build/_install" >/dev/null
+for abi in "" 2; do
+  out="$build/plugin-example${abi:+-abi$abi}"
+  cmake -S "$src/examples/plugin" -B "$out" -DCMAKE_PREFIX_PATH="$build/_install" -DEXAMPLE_ABI_OVERRIDE="$abi" >/dev/null
+  cmake --build "$out" >/dev/null
+done
+ls "$build"/plugin-example*/libmoerun_example_plugin*.so

@@ -1,0 +1,410 @@
+// GPU conformance of the cuda and cublas backends against the reference backend, exact routing
+// against routing::topk_host, and CUDA-graph capture/replay == eager. Skips cleanly without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cublas/cublas_backend.hpp"
+#include "backends/cuda/cuda_backend.hpp"
+#include "backends/cuda/kernels/launch.hpp"
+#include "backends/reference/reference_backend.hpp"
+#include "moerun/backend.hpp"
+#include "moerun/formats.hpp"
+#include "moerun/weights.hpp"
+#include "routing/topk.hpp"
+
+namespace moerun {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+#define REQUIRE_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+#define CK(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+Platform sm90_platform() {
+  Platform p;
+  p.description = "test sm90";
+  GpuInfo g;
+  g.name = "test";
+  g.sm = 90;
+  g.arch_specific = true;
+  g.multiprocessors = 132;
+  p.gpus.push_back(g);
+  return p;
+}
+
+MoeSpec make_spec(int e, int k, int h, int i, ActivationKind act = ActivationKind::kSiluAndMul,
+                  WeightFormat f = WeightFormat::kBF16) {
+  MoeSpec s;
+  s.name = "gpu-test";
+  s.num_experts = e;
+  s.top_k = k;
+  s.hidden = h;
+  s.intermediate = i;
+  s.activation.kind = act;
+  s.weight_format = f;
+  s.act_dtype = f == WeightFormat::kF16 ? DType::kF16 : DType::kBF16;
+  return s;
+}
+
+HostTensor random_act(DType t, int64_t m, int64_t h, std::mt19937& rng) {
+  HostTensor x(t, {m, h});
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t i = 0; i < m * h; ++i) {
+    const float v = nd(rng);
+    if (t == DType::kBF16) x.as<uint16_t>()[i] = f32_to_bf16(v);
+    else x.as<uint16_t>()[i] = f32_to_fp16(v);
+  }
+  return x;
+}
+
+float act_at(const HostTensor& x, int64_t i) {
+  return x.dtype() == DType::kBF16 ? bf16_to_f32(x.as<uint16_t>()[i]) : fp16_to_f32(x.as<uint16_t>()[i]);
+}
+
+// Poisons a half-precision tensor with NaN so that unwritten elements show.
+void poison(HostTensor& x) { std::memset(x.data(), 0xFF, x.nbytes()); }
+
+struct Inputs {
+  HostTensor hidden, logits, ids, weights;
+};
+
+enum class Route { kLogits, kTopkGiven, kHotExpert };
+
+Inputs make_inputs(const MoeSpec& s, int64_t m, uint64_t seed, Route route, float nan_rate = 0.0f) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  Inputs in;
+  in.hidden = random_act(s.act_dtype, m, s.hidden, rng);
+  if (route == Route::kLogits) {
+    in.logits = HostTensor(DType::kF32, {m, s.num_experts});
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (int64_t i = 0; i < m * s.num_experts; ++i)
+      in.logits.as<float>()[i] = u(rng) < nan_rate ? NAN : nd(rng);
+  } else {
+    in.ids = HostTensor(DType::kI32, {m, s.top_k});
+    in.weights = HostTensor(DType::kF32, {m, s.top_k});
+    std::uniform_real_distribution<float> u(0.1f, 1.0f);
+    for (int64_t t = 0; t < m; ++t) {
+      std::vector<int> perm(static_cast<size_t>(s.num_experts));
+      for (int e = 0; e < s.num_experts; ++e) perm[static_cast<size_t>(e)] = e;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      if (route == Route::kHotExpert) {  // slot 0 is always expert 3
+        auto it = std::find(perm.begin(), perm.end(), 3);
+        std::iter_swap(perm.begin(), it);
+      }
+      for (int j = 0; j < s.top_k; ++j) {
+        in.ids.as<int32_t>()[t * s.top_k + j] = perm[static_cast<size_t>(j)];
+        in.weights.as<float>()[t * s.top_k + j] = u(rng);
+      }
+    }
+  }
+  return in;
+}
+
+ForwardArgs host_args(const Inputs& in, HostTensor& out) {
+  ForwardArgs a;
+  a.hidden = in.hidden.view();
+  if (!in.logits.empty()) a.router_logits = in.logits.view();
+  if (!in.ids.empty()) {
+    a.topk_ids = in.ids.view();
+    a.topk_weights = in.weights.view();
+  }
+  a.output = out.view();
+  return a;
+}
+
+// ||out - ref|| / ||ref|| over finite outputs; any non-finite output fails.
+double rel_error(const HostTensor& out, const HostTensor& ref, int64_t n, int64_t* bad) {
+  double num = 0.0, den = 0.0;
+  *bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double o = act_at(out, i), r = act_at(ref, i);
+    if (!std::isfinite(o)) { ++*bad; continue; }
+    num += (o - r) * (o - r);
+    den += r * r;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+std::shared_ptr<const Backend> backend_named(const std::string& name) {
+  return name == "cublas" ? make_cublas_backend() : make_cuda_backend();
+}
+
+void check_case(const std::string& backend, const MoeSpec& spec, int64_t m, uint64_t seed, Route route,
+                float nan_rate = 0.0f) {
+  spec.validate();
+  const Platform plat = sm90_platform();
+  auto be = backend_named(backend);
+  const Support sup = supports(*be, spec, plat);
+  ASSERT_TRUE(sup.ok()) << backend << " refuses " << spec.summary() << ": "
+                        << (sup.reasons.empty() ? "" : sup.reasons.front());
+  const MoeWeights w = random_weights(spec, seed);
+  auto runner = be->create_runner(spec, w, plat, {});
+  auto ref = make_reference_backend()->create_runner(spec, w, plat, {});
+  const Inputs in = make_inputs(spec, m, seed + 7, route, nan_rate);
+  HostTensor out(spec.act_dtype, {m, spec.hidden}), want(spec.act_dtype, {m, spec.hidden});
+  poison(out);
+  runner->forward(host_args(in, out));
+  ref->forward(host_args(in, want));
+  int64_t bad = 0;
+  const double err = m ? rel_error(out, want, m * spec.hidden, &bad) : 0.0;
+  EXPECT_EQ(bad, 0) << backend << " left non-finite outputs, " << spec.summary() << " m=" << m;
+  EXPECT_LT(err, 1.5e-2) << backend << " " << spec.summary() << " m=" << m << " variant "
+                         << runner->variant_for(m);
+}
+
+class GpuConformance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuConformance, SmallEveryActivationAndTileShape) {
+  REQUIRE_GPU();
+  for (ActivationKind a : {ActivationKind::kSiluAndMul, ActivationKind::kGeluAndMul, ActivationKind::kGeluTanhAndMul,
+                           ActivationKind::kSwigluOai, ActivationKind::kRelu2, ActivationKind::kSilu})
+    for (int64_t m : {1, 33, 257, 513}) {
+      MoeSpec s = make_spec(8, 2, 264, 136, a);
+      if (a == ActivationKind::kSwigluOai) s.activation.interleaved_gate_up = (m % 2 == 1);
+      SCOPED_TRACE(std::string(to_string(a)) + " m=" + std::to_string(m));
+      check_case(GetParam(), s, m, 100 + m, Route::kLogits);
+    }
+}
+
+TEST_P(GpuConformance, SmallEmptyExpertsAndFp16) {
+  REQUIRE_GPU();
+  check_case(GetParam(), make_spec(64, 2, 128, 64), 5, 1, Route::kLogits);
+  check_case(GetParam(), make_spec(16, 4, 256, 128, ActivationKind::kSiluAndMul, WeightFormat::kF16), 97, 2,
+             Route::kLogits);
+}
+
+TEST_P(GpuConformance, SmallHotExpertAndGivenTopk) {
+  REQUIRE_GPU();
+  check_case(GetParam(), make_spec(16, 2, 128, 96), 300, 3, Route::kHotExpert);
+  check_case(GetParam(), make_spec(16, 3, 128, 96), 41, 4, Route::kTopkGiven);
+}
+
+TEST_P(GpuConformance, SmallGroupedSigmoidBiasScaling) {
+  REQUIRE_GPU();
+  MoeSpec s = make_spec(32, 4, 256, 64);
+  s.routing.scoring = Scoring::kSigmoid;
+  s.routing.correction_bias = true;
+  s.routing.n_group = 4;
+  s.routing.topk_group = 2;
+  s.routing.routed_scaling_factor = 2.5f;
+  check_case(GetParam(), s, 77, 5, Route::kLogits);
+  check_case(GetParam(), s, 19, 6, Route::kLogits, 0.2f);  // NaN logits
+}
+
+TEST_P(GpuConformance, SmallGptOssStyle) {
+  REQUIRE_GPU();
+  MoeSpec s = make_spec(16, 4, 192, 96, ActivationKind::kSwigluOai);
+  s.activation.interleaved_gate_up = true;
+  s.routing.softmax_after_topk = true;
+  s.expert_bias = true;
+  check_case(GetParam(), s, 65, 7, Route::kLogits);
+}
+
+TEST_P(GpuConformance, MZeroDoesNothing) {
+  REQUIRE_GPU();
+  const MoeSpec s = make_spec(8, 2, 128, 64);
+  const Platform plat = sm90_platform();
+  const MoeWeights w = random_weights(s, 9);
+  auto runner = backend_named(GetParam())->create_runner(s, w, plat, {});
+  HostTensor hidden(s.act_dtype, {0, s.hidden}), logits(DType::kF32, {0, s.num_experts}), out(s.act_dtype, {0, s.hidden});
+  ForwardArgs a;
+  a.hidden = hidden.view();
+  a.router_logits = logits.view();
+  a.output = out.view();
+  EXPECT_NO_THROW(runner->forward(a));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GpuConformance, ::testing::Values("cuda", "cublas"));
+
+TEST(CudaBackend, SmallSharedExpertsGated) {
+  REQUIRE_GPU();
+  MoeSpec s = make_spec(8, 2, 256, 128);
+  s.shared.count = 1;
+  s.shared.intermediate = 192;
+  s.shared.gated_by_router = true;
+  check_case("cuda", s, 45, 11, Route::kLogits);
+}
+
+TEST(CudaBackend, SmallRouterWeightWhenNoLogits) {
+  REQUIRE_GPU();
+  MoeSpec s = make_spec(8, 2, 128, 64);
+  s.router_bias = true;
+  s.validate();
+  const Platform plat = sm90_platform();
+  MoeWeights w = random_weights(s, 12);
+  if (w.router_weight.empty()) GTEST_SKIP() << "random_weights gave no router_weight";
+  auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+  auto ref = make_reference_backend()->create_runner(s, w, plat, {});
+  std::mt19937 rng(3);
+  HostTensor hidden = random_act(s.act_dtype, 17, s.hidden, rng);
+  HostTensor out(s.act_dtype, {17, s.hidden}), want(s.act_dtype, {17, s.hidden});
+  ForwardArgs a;
+  a.hidden = hidden.view();
+  a.output = out.view();
+  runner->forward(a);
+  a.output = want.view();
+  ref->forward(a);
+  int64_t bad = 0;
+  EXPECT_LT(rel_error(out, want, 17 * s.hidden, &bad), 1.5e-2);
+  EXPECT_EQ(bad, 0);
+}
+
+// Routing ids must equal routing::topk_host exactly; weights to float rounding.
+TEST(CudaRouting, SmallMatchesHostExactly) {
+  REQUIRE_GPU();
+  std::mt19937 rng(42);
+  struct R { int e, k, ng, tg; Scoring sc; bool bias, after, renorm; float scale; float nan; bool ties; };
+  const R cases[] = {
+      {8, 2, 1, 1, Scoring::kSoftmax, false, false, true, 1.0f, 0.0f, false},
+      {256, 8, 8, 4, Scoring::kSigmoid, true, false, true, 2.5f, 0.0f, false},
+      {256, 8, 8, 4, Scoring::kSigmoid, true, false, true, 2.5f, 0.05f, true},
+      {128, 4, 1, 1, Scoring::kSoftmax, false, true, true, 1.0f, 0.1f, true},
+      {128, 8, 1, 1, Scoring::kSoftmax, false, false, false, 1.0f, 0.0f, true},
+      {60, 6, 1, 1, Scoring::kSoftmax, false, false, true, 1.0f, 1.0f, false},   // all NaN
+      {1000, 32, 1, 1, Scoring::kSigmoid, false, false, true, 1.0f, 0.3f, false},
+      {64, 6, 8, 3, Scoring::kSoftmax, false, false, true, 1.0f, 0.0f, true},
+  };
+  for (const R& c : cases) {
+    MoeSpec s = make_spec(c.e, c.k, 64, 64);
+    s.routing.scoring = c.sc;
+    s.routing.correction_bias = c.bias;
+    s.routing.n_group = c.ng;
+    s.routing.topk_group = c.tg;
+    s.routing.softmax_after_topk = c.after;
+    s.routing.renormalize = c.renorm;
+    s.routing.routed_scaling_factor = c.scale;
+    s.validate();
+    const int64_t m = 333;
+    std::vector<float> logits(static_cast<size_t>(m * c.e)), bias(static_cast<size_t>(c.e));
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (auto& v : logits) {
+      v = c.ties ? std::round(nd(rng) * 2.0f) / 2.0f : nd(rng);
+      if (u(rng) < c.nan) v = NAN;
+      if (u(rng) < 0.01f) v = u(rng) < 0.5f ? INFINITY : -INFINITY;
+    }
+    for (auto& b : bias) b = c.ties ? 0.0f : nd(rng) * 0.01f;
+    std::vector<int32_t> want_ids(static_cast<size_t>(m * c.k)), got_ids(want_ids.size());
+    std::vector<float> want_w(want_ids.size()), got_w(want_ids.size());
+    routing::topk_host(s, logits.data(), m, c.bias ? bias.data() : nullptr, want_ids.data(), want_w.data());
+    float *dl, *db, *dw;
+    int32_t* di;
+    CK(cudaMalloc(&dl, logits.size() * 4));
+    CK(cudaMalloc(&db, bias.size() * 4));
+    CK(cudaMalloc(&dw, want_w.size() * 4));
+    CK(cudaMalloc(&di, want_ids.size() * 4));
+    CK(cudaMemcpy(dl, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+    cuda_kernels::RoutingParams p;
+    p.num_experts = c.e;
+    p.top_k = c.k;
+    p.scoring = c.sc == Scoring::kSigmoid ? 1 : 0;
+    p.softmax_after_topk = c.after;
+    p.correction_bias = c.bias ? db : nullptr;
+    p.n_group = c.ng;
+    p.topk_group = c.tg;
+    p.renormalize = c.renorm;
+    p.scale = c.scale;
+    CK(cuda_kernels::launch_routing(p, dl, m, di, dw, nullptr));
+    CK(cudaMemcpy(got_ids.data(), di, got_ids.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got_w.data(), dw, got_w.size() * 4, cudaMemcpyDeviceToHost));
+    cudaFree(dl); cudaFree(db); cudaFree(dw); cudaFree(di);
+    int id_mismatch = 0, w_mismatch = 0;
+    for (size_t i = 0; i < got_ids.size(); ++i) {
+      if (got_ids[i] != want_ids[i]) ++id_mismatch;
+      if (!(std::fabs(got_w[i] - want_w[i]) <= 2e-6f * std::max(1.0f, std::fabs(want_w[i])))) ++w_mismatch;
+    }
+    EXPECT_EQ(id_mismatch, 0) << "E=" << c.e << " k=" << c.k << " groups=" << c.ng;
+    EXPECT_EQ(w_mismatch, 0) << "E=" << c.e << " k=" << c.k << " groups=" << c.ng;
+  }
+}
+
+// Device tensors on a stream: graph capture + replay equals the eager forward bit for bit.
+TEST(CudaBackend, GraphReplayEqualsEager) {
+  REQUIRE_GPU();
+  for (int64_t m : {1, 40, 300}) {
+    MoeSpec s = make_spec(16, 4, 512, 256);
+    s.routing.scoring = Scoring::kSigmoid;
+    s.routing.correction_bias = true;
+    s.routing.n_group = 4;
+    s.routing.topk_group = 2;
+    s.validate();
+    const Platform plat = sm90_platform();
+    const MoeWeights w = random_weights(s, 21);
+    auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+    const Inputs in = make_inputs(s, m, 22, Route::kLogits);
+    void *dh, *dl, *d1, *d2;
+    const size_t hb = in.hidden.nbytes();
+    CK(cudaMalloc(&dh, hb));
+    CK(cudaMalloc(&dl, in.logits.nbytes()));
+    CK(cudaMalloc(&d1, hb));
+    CK(cudaMalloc(&d2, hb));
+    CK(cudaMemcpy(dh, in.hidden.data(), hb, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dl, in.logits.data(), in.logits.nbytes(), cudaMemcpyHostToDevice));
+    CK(cudaMemset(d1, 0xFF, hb));
+    CK(cudaMemset(d2, 0xFF, hb));
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    ForwardArgs a;
+    a.hidden = {dh, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+    a.router_logits = {dl, DType::kF32, {m, s.num_experts}, DeviceKind::kCuda, 0};
+    a.output = {d1, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+    a.stream = st;
+    runner->forward(a);  // eager (also the warm-up that sizes the workspaces)
+    CK(cudaStreamSynchronize(st));
+    a.output.data = d2;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    runner->forward(a);
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
+    std::vector<uint16_t> o1(hb / 2), o2(hb / 2);
+    CK(cudaMemcpy(o1.data(), d1, hb, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o2.data(), d2, hb, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(o1, o2) << "m=" << m;
+    HostTensor want(s.act_dtype, {m, s.hidden}), got(s.act_dtype, {m, s.hidden});
+    std::memcpy(got.data(), o2.data(), hb);
+    HostTensor ho(s.act_dtype, {m, s.hidden});
+    auto ref = make_reference_backend()->create_runner(s, w, plat, {});
+    ref->forward(host_args(in, want));
+    int64_t bad = 0;
+    EXPECT_LT(rel_error(got, want, m * s.hidden, &bad), 1.5e-2);
+    EXPECT_EQ(bad, 0);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(st);
+    cudaFree(dh); cudaFree(dl); cudaFree(d1); cudaFree(d2);
+  }
+}
+
+TEST(CudaBackend, CapabilitiesAreHonest) {
+  const auto be = make_cuda_backend();
+  EXPECT_TRUE(be->capabilities().cuda_graph_safe);
+  EXPECT_FALSE(be->capabilities().host_sync);
+  EXPECT_EQ(be->capabilities().min_sm, 90);
+  const auto cb = make_cublas_backend();
+  EXPECT_TRUE(cb->capabilities().host_sync);
+  EXPECT_FALSE(cb->capabilities().cuda_graph_safe);
+  MoeSpec s = make_spec(8, 2, 128, 64);
+  s.act_dtype = DType::kF32;
+  EXPECT_FALSE(supports(*be, s, sm90_platform()).ok());
+}
+
+}  // namespace
+}  // namespace moerun
