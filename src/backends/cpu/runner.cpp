@@ -156,7 +156,9 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
   if (w13_->experts != el_ || w13_->outputs != il_ || w13_->cols != h_ || w2_->experts != el_ ||
       w2_->rows != h_ || w2_->cols != il_)
     throw_error(ErrorKind::kInvalidArgument, "cpu backend: weight stacks do not match the spec " + spec.summary());
-  if (spec.shared.count > 0) {
+  // Shared experts: every EP rank sees every token and rank outputs are summed, so only the first EP
+  // rank of each tp group (rank % ep == 0) adds its tp slice of them (weights.hpp).
+  if (spec.shared.count > 0 && spec.parallel.rank % spec.parallel.ep == 0) {
     is_ = static_cast<int>(w.shared_w2.cols);
     isp_ = round_up(is_, kernels::kKAlign);
     const bool gated = w.shared_w13.rows == 2 * static_cast<int64_t>(is_);
