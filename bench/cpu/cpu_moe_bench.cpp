@@ -1,7 +1,12 @@
 // bench/cpu/cpu_moe_bench.cpp — moerun `cpu` vs `reference` vs a oneDNN per-expert baseline, with this
 // machine's limits (memory read bandwidth, FMA peak) measured in the same run.
 //
-//   cpu_moe_bench [--quick] [--json PATH] [--threads N]
+//   cpu_moe_bench [--quick] [--json PATH] [--threads N] [--only SHAPE]
+//
+// The oneDNN baseline runs every activated expert (and the shared experts) as two bf16 matmuls
+// (f32 where oneDNN has no bf16 matmul for the ISA) with weights reordered once to format_tag::any,
+// silu-and-mul in between, gather/scatter in plain loops; it skips biases and other activations
+// (same bytes and FLOPs).
 //
 // Per row: median time of many forwards, each with a different set of router logits so that the
 // activated experts (and their weights) change between calls and come from memory, not cache; bytes
@@ -51,6 +56,8 @@ struct Opts {
   bool quick = false;
   std::string json_path;
   int threads = 0;
+  std::string only;  // run only this shape ("" = all)
+  bool want(const std::string& shape) const { return only.empty() || only == shape; }
 };
 
 // ---- machine limits ----------------------------------------------------------------------------------
@@ -205,10 +212,21 @@ struct DnnlBaseline {
   dnnl::stream strm{eng};
   dnnl::memory::data_type wdt = dnnl::memory::data_type::bf16;
   std::string label;
-  dnnl::matmul mm1, mm2;
-  dnnl::matmul::primitive_desc pd1, pd2;
-  std::vector<dnnl::memory> w13, w2;
-  int64_t H = 0, R = 0, I = 0;
+  dnnl::matmul mm1, mm2, smm1, smm2;
+  dnnl::matmul::primitive_desc pd1, pd2, spd1, spd2;
+  std::vector<dnnl::memory> w13, w2, sw13, sw2;
+  int64_t H = 0, R = 0, I = 0, Is = 0;
+
+  // [K, N] weights of expert e of `em` reordered into pd's weights format.
+  dnnl::memory reorder_weights(const ExpertMatrix& em, int64_t e, const dnnl::memory::desc& wd) {
+    std::vector<float> dense(static_cast<size_t>(em.rows * em.cols));
+    for (int64_t r = 0; r < em.rows; ++r) dequantize_row(em, e, r, dense.data() + r * em.cols);
+    auto src = dnnl::memory({{em.cols, em.rows}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ba}, eng, dense.data());
+    auto dst = dnnl::memory(wd, eng);
+    dnnl::reorder(src, dst).execute(strm, src, dst);
+    strm.wait();
+    return dst;
+  }
 
   bool init(const Model& m) {
     using dt = dnnl::memory::data_type;
@@ -236,29 +254,71 @@ struct DnnlBaseline {
     }
     mm1 = dnnl::matmul(pd1);
     mm2 = dnnl::matmul(pd2);
-    // Weights: dequantize each expert to f32 [N, K], view it as [K, N] (ba), reorder to the chosen format.
-    std::vector<float> dense;
     for (int64_t e = 0; e < m.w->w13.experts; ++e) {
-      for (int which = 0; which < 2; ++which) {
-        const ExpertMatrix& em = which == 0 ? m.w->w13 : m.w->w2;
-        dense.resize(static_cast<size_t>(em.rows * em.cols));
-        for (int64_t r = 0; r < em.rows; ++r) dequantize_row(em, e, r, dense.data() + r * em.cols);
-        auto src = dnnl::memory({{em.cols, em.rows}, dnnl::memory::data_type::f32, tag::ba}, eng, dense.data());
-        auto dst = dnnl::memory(which == 0 ? pd1.weights_desc() : pd2.weights_desc(), eng);
-        dnnl::reorder(src, dst).execute(strm, src, dst);
-        (which == 0 ? w13 : w2).push_back(dst);
-      }
+      w13.push_back(reorder_weights(m.w->w13, e, pd1.weights_desc()));
+      w2.push_back(reorder_weights(m.w->w2, e, pd2.weights_desc()));
     }
-    strm.wait();
+    if (m.spec.shared.count > 0) {  // the shared experts: one more gated MLP every token passes through
+      Is = m.w->shared_w2.cols;
+      const dnnl::memory::dim rt = DNNL_RUNTIME_DIM_VAL;
+      using dt = dnnl::memory::data_type;
+      using tag = dnnl::memory::format_tag;
+      spd1 = dnnl::matmul::primitive_desc(
+          dnnl::matmul::desc({{rt, H}, wdt, tag::ab}, {{H, 2 * Is}, wdt, tag::any}, {{rt, 2 * Is}, dt::f32, tag::ab}), eng);
+      spd2 = dnnl::matmul::primitive_desc(
+          dnnl::matmul::desc({{rt, Is}, wdt, tag::ab}, {{Is, H}, wdt, tag::any}, {{rt, H}, dt::f32, tag::ab}), eng);
+      smm1 = dnnl::matmul(spd1);
+      smm2 = dnnl::matmul(spd2);
+      sw13.push_back(reorder_weights(m.w->shared_w13, 0, spd1.weights_desc()));
+      sw2.push_back(reorder_weights(m.w->shared_w2, 0, spd2.weights_desc()));
+    }
     return true;
   }
 
   // Scratch kept across calls.
-  std::vector<float> x32, h1, y, acc;
+  std::vector<float> x32, h1, y, acc, act, o;
   std::vector<uint16_t> xb, hb;
   std::vector<int32_t> ids;
   std::vector<float> tw;
   dispatch::Dispatch d;
+
+  // gather -> matmul -> silu-and-mul -> matmul -> weighted scatter-add, the simple way.
+  template <typename Tok, typename Wt>
+  void mlp(int64_t me, Tok tok, Wt wt, dnnl::matmul& m1, dnnl::matmul& m2, dnnl::memory& wa, dnnl::memory& wb, int64_t units) {
+    using tag = dnnl::memory::format_tag;
+    const bool bf = wdt == dnnl::memory::data_type::bf16;
+    const int64_t rows = 2 * units;
+    xb.resize(static_cast<size_t>(me * H));
+    y.resize(static_cast<size_t>(me * H));
+    for (int64_t i = 0; i < me; ++i) {
+      const float* src = x32.data() + static_cast<int64_t>(tok(i)) * H;
+      if (bf) for (int64_t c = 0; c < H; ++c) xb[static_cast<size_t>(i * H + c)] = f32_to_bf16(src[c]);
+      else std::memcpy(y.data() + i * H, src, static_cast<size_t>(H) * 4);
+    }
+    h1.resize(static_cast<size_t>(me * rows));
+    auto src1 = dnnl::memory({{me, H}, wdt, tag::ab}, eng, bf ? static_cast<void*>(xb.data()) : static_cast<void*>(y.data()));
+    auto dst1 = dnnl::memory({{me, rows}, dnnl::memory::data_type::f32, tag::ab}, eng, h1.data());
+    m1.execute(strm, {{DNNL_ARG_SRC, src1}, {DNNL_ARG_WEIGHTS, wa}, {DNNL_ARG_DST, dst1}});
+    strm.wait();
+    act.resize(static_cast<size_t>(me * units));
+    for (int64_t i = 0; i < me; ++i)
+      for (int64_t j = 0; j < units; ++j) {
+        const float g = h1[static_cast<size_t>(i * rows + j)], u = h1[static_cast<size_t>(i * rows + units + j)];
+        act[static_cast<size_t>(i * units + j)] = g / (1.0f + std::exp(-g)) * u;
+      }
+    hb.resize(act.size());
+    if (bf) for (size_t i = 0; i < act.size(); ++i) hb[i] = f32_to_bf16(act[i]);
+    o.resize(static_cast<size_t>(me * H));
+    auto src2 = dnnl::memory({{me, units}, wdt, tag::ab}, eng, bf ? static_cast<void*>(hb.data()) : static_cast<void*>(act.data()));
+    auto dst2 = dnnl::memory({{me, H}, dnnl::memory::data_type::f32, tag::ab}, eng, o.data());
+    m2.execute(strm, {{DNNL_ARG_SRC, src2}, {DNNL_ARG_WEIGHTS, wb}, {DNNL_ARG_DST, dst2}});
+    strm.wait();
+    for (int64_t i = 0; i < me; ++i) {
+      const int64_t t = tok(i);
+      const float w = wt(i);
+      for (int64_t c = 0; c < H; ++c) acc[static_cast<size_t>(t * H + c)] += w * o[static_cast<size_t>(i * H + c)];
+    }
+  }
 
   void forward(const Model& m, int64_t M, int call, HostTensor& out) {
     const MoeSpec& s = m.spec;
@@ -271,46 +331,16 @@ struct DnnlBaseline {
                        m.w->correction_bias.empty() ? nullptr : m.w->correction_bias.as<const float>(), ids.data(), tw.data());
     dispatch::build_dispatch(s, ids.data(), tw.data(), M, d);
     acc.assign(static_cast<size_t>(M * H), 0.0f);
-    const bool bf = wdt == dnnl::memory::data_type::bf16;
     for (int e = 0; e < d.local_experts; ++e) {
       const int64_t me = d.count(e);
       if (me == 0) continue;
       const int32_t r0 = d.offsets[static_cast<size_t>(e)];
-      // gather
-      xb.resize(static_cast<size_t>(me * H));
-      std::vector<float>& xf = y;  // reuse
-      xf.resize(static_cast<size_t>(me * H));
-      for (int64_t i = 0; i < me; ++i) {
-        const float* src = x32.data() + static_cast<int64_t>(d.token[static_cast<size_t>(r0 + i)]) * H;
-        if (bf) for (int64_t c = 0; c < H; ++c) xb[static_cast<size_t>(i * H + c)] = f32_to_bf16(src[c]);
-        else std::memcpy(xf.data() + i * H, src, static_cast<size_t>(H) * 4);
-      }
-      h1.resize(static_cast<size_t>(me * R));
-      using tag = dnnl::memory::format_tag;
-      auto src1 = dnnl::memory({{me, H}, wdt, tag::ab}, eng, bf ? static_cast<void*>(xb.data()) : static_cast<void*>(xf.data()));
-      auto dst1 = dnnl::memory({{me, R}, dnnl::memory::data_type::f32, tag::ab}, eng, h1.data());
-      mm1.execute(strm, {{DNNL_ARG_SRC, src1}, {DNNL_ARG_WEIGHTS, w13[static_cast<size_t>(e)]}, {DNNL_ARG_DST, dst1}});
-      strm.wait();
-      // activation (silu-and-mul on gate rows [0, I) and up rows [I, 2I))
-      std::vector<float> act(static_cast<size_t>(me * I));
-      for (int64_t i = 0; i < me; ++i)
-        for (int64_t j = 0; j < I; ++j) {
-          const float g = h1[static_cast<size_t>(i * R + j)], u = h1[static_cast<size_t>(i * R + I + j)];
-          act[static_cast<size_t>(i * I + j)] = g / (1.0f + std::exp(-g)) * u;
-        }
-      hb.resize(static_cast<size_t>(me * I));
-      if (bf) for (size_t i = 0; i < act.size(); ++i) hb[i] = f32_to_bf16(act[i]);
-      std::vector<float> o(static_cast<size_t>(me * H));
-      auto src2 = dnnl::memory({{me, I}, wdt, tag::ab}, eng, bf ? static_cast<void*>(hb.data()) : static_cast<void*>(act.data()));
-      auto dst2 = dnnl::memory({{me, H}, dnnl::memory::data_type::f32, tag::ab}, eng, o.data());
-      mm2.execute(strm, {{DNNL_ARG_SRC, src2}, {DNNL_ARG_WEIGHTS, w2[static_cast<size_t>(e)]}, {DNNL_ARG_DST, dst2}});
-      strm.wait();
-      for (int64_t i = 0; i < me; ++i) {
-        const int64_t t = d.token[static_cast<size_t>(r0 + i)];
-        const float wt = d.weight[static_cast<size_t>(r0 + i)];
-        for (int64_t c = 0; c < H; ++c) acc[static_cast<size_t>(t * H + c)] += wt * o[static_cast<size_t>(i * H + c)];
-      }
+      mlp(me, [&](int64_t i) { return d.token[static_cast<size_t>(r0 + i)]; },
+          [&](int64_t i) { return d.weight[static_cast<size_t>(r0 + i)]; }, mm1, mm2, w13[static_cast<size_t>(e)],
+          w2[static_cast<size_t>(e)], I);
     }
+    if (!sw13.empty())
+      mlp(M, [](int64_t i) { return static_cast<int32_t>(i); }, [](int64_t) { return 1.0f; }, smm1, smm2, sw13[0], sw2[0], Is);
     for (int64_t i = 0; i < M * H; ++i) out.as<uint16_t>()[i] = f32_to_bf16(acc[static_cast<size_t>(i)]);
   }
 };
@@ -407,8 +437,9 @@ int main(int argc, char** argv) {
     if (a == "--quick") b.opt.quick = true;
     else if (a == "--json" && i + 1 < argc) b.opt.json_path = argv[++i];
     else if (a == "--threads" && i + 1 < argc) b.opt.threads = std::atoi(argv[++i]);
+    else if (a == "--only" && i + 1 < argc) b.opt.only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--json PATH] [--threads N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE]\n", argv[0]);
       return 2;
     }
   }
@@ -425,7 +456,7 @@ int main(int argc, char** argv) {
               b.bw, b.threads, bw1, b.peak, b.threads, peak1);
 
   const std::vector<int64_t> all_m = b.opt.quick ? std::vector<int64_t>{1, 16, 256} : std::vector<int64_t>{1, 4, 16, 64, 256, 1024};
-  {
+  if (b.opt.want("qwen3-30b-a3b")) {
     Model q = make_model("qwen3-30b-a3b", "", WeightFormat::kBF16, 1024);
     b.model_rows(q, all_m, true, true);
     // thread scaling 1 -> N
@@ -435,22 +466,23 @@ int main(int argc, char** argv) {
       b.row(q, "cpu", M, 1, t1, v);
     }
   }
-  {  // quantized formats at decode (M = 1), plus prefill M=256 for each
+  if (b.opt.want("qwen3-30b-a3b")) {  // quantized formats at decode (M = 1), plus prefill M=256 for each
     for (WeightFormat f : {WeightFormat::kFp8Block, WeightFormat::kMxfp4, WeightFormat::kNvfp4, WeightFormat::kInt8PerChannel}) {
       Model q = make_model("qwen3-30b-a3b", "", f, 256);
       b.model_rows(q, b.opt.quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 256}, false, false);
     }
   }
   if (!b.opt.quick) {
-    {
+    if (b.opt.want("deepseek-v2-lite")) {
       Model d = make_model("deepseek-v2-lite", "2 shared experts", WeightFormat::kBF16, 1024);
       b.model_rows(d, all_m, false, true);
     }
     for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kBF16}) {
+      if (!b.opt.want("gpt-oss-20b")) break;
       Model g = make_model("gpt-oss-20b", "swiglu-oai, interleaved, biases", f, 1024);
       b.model_rows(g, all_m, false, f == WeightFormat::kBF16);
     }
-    {
+    if (b.opt.want("mixtral-8x7b")) {
       Model x = make_model("mixtral-8x7b", "scaled: I = 14336/4 = 3584 (fits the 24 GiB box with oneDNN's f32 copy)",
                            WeightFormat::kBF16, 1024, [](MoeSpec& s) { s.intermediate = 3584; });
       b.model_rows(x, {1, 16, 256}, false, true);

@@ -308,7 +308,10 @@ void CpuRunner::forward(const ForwardArgs& args) {
   if (has_shared && !shared_gate_.empty()) gate = gate_.get(static_cast<size_t>(M));
 
   // LoRA
-  const LoraWeights* lw = args.lora ? args.lora->weights : nullptr;
+  const LoraWeights* lw = (args.lora && !args.lora->token_adapter.empty() && args.lora->weights &&
+                           args.lora->weights->adapters > 0)
+                              ? args.lora->weights
+                              : nullptr;
   const int32_t* tok_adapter = lw ? args.lora->token_adapter.as<const int32_t>() : nullptr;
   const int64_t R13 = w13_->rows;
   const int lr = lw ? lw->rank : 0;
