@@ -20,6 +20,9 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# NumPy for the independent Hugging Face cross-check (tests/hf/hf_layers.py).
+python3 -c 'import numpy' 2>/dev/null || python3 -m pip install -q --disable-pip-version-check numpy
+
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   if [ ! -f .deps/cutlass/include/cutlass/cutlass.h ]; then
     echo "moerun: fetching CUTLASS ${CUTLASS_VERSION} headers (PyPI nvidia-cutlass)"

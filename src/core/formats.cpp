@@ -21,20 +21,6 @@
 namespace moerun {
 namespace {
 
-const char* format_name(WeightFormat f) noexcept {
-  switch (f) {
-    case WeightFormat::kF32: return "f32";
-    case WeightFormat::kF16: return "f16";
-    case WeightFormat::kBF16: return "bf16";
-    case WeightFormat::kFp8PerTensor: return "fp8-per-tensor";
-    case WeightFormat::kFp8PerChannel: return "fp8-per-channel";
-    case WeightFormat::kFp8Block: return "fp8-block";
-    case WeightFormat::kMxfp4: return "mxfp4";
-    case WeightFormat::kNvfp4: return "nvfp4";
-    case WeightFormat::kInt8PerChannel: return "int8-per-channel";
-  }
-  return "unknown-format";
-}
 
 int64_t ceil_div(int64_t a, int64_t b) noexcept { return (a + b - 1) / b; }
 
@@ -94,7 +80,7 @@ Layout canonical_layout(WeightFormat f, int64_t e, int64_t n, int64_t k) {
 }
 
 std::string k_group_message(WeightFormat f, int64_t k, int64_t group) {
-  return std::string(format_name(f)) + " needs K (columns) to be a multiple of its scale group of " +
+  return std::string(to_string(f)) + " needs K (columns) to be a multiple of its scale group of " +
          std::to_string(group) + " along K; got K = " + std::to_string(k);
 }
 
@@ -262,12 +248,12 @@ void quantize_nvfp4_expert(const float* w, int64_t e, int64_t N, int64_t K, uint
 void check_part(const TensorView& v, const Part& part, WeightFormat f, const std::string& name) {
   if (!part.present) {
     if (!v.empty())
-      throw_error(ErrorKind::kFormat, "unexpected " + name + ": " + format_name(f) + " has no such tensor");
+      throw_error(ErrorKind::kFormat, "unexpected " + name + ": " + std::string(to_string(f)) + " has no such tensor");
     return;
   }
   const std::string expected = std::string(dtype_name(part.dtype)) + " " + part.shape.str();
   if (v.empty() && part.shape.numel() > 0)
-    throw_error(ErrorKind::kFormat, "missing " + name + " (" + format_name(f) + " needs " +
+    throw_error(ErrorKind::kFormat, "missing " + name + " (" + std::string(to_string(f)) + " needs " +
                                         std::string(dtype_name(part.dtype)) + " " + part.symbolic + ")");
   // mxfp4 scales are e8m0 bytes; checkpoints store them as U8 or F8_E8M0.
   const bool dtype_ok = v.dtype == part.dtype || (f == WeightFormat::kMxfp4 && part.dtype == DType::kU8 &&

@@ -52,20 +52,6 @@ namespace {
 // ---- small helpers ----------------------------------------------------------------------------------
 
 
-std::string format_name(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kF32: return "f32";
-    case WeightFormat::kF16: return "f16";
-    case WeightFormat::kBF16: return "bf16";
-    case WeightFormat::kFp8PerTensor: return "fp8-per-tensor";
-    case WeightFormat::kFp8PerChannel: return "fp8-per-channel";
-    case WeightFormat::kFp8Block: return "fp8-block";
-    case WeightFormat::kMxfp4: return "mxfp4";
-    case WeightFormat::kNvfp4: return "nvfp4";
-    case WeightFormat::kInt8PerChannel: return "int8-per-channel";
-  }
-  return "format #" + std::to_string(static_cast<int>(f));
-}
 
 bool is_dense(WeightFormat f) {
   return f == WeightFormat::kF32 || f == WeightFormat::kF16 || f == WeightFormat::kBF16;
@@ -264,10 +250,10 @@ Storage storage_for(HfFamily f, WeightFormat w) {
       if (is_dense(w)) return Storage::kFusedTransposed;
       if (w == WeightFormat::kMxfp4) return Storage::kGptOssMxfp4;
       throw_error(ErrorKind::kUnsupported, "gpt-oss checkpoints store experts as bf16/f16/f32 or mxfp4, not " +
-                                               format_name(w));
+                                               std::string(to_string(w)));
     case HfFamily::kGranite:
       if (is_dense(w)) return Storage::kFusedGranite;
-      throw_error(ErrorKind::kUnsupported, "granite checkpoints store experts as bf16/f16/f32, not " + format_name(w));
+      throw_error(ErrorKind::kUnsupported, "granite checkpoints store experts as bf16/f16/f32, not " + std::string(to_string(w)));
   }
   throw_error(ErrorKind::kInvalidArgument, "unknown HfFamily #" + std::to_string(static_cast<int>(f)));
 }
@@ -304,13 +290,13 @@ void check_spec_for_family(const HfModel& model) {
   const int g = group_of(s.weight_format);
   if (g) {
     if (s.hidden % g)
-      throw_error(ErrorKind::kUnsupported, format_name(s.weight_format) + " needs hidden % " + std::to_string(g) +
+      throw_error(ErrorKind::kUnsupported, std::string(to_string(s.weight_format)) + " needs hidden % " + std::to_string(g) +
                                                " == 0 (hidden = " + std::to_string(s.hidden) + ")");
     if (s.intermediate % g)
-      throw_error(ErrorKind::kUnsupported, format_name(s.weight_format) + " needs intermediate % " + std::to_string(g) +
+      throw_error(ErrorKind::kUnsupported, std::string(to_string(s.weight_format)) + " needs intermediate % " + std::to_string(g) +
                                                " == 0 (intermediate = " + std::to_string(s.intermediate) + ")");
     if (s.shared.count > 0 && s.shared.intermediate % g)
-      throw_error(ErrorKind::kUnsupported, format_name(s.weight_format) + " needs shared.intermediate % " +
+      throw_error(ErrorKind::kUnsupported, std::string(to_string(s.weight_format)) + " needs shared.intermediate % " +
                                                std::to_string(g) + " == 0 (got " + std::to_string(s.shared.intermediate) + ")");
   }
 }
@@ -796,7 +782,7 @@ MoeWeights Loader::load() {
                                              " evenly");
   const int g = group_of(f);
   if (g && Il % g)
-    throw_error(ErrorKind::kUnsupported, format_name(f) + " needs intermediate/tp % " + std::to_string(g) +
+    throw_error(ErrorKind::kUnsupported, std::string(to_string(f)) + " needs intermediate/tp % " + std::to_string(g) +
                                              " == 0 to slice w2 (got " + std::to_string(Il) + ")");
 
   // Fused tensors: check the whole stack once.
@@ -890,7 +876,7 @@ MoeWeights Loader::load() {
                                                std::to_string(tp));
     const int64_t Isl = Is / tp;
     if (g && Isl % g)
-      throw_error(ErrorKind::kUnsupported, format_name(f) + " needs shared.intermediate/tp % " + std::to_string(g) +
+      throw_error(ErrorKind::kUnsupported, std::string(to_string(f)) + " needs shared.intermediate/tp % " + std::to_string(g) +
                                                " == 0 (got " + std::to_string(Isl) + ")");
     const std::string sb = p_ + names_.shared + ".";
     std::vector<Piece> spcs;
@@ -938,7 +924,7 @@ MoeWeights Loader::load() {
 // its input, and this file does not depend on the codec library).
 void check_matrix(const ExpertMatrix& m, WeightFormat f, int64_t E, int64_t N, int64_t K, const std::string& what) {
   auto bad = [&](const std::string& msg) { throw_error(ErrorKind::kInvalidArgument, "write_hf_layer: " + what + ": " + msg); };
-  if (m.format != f) bad("format " + format_name(m.format) + " but the spec says " + format_name(f));
+  if (m.format != f) bad("format " + std::string(to_string(m.format)) + " but the spec says " + std::string(to_string(f)));
   if (m.layout != "canonical") bad("layout '" + m.layout + "' (only the canonical layout can be written)");
   if (m.experts != E || m.rows != N || m.cols != K)
     bad("shape [" + std::to_string(m.experts) + ", " + std::to_string(m.rows) + ", " + std::to_string(m.cols) +
@@ -1186,7 +1172,7 @@ void write_hf_layer(const HfModel& model, const MoeWeights& w, int layer, const 
   out.write(path, {{"format", "pt"},
                    {"moerun.family", std::string(to_string(model.family))},
                    {"moerun.layer", std::to_string(layer)},
-                   {"moerun.weight_format", format_name(f)}});
+                   {"moerun.weight_format", std::string(to_string(f))}});
 }
 
 }  // namespace moerun

@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""Markdown table of a cuda_moe_bench JSON: % of roofline and speedup vs torch per shape and M.
+
+usage: table.py bench.json [variant ...]   (default variants: cuda-graph-expert cuda-eager-full cublas-full)
+"""
+import json
+import sys
+
+
+def main():
+    d = json.load(open(sys.argv[1]))
+    variants = sys.argv[2:] or ["cuda-graph-expert", "cuda-eager-full", "cublas-full"]
+    print(f"{d['device']}: copy {d['copy_bw_TBps']:.2f} TB/s, bf16 matmul {d['matmul_TFLOPs']:.0f} TFLOP/s (measured in the same run)\n")
+    for v in variants:
+        rows = [r for r in d["rows"] if r["variant"] == v]
+        if not rows:
+            continue
+        ms = sorted({r["M"] for r in rows})
+        print(f"**{v}** — time, % of roofline, speedup vs torch pipeline\n")
+        print("| shape | " + " | ".join(f"M={m}" for m in ms) + " |")
+        print("|---|" + "---|" * len(ms))
+        for shape in dict.fromkeys(r["shape"] for r in rows):
+            cells = []
+            for m in ms:
+                r = next((r for r in rows if r["shape"] == shape and r["M"] == m), None)
+                cells.append("" if r is None else f"{r['ms']:.3f} ms, {r['pct_roofline']:.0f}%, {r.get('speedup_vs_torch', 0):.2f}x")
+            print(f"| {shape} | " + " | ".join(cells) + " |")
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Independent cross-check of `moerun run --config --weights --input --output` on real Hugging Face
+layouts: writes tiny layers under each family's tensor names, computes the expected output with NumPy
+following the published modeling code of transformers (MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock,
+DeepseekV3MoE, GptOssMLP), runs moerun on the files, and compares.
+
+usage: hf_layers.py <path to moerun> [workdir]
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+RNG = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+
+
+def write_safetensors(path, tensors):
+    """A plain writer of the published format: u64 header length, JSON header, raw little-endian data."""
+    header, blobs, offset = {}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name], dtype=np.float32)
+        b = a.tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, t = e["data_offsets"]
+        assert e["dtype"] == "F32", e["dtype"]
+        out[name] = np.frombuffer(data[b:t], dtype=np.float32).reshape(e["shape"])
+    return out
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def w(*shape):
+    return (RNG.uniform(-1, 1, size=shape) * np.sqrt(3.0 / shape[-1])).astype(np.float32)
+
+
+def mlp(x, gate, up, down):
+    return (silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+
+def mixtral(layer, E=8, K=2, H=64, I=96, M=19):
+    cfg = {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "hidden_size": H, "intermediate_size": I,
+           "num_local_experts": E, "num_experts_per_tok": K, "num_hidden_layers": layer + 1, "hidden_act": "silu",
+           "torch_dtype": "float32"}
+    p = f"model.layers.{layer}.block_sparse_moe."
+    t = {p + "gate.weight": w(E, H)}
+    for e in range(E):
+        t[p + f"experts.{e}.w1.weight"] = w(I, H)
+        t[p + f"experts.{e}.w3.weight"] = w(I, H)
+        t[p + f"experts.{e}.w2.weight"] = w(H, I)
+    x = RNG.uniform(-1, 1, size=(M, H)).astype(np.float32)
+    probs = softmax(x @ t[p + "gate.weight"].T)           # softmax over all experts, then top-k,
+    sel = np.argsort(-probs, axis=1, kind="stable")[:, :K]  # then renormalize the k weights
+    rw = np.take_along_axis(probs, sel, 1)
+    rw /= rw.sum(1, keepdims=True)
+    y = np.zeros_like(x)
+    for m in range(M):
+        for j in range(K):
+            e = sel[m, j]
+            y[m] += rw[m, j] * mlp(x[m], t[p + f"experts.{e}.w1.weight"], t[p + f"experts.{e}.w3.weight"], t[p + f"experts.{e}.w2.weight"])
+    return cfg, t, x, y
+
+
+def qwen2_moe(layer, E=12, K=4, H=64, I=32, S=96, M=17):
+    cfg = {"model_type": "qwen2_moe", "hidden_size": H, "moe_intermediate_size": I, "shared_expert_intermediate_size": S,
+           "intermediate_size": 4 * H, "num_experts": E, "num_experts_per_tok": K, "norm_topk_prob": False,
+           "num_hidden_layers": layer + 1, "decoder_sparse_step": 1, "mlp_only_layers": [], "hidden_act": "silu",
+           "torch_dtype": "float32"}
+    p = f"model.layers.{layer}.mlp."
+    t = {p + "gate.weight": w(E, H), p + "shared_expert_gate.weight": w(1, H)}
+    for n, (r, c) in {"gate_proj": (S, H), "up_proj": (S, H), "down_proj": (H, S)}.items():
+        t[p + f"shared_expert.{n}.weight"] = w(r, c)
+    for e in range(E):
+        t[p + f"experts.{e}.gate_proj.weight"] = w(I, H)
+        t[p + f"experts.{e}.up_proj.weight"] = w(I, H)
+        t[p + f"experts.{e}.down_proj.weight"] = w(H, I)
+    x = RNG.uniform(-1, 1, size=(M, H)).astype(np.float32)
+    probs = softmax(x @ t[p + "gate.weight"].T)
+    sel = np.argsort(-probs, axis=1, kind="stable")[:, :K]
+    rw = np.take_along_axis(probs, sel, 1)  # norm_topk_prob = False: no renormalization
+    y = np.zeros_like(x)
+    for m in range(M):
+        for j in range(K):
+            e = sel[m, j]
+            y[m] += rw[m, j] * mlp(x[m], t[p + f"experts.{e}.gate_proj.weight"], t[p + f"experts.{e}.up_proj.weight"],
+                                   t[p + f"experts.{e}.down_proj.weight"])
+    shared = mlp(x, t[p + "shared_expert.gate_proj.weight"], t[p + "shared_expert.up_proj.weight"], t[p + "shared_expert.down_proj.weight"])
+    y += sigmoid(x @ t[p + "shared_expert_gate.weight"].T) * shared
+    return cfg, t, x, y
+
+
+def deepseek_v3(layer, E=16, K=4, H=64, I=32, G=4, TG=2, NS=1, M=23, scale=2.5):
+    cfg = {"model_type": "deepseek_v3", "hidden_size": H, "moe_intermediate_size": I, "intermediate_size": 4 * H,
+           "n_routed_experts": E, "num_experts_per_tok": K, "n_group": G, "topk_group": TG, "n_shared_experts": NS,
+           "routed_scaling_factor": scale, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True,
+           "first_k_dense_replace": layer, "moe_layer_freq": 1, "num_hidden_layers": layer + 1, "hidden_act": "silu",
+           "torch_dtype": "float32"}
+    p = f"model.layers.{layer}.mlp."
+    bias = (RNG.uniform(-1, 1, size=(E,)) * 0.1).astype(np.float32)
+    t = {p + "gate.weight": w(E, H), p + "gate.e_score_correction_bias": bias}
+    for n, (r, c) in {"gate_proj": (NS * I, H), "up_proj": (NS * I, H), "down_proj": (H, NS * I)}.items():
+        t[p + f"shared_experts.{n}.weight"] = w(r, c)
+    for e in range(E):
+        t[p + f"experts.{e}.gate_proj.weight"] = w(I, H)
+        t[p + f"experts.{e}.up_proj.weight"] = w(I, H)
+        t[p + f"experts.{e}.down_proj.weight"] = w(H, I)
+    x = RNG.uniform(-1, 1, size=(M, H)).astype(np.float32)
+    scores = sigmoid(x @ t[p + "gate.weight"].T)
+    choice = scores + bias                                        # bias only for choosing
+    grp = np.sort(choice.reshape(M, G, E // G), axis=2)[:, :, -2:].sum(2)  # group score: top-2 sum
+    keep = np.argsort(-grp, axis=1, kind="stable")[:, :TG]
+    mask = np.zeros((M, G), dtype=bool)
+    np.put_along_axis(mask, keep, True, 1)
+    masked = np.where(np.repeat(mask, E // G, axis=1), choice, -np.inf)
+    sel = np.argsort(-masked, axis=1, kind="stable")[:, :K]
+    rw = np.take_along_axis(scores, sel, 1)                       # weights from unbiased scores
+    rw = rw / (rw.sum(1, keepdims=True) + 1e-20) * scale
+    y = np.zeros_like(x)
+    for m in range(M):
+        for j in range(K):
+            e = sel[m, j]
+            y[m] += rw[m, j] * mlp(x[m], t[p + f"experts.{e}.gate_proj.weight"], t[p + f"experts.{e}.up_proj.weight"],
+                                   t[p + f"experts.{e}.down_proj.weight"])
+    y += mlp(x, t[p + "shared_experts.gate_proj.weight"], t[p + "shared_experts.up_proj.weight"], t[p + "shared_experts.down_proj.weight"])
+    return cfg, t, x, y
+
+
+def gpt_oss(layer, E=8, K=3, H=64, I=64, M=21, alpha=1.702, limit=7.0):
+    cfg = {"model_type": "gpt_oss", "hidden_size": H, "intermediate_size": I, "num_local_experts": E,
+           "num_experts_per_tok": K, "experts_per_token": K, "swiglu_limit": limit, "num_hidden_layers": layer + 1,
+           "torch_dtype": "float32"}
+    p = f"model.layers.{layer}.mlp."
+    t = {p + "router.weight": w(E, H), p + "router.bias": w(E) * 0.1,
+         p + "experts.gate_up_proj": (RNG.uniform(-1, 1, size=(E, H, 2 * I)) * np.sqrt(3.0 / H) * 3).astype(np.float32),
+         p + "experts.gate_up_proj_bias": w(E, 2 * I) * 0.1,
+         p + "experts.down_proj": (RNG.uniform(-1, 1, size=(E, I, H)) * np.sqrt(3.0 / I)).astype(np.float32),
+         p + "experts.down_proj_bias": w(E, H) * 0.1}
+    x = RNG.uniform(-1, 1, size=(M, H)).astype(np.float32)
+    logits = x @ t[p + "router.weight"].T + t[p + "router.bias"]
+    sel = np.argsort(-logits, axis=1, kind="stable")[:, :K]     # top-k on logits,
+    rw = softmax(np.take_along_axis(logits, sel, 1))            # then softmax over the k
+    y = np.zeros_like(x)
+    for m in range(M):
+        for j in range(K):
+            e = sel[m, j]
+            gu = x[m] @ t[p + "experts.gate_up_proj"][e] + t[p + "experts.gate_up_proj_bias"][e]
+            gate, up = np.minimum(gu[0::2], limit), np.clip(gu[1::2], -limit, limit)  # interleaved
+            h = (up + 1) * (gate * sigmoid(gate * alpha))
+            y[m] += rw[m, j] * (h @ t[p + "experts.down_proj"][e] + t[p + "experts.down_proj_bias"][e])
+    return cfg, t, x, y
+
+
+def main():
+    moerun = sys.argv[1]
+    work = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="moerun-hf-")
+    failed = passed = 0
+    for name, make in [("mixtral", mixtral), ("qwen2_moe", qwen2_moe), ("deepseek_v3", deepseek_v3), ("gpt_oss", gpt_oss)]:
+        d = os.path.join(work, name)
+        os.makedirs(d, exist_ok=True)
+        layer = 3
+        cfg, tensors, x, expected = make(layer)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        write_safetensors(os.path.join(d, "layer.safetensors"), tensors)
+        write_safetensors(os.path.join(d, "input.safetensors"), {"hidden_states": x})
+        out = os.path.join(d, "output.safetensors")
+        cmd = [moerun, "run", "--config", os.path.join(d, "config.json"), "--weights", os.path.join(d, "layer.safetensors"),
+               "--input", os.path.join(d, "input.safetensors"), "--output", out, "--iters", "1"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"FAIL {name}: moerun exited {r.returncode}: {r.stderr.strip()}")
+            failed += 1
+            continue
+        got = read_safetensors(out)["output"]
+        err = float(np.abs(got - expected).max() / max(np.abs(expected).max(), 1e-6))
+        ok = err < 1e-4
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: normalized max error {err:.2e} vs NumPy transcription of the HF block")
+        passed += ok
+        failed += not ok
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

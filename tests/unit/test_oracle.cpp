@@ -1,0 +1,196 @@
+// Registry, platform descriptions and oracle decisions, on described platforms (no hardware needed).
+#include <gtest/gtest.h>
+
+#include "backends/reference/reference_backend.hpp"
+#include "moerun/error.hpp"
+#include "moerun/oracle.hpp"
+#include "moerun/presets.hpp"
+#include "oracle/json_io.hpp"
+
+namespace moerun {
+namespace {
+
+// A test backend whose capabilities the test controls.
+class FakeBackend final : public Backend {
+ public:
+  FakeBackend(std::string name, Capabilities caps) : name_(std::move(name)), caps_(std::move(caps)) {}
+  std::string_view name() const override { return name_; }
+  std::string_view description() const override { return "fake"; }
+  const Capabilities& capabilities() const override { return caps_; }
+  std::unique_ptr<Runner> create_runner(const MoeSpec&, const MoeWeights&, const Platform&, const RunnerOptions&) const override {
+    return nullptr;
+  }
+
+ private:
+  std::string name_;
+  Capabilities caps_;
+};
+
+Capabilities bf16_cuda() {
+  Capabilities c;
+  c.device = DeviceKind::kCuda;
+  c.min_sm = 90;
+  c.needs_arch_specific = true;
+  c.formats = {{WeightFormat::kBF16, ActQuant::kNone}};
+  c.act_dtypes = {DType::kBF16};
+  c.activations = {ActivationKind::kSiluAndMul};
+  c.scorings = {Scoring::kSoftmax};
+  return c;
+}
+
+MoeSpec qwen() { return find_preset("qwen3-30b-a3b").model.spec; }
+
+std::string error_of(const std::function<void()>& f, ErrorKind* kind = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (kind) *kind = e.kind();
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Registry, NamesAreValidated) {
+  Registry r;
+  ErrorKind k{};
+  EXPECT_NE(error_of([&] { r.add(std::make_shared<FakeBackend>("", bf16_cuda()), "test"); }, &k).find("cannot be empty"), std::string::npos);
+  EXPECT_EQ(k, ErrorKind::kRegistry);
+  EXPECT_NE(error_of([&] { r.add(std::make_shared<FakeBackend>("auto", bf16_cuda()), "test"); }).find("reserved"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.add(std::make_shared<FakeBackend>("Has Space", bf16_cuda()), "test"); }).find("a-z, 0-9"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.add(nullptr, "test"); }).find("null backend"), std::string::npos);
+  EXPECT_TRUE(r.entries().empty());
+}
+
+TEST(Registry, DuplicatesOverridesAndIdenticalReRegistration) {
+  Registry r;
+  register_builtin_backends(r);
+  const auto before = r.names();
+  // The identical object again: a no-op.
+  auto same = r.find("reference")->backend;
+  r.add(same, "built-in");
+  EXPECT_EQ(r.names(), before);
+  // Another backend under a built-in's name: refused unless asked for.
+  auto impostor = std::make_shared<FakeBackend>("reference", bf16_cuda());
+  EXPECT_NE(error_of([&] { r.add(impostor, "plugin.so"); }).find("already registered"), std::string::npos);
+  std::string logged;
+  r.set_log([&](const std::string& s) { logged = s; });
+  r.add(impostor, "plugin.so", AddOptions{true});
+  EXPECT_NE(logged.find("overridden by plugin.so"), std::string::npos);
+  EXPECT_EQ(r.find("reference")->backend, impostor);
+  EXPECT_FALSE(r.find("reference")->builtin);
+  EXPECT_EQ(r.find("no-such"), nullptr);
+}
+
+TEST(Registry, PluginLoadErrorsArePrecise) {
+  Registry r;
+  EXPECT_NE(error_of([&] { r.load_plugin("/nonexistent/libx.so"); }).find("cannot load"), std::string::npos);
+  // A real shared library without the entry point.
+  EXPECT_NE(error_of([&] { r.load_plugin("libm.so.6"); }).find("missing symbol moerun_plugin_init"), std::string::npos);
+}
+
+TEST(Platform, DescriptionsAndErrors) {
+  const auto names = Platform::known_descriptions();
+  EXPECT_GE(names.size(), 7u);
+  EXPECT_EQ(Platform::describe("cpu-amx").cpu.isa(), CpuIsa::kAmx);
+  EXPECT_EQ(Platform::describe("cpu-avx2").cpu.isa(), CpuIsa::kAvx2);
+  EXPECT_EQ(Platform::describe("sm90").gpu_sm(), 90);
+  EXPECT_FALSE(Platform::describe("cpu-avx512").has_gpu());
+  const std::string e = error_of([] { Platform::describe("sm77"); });
+  EXPECT_NE(e.find("unknown platform 'sm77'; known: cpu-avx2, cpu-avx512, cpu-amx, sm80, sm90, sm100, sm120"), std::string::npos);
+  const Platform p = Platform::from_json_text(R"({"cpu": {"isa": "avx512-bf16", "cores": 8}, "gpus": [{"sm": 100, "arch_specific": true}]})", "t.json");
+  EXPECT_EQ(p.cpu.isa(), CpuIsa::kAvx512Bf16);
+  EXPECT_EQ(p.gpu_sm(), 100);
+  EXPECT_NE(error_of([] { Platform::from_json_text(R"({"cpu": {"isa": "avx9"}})", "t.json"); }).find("cpu.isa 'avx9'"), std::string::npos);
+  EXPECT_NE(error_of([] { Platform::from_json_text(R"({"gpu": []})", "t.json"); }).find("unknown key 'gpu'"), std::string::npos);
+  EXPECT_NE(error_of([] { Platform::from_json_text("{", "t.json"); }).find("not valid JSON"), std::string::npos);
+}
+
+TEST(Platform, DetectRespectsTheIsaCap) {
+  const Platform p = Platform::detect();
+  const CpuIsa full = p.cpu.isa();
+  set_cpu_isa_cap(CpuIsa::kScalar);
+  EXPECT_EQ(p.cpu.isa(), CpuIsa::kScalar);
+  set_cpu_isa_cap(CpuIsa::kAmx);
+  EXPECT_EQ(p.cpu.isa(), full);
+}
+
+TEST(Supports, ReasonsComeFromCapabilities) {
+  FakeBackend b("gpu-only", bf16_cuda());
+  MoeSpec s = find_preset("deepseek-r1-fp4").model.spec;
+  const Support on_cpu = supports(b, s, Platform::describe("cpu-amx"));
+  ASSERT_FALSE(on_cpu.ok());
+  EXPECT_NE(on_cpu.reasons[0].find("needs a CUDA GPU"), std::string::npos);
+  const Support on_sm100 = supports(b, s, Platform::describe("sm100"));
+  bool wgmma = false, fmt = false;
+  for (const std::string& r : on_sm100.reasons) {
+    wgmma |= r.find("sm90a-only") != std::string::npos;
+    fmt |= r.find("weight format nvfp4") != std::string::npos;
+  }
+  EXPECT_TRUE(wgmma && fmt);
+  EXPECT_TRUE(supports(b, qwen(), Platform::describe("sm90")).ok());
+}
+
+TEST(Oracle, PrefersByDataRowsAndExplainsEveryCandidate) {
+  Registry r;
+  register_builtin_backends(r);
+  r.add(std::make_shared<FakeBackend>("gpu-only", bf16_cuda()), "test");
+  std::vector<Preference> prefs = builtin_preferences();
+  prefs.push_back({"gpu-only", 500, {DeviceKind::kCuda}, {}, "fastest in the test", "none"});
+  SelectOptions o;
+  o.preferences = &prefs;
+  const Selection on_gpu = select(qwen(), Platform::describe("sm90"), Policy{}, r, o);
+  EXPECT_EQ(on_gpu.backend, "gpu-only");
+  EXPECT_EQ(on_gpu.trace.size(), r.entries().size());
+  const Selection on_cpu = select(qwen(), Platform::describe("cpu-avx2"), Policy{}, r, o);
+  EXPECT_NE(on_cpu.backend, "gpu-only");
+  bool refused_listed = false;
+  for (const Candidate& c : on_cpu.trace)
+    if (c.name == "gpu-only") refused_listed = !c.capable && !c.reasons.empty();
+  EXPECT_TRUE(refused_listed);
+  const std::string text = explain_text(qwen(), Platform::describe("cpu-avx2"), on_cpu);
+  EXPECT_NE(text.find("- gpu-only [test]: refused: needs a CUDA GPU"), std::string::npos);
+  const auto j = nlohmann::json::parse(explain_json(qwen(), Platform::describe("cpu-avx2"), on_cpu));
+  EXPECT_EQ(j["backend"], on_cpu.backend);
+}
+
+TEST(Oracle, ExplicitRequestsFailWithReasonsAndAlternatives) {
+  Registry r;
+  register_builtin_backends(r);
+  r.add(std::make_shared<FakeBackend>("gpu-only", bf16_cuda()), "test");
+  ErrorKind k{};
+  const std::string e = error_of([&] { select(qwen(), Platform::describe("cpu-avx2"), Policy::parse("gpu-only"), r); }, &k);
+  EXPECT_EQ(k, ErrorKind::kUnsupported);
+  EXPECT_NE(e.find("backend 'gpu-only' cannot run"), std::string::npos);
+  EXPECT_NE(e.find("needs a CUDA GPU"), std::string::npos);
+  EXPECT_NE(e.find("would work: reference"), std::string::npos);
+  const std::string unknown = error_of([&] { select(qwen(), Platform::describe("cpu-avx2"), Policy::parse("no-such"), r); }, &k);
+  EXPECT_EQ(k, ErrorKind::kNotFound);
+  EXPECT_NE(unknown.find("registered: reference"), std::string::npos);
+  // Order policy: first capable in the given order.
+  const Selection s = select(qwen(), Platform::describe("cpu-avx2"), Policy::parse("order:gpu-only,reference"), r);
+  EXPECT_EQ(s.backend, "reference");
+}
+
+TEST(Oracle, NothingFitsListsEveryCandidate) {
+  Registry r;
+  r.add(std::make_shared<FakeBackend>("gpu-only", bf16_cuda()), "test");
+  const std::string e = error_of([&] { select(qwen(), Platform::describe("cpu-amx"), Policy{}, r); });
+  EXPECT_NE(e.find("no backend can run"), std::string::npos);
+  EXPECT_NE(e.find("gpu-only: needs a CUDA GPU"), std::string::npos);
+}
+
+TEST(JsonIo, SpecAndCapabilitiesRoundTripStrictly) {
+  const MoeSpec s = find_preset("deepseek-r1-fp8").model.spec;
+  const MoeSpec back = json_io::spec_from_json(json_io::to_json(s), "t");
+  EXPECT_EQ(back.summary(), s.summary());
+  const auto backend = make_reference_backend();
+  const Capabilities& c = backend->capabilities();
+  const Capabilities cb = json_io::capabilities_from_json(json_io::to_json(c), "t");
+  EXPECT_EQ(json_io::to_json(cb), json_io::to_json(c));
+  auto j = json_io::to_json(c);
+  j["typo_key"] = true;
+  EXPECT_NE(error_of([&] { json_io::capabilities_from_json(j, "caps"); }).find("unknown key 'typo_key'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moerun
