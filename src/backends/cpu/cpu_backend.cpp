@@ -39,11 +39,14 @@ Capabilities make_caps() {
   c.host_sync = false;
   c.variants = {
       {"avx2-stream", static_cast<double>(cpu::kStreamMaxTokens),
-       "decode: streams each weight byte once, dequantized in registers, tokens broadcast from L1"},
-      {"avx2-tiled", 0.0, "prefill: 16-lane weight panels dequantized once into L2, 6x16 FMA register tiles"},
-      {"avx512-stream", static_cast<double>(cpu::kStreamMaxTokens), "decode on AVX-512: one zmm per k step"},
-      {"avx512-tiled", 0.0, "prefill on AVX-512: 12x16 FMA register tiles on f32 panels"},
-      {"amx-bf16-tiles", 0.0, "prefill on AMX: bf16 VNNI panels, 4 x 16x16 f32 accumulator tiles"},
+       "decode: streams each weight byte once, dequantized in registers, tokens broadcast from L1", CpuIsa::kAvx2},
+      {"avx2-tiled", 0.0, "prefill: 16-lane weight panels dequantized once into L2, 6x16 FMA register tiles", CpuIsa::kAvx2,
+       static_cast<double>(cpu::kStreamMaxTokens)},
+      {"avx512-stream", static_cast<double>(cpu::kStreamMaxTokens), "decode on AVX-512: one zmm per k step", CpuIsa::kAvx512},
+      {"avx512-tiled", 0.0, "prefill on AVX-512: 12x16 FMA register tiles on f32 panels", CpuIsa::kAvx512,
+       static_cast<double>(cpu::kStreamMaxTokens)},
+      {"amx-bf16-tiles", 0.0, "prefill on AMX: bf16 VNNI panels, 4 x 16x16 f32 accumulator tiles", CpuIsa::kAmx,
+       static_cast<double>(cpu::kStreamMaxTokens)},
   };
   return c;
 }
