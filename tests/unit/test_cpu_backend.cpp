@@ -3,6 +3,8 @@
 // harness on top of this).
 #include <gtest/gtest.h>
 
+#include "moerun/verify.hpp"
+
 #include <cmath>
 #include <limits>
 #include <random>
@@ -123,12 +125,8 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   EXPECT_LE(maxerr, 10 * tol * maxref + 1e-6) << what << " (rel L2 " << rel << ")";
 }
 
-double tolerance(const MoeSpec& s) {
-  double t = 2e-5;
-  if (s.act_dtype != DType::kF32) t = 8e-3;
-  if (s.act_quant != ActQuant::kNone) t = std::max(t, 2e-2);
-  return t;
-}
+// The relative L2 tolerance of moerun/verify.hpp (the one place tolerances are stated).
+double tolerance(const MoeSpec& s) { return tolerance_for(s).rel_l2; }
 
 std::vector<CpuIsa> levels() {
   std::vector<CpuIsa> v;
@@ -156,7 +154,11 @@ void check_case(const Case& c, const std::string& what) {
     const Result got = run_backend(*cpu, c, w, c.lora ? &lw : nullptr, 2);
     double tol = tolerance(c.spec);
     // AMX tiles multiply bf16-rounded activations (2^-9 relative); only large calls take them.
-    if (isa == CpuIsa::kAmx && got.variant == "amx-bf16-tiles") tol = std::max(tol, 8e-3);
+    if (isa == CpuIsa::kAmx && got.variant == "amx-bf16-tiles") {
+      MoeSpec bf16 = c.spec;
+      bf16.act_dtype = DType::kBF16;
+      tol = std::max(tol, tolerance_for(bf16).rel_l2);
+    }
     expect_close(got.out, want.out, tol, what + " [" + std::string(to_string(isa)) + ", " + got.variant + "]");
   }
 }
