@@ -70,6 +70,11 @@ struct Capabilities {
   std::vector<KernelVariant> variants;
 };
 
+// Shorthands for capability records of backends that cover everything: every weight format (and the
+// fp8 formats with fp8 per-token-group activations too), every activation kind.
+std::vector<FormatSupport> every_format();
+std::vector<ActivationKind> every_activation();
+
 // Outcome of a support check: ok, or every reason it fails (one line each).
 struct Support {
   std::vector<std::string> reasons;

@@ -17,6 +17,22 @@ std::string sm_name(int sm) { return "sm" + std::to_string(sm); }
 
 }  // namespace
 
+std::vector<FormatSupport> every_format() {
+  std::vector<FormatSupport> v;
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kFp8PerTensor,
+                         WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block, WeightFormat::kMxfp4, WeightFormat::kNvfp4,
+                         WeightFormat::kInt8PerChannel})
+    v.push_back({f, ActQuant::kNone});
+  for (WeightFormat f : {WeightFormat::kFp8PerTensor, WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block})
+    v.push_back({f, ActQuant::kFp8PerTokenGroup});
+  return v;
+}
+
+std::vector<ActivationKind> every_activation() {
+  return {ActivationKind::kSiluAndMul, ActivationKind::kGeluAndMul, ActivationKind::kGeluTanhAndMul,
+          ActivationKind::kSwigluOai,  ActivationKind::kRelu2,      ActivationKind::kSilu};
+}
+
 Support supports(const Backend& backend, const MoeSpec& spec, const Platform& platform) {
   const Capabilities& c = backend.capabilities();
   Support s;
