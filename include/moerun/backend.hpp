@@ -24,10 +24,14 @@ struct FormatSupport {
 };
 
 // A kernel path a backend may take, chosen per call by tokens per expert (shown by explain and run).
+// Among the variants whose token range and CPU level fit, the one needing the highest CPU level wins
+// (ties: the first listed).
 struct KernelVariant {
   std::string name;                    // "amx-bf16-tiles", "avx512-stream", "cutlass-sm90-grouped"
-  double max_tokens_per_expert = 0.0;  // this variant serves calls with M*k/E <= this; 0 = no limit
+  double max_tokens_per_expert = 0.0;  // serves calls with M*k/E <= this; 0 = no upper limit
   std::string why;                     // one line: what it is good at
+  CpuIsa min_cpu_isa = CpuIsa::kScalar;  // cpu backends: the level this variant needs
+  double min_tokens_per_expert = 0.0;  // serves calls with M*k/E > this (0: from zero up)
 };
 
 // Everything the oracle may know about a backend, as data. supports() derives from this alone (plus
@@ -65,6 +69,11 @@ struct Capabilities {
   bool owns_dispatch = false;     // does its own token permutation (cannot take a Dispatch from us)
   std::vector<KernelVariant> variants;
 };
+
+// Shorthands for capability records of backends that cover everything: every weight format (and the
+// fp8 formats with fp8 per-token-group activations too), every activation kind.
+std::vector<FormatSupport> every_format();
+std::vector<ActivationKind> every_activation();
 
 // Outcome of a support check: ok, or every reason it fails (one line each).
 struct Support {
@@ -123,7 +132,7 @@ class Backend {
 // The single capability question: derived from backend.capabilities() and backend.extra_checks().
 Support supports(const Backend& backend, const MoeSpec& spec, const Platform& platform);
 
-// The variant a backend would take for m tokens of this spec (from Capabilities::variants).
-std::string variant_for_tokens(const Capabilities& caps, const MoeSpec& spec, int64_t m);
+// The variant a backend would take for m tokens of this spec on this platform (Capabilities::variants).
+std::string variant_for_tokens(const Capabilities& caps, const MoeSpec& spec, const Platform& platform, int64_t m);
 
 }  // namespace moerun

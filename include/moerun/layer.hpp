@@ -33,6 +33,7 @@ class MoeLayer {
   MoeSpec spec_;
   std::shared_ptr<const MoeWeights> weights_;
   Selection plan_;
+  Platform platform_;
   std::unique_ptr<Runner> runner_;
 };
 

@@ -1,9 +1,10 @@
 // moerun/verify.hpp — the conformance harness: run a backend and the reference on the same random
 // case and compare. Used by the test suite, `moerun verify` and `moerun check`.
 //
-// Tolerances are stated once, per activation dtype (tolerance_for); the error measure is
-// max|out - ref| / max(max|ref|, 1e-6) over the whole output, and any NaN/Inf where the reference is
-// finite fails regardless.
+// Tolerances are stated once, here, per activation dtype (tolerance_for), for two measures over the
+// whole output: the normalized max error max|out - ref| / max|ref| and the relative L2 error
+// ||out - ref|| / ||ref||. Any NaN/Inf where the reference is finite fails regardless. Every test of
+// every backend (CPU and GPU suites, `moerun verify`, `moerun run --verify`) uses these.
 #pragma once
 
 #include <cstdint>
@@ -38,12 +39,21 @@ struct VerifyResult {
   bool passed = false;
   bool skipped = false;     // the backend does not support the case's spec on this platform
   double error = 0.0;       // normalized max error (see above)
-  double tolerance = 0.0;
+  double rel_l2 = 0.0;      // relative L2 error
+  double tolerance = 0.0;   // the normalized max error allowed
   std::string message;      // failure or skip reason, one line
 };
 
-// The normalized tolerance for a spec (act dtype and act quant).
-double tolerance_for(const MoeSpec& spec);
+struct Tolerance {
+  double max_normalized = 0.0;
+  double rel_l2 = 0.0;
+};
+
+// The tolerances for a spec: by activation dtype, looser with fp8 activation quantization.
+Tolerance tolerance_for(const MoeSpec& spec);
+
+// Compares an output with the reference output (host tensors, F32/F16/BF16, same number of elements).
+VerifyResult compare_outputs(const TensorView& out, const TensorView& ref, const Tolerance& tolerance);
 
 // A random valid spec from a seed: random sizes (odd ones included, within format constraints),
 // activation, routing (grouped, biased, after-top-k), format, act quant, biases, shared experts, LoRA.

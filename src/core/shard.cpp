@@ -122,7 +122,8 @@ MoeWeights shard_weights(const MoeSpec& full, const MoeWeights& w, const MoeSpec
   const int64_t e0 = first_local_expert(rank_spec), ne = local_experts(rank_spec);
   const int64_t il = local_intermediate(rank_spec), i0 = tp_rank(rank_spec) * il, I = full.intermediate;
   std::vector<Range> rows13;
-  if (!full.activation.gated()) rows13 = {{i0, i0 + il}};
+  if (rank_spec.parallel.tp == 1) rows13 = {{0, w.w13.rows}};  // no intermediate split: rows stay whole
+  else if (!full.activation.gated()) rows13 = {{i0, i0 + il}};
   else if (full.activation.interleaved_gate_up) rows13 = {{2 * i0, 2 * (i0 + il)}};
   else rows13 = {{i0, i0 + il}, {I + i0, I + i0 + il}};
 
@@ -140,7 +141,9 @@ MoeWeights shard_weights(const MoeSpec& full, const MoeWeights& w, const MoeSpec
   if (full.shared.count > 0) {
     const int64_t is = full.shared.intermediate / rank_spec.parallel.tp, s0 = tp_rank(rank_spec) * is;
     const int64_t IS = full.shared.intermediate;
-    s.shared_w13 = cut_matrix(w.shared_w13, 0, 1, {{s0, s0 + is}, {IS + s0, IS + s0 + is}}, {0, full.hidden}, "shared_w13");
+    const std::vector<Range> shared_rows =
+        rank_spec.parallel.tp == 1 ? std::vector<Range>{{0, 2 * IS}} : std::vector<Range>{{s0, s0 + is}, {IS + s0, IS + s0 + is}};
+    s.shared_w13 = cut_matrix(w.shared_w13, 0, 1, shared_rows, {0, full.hidden}, "shared_w13");
     s.shared_w2 = cut_matrix(w.shared_w2, 0, 1, {{0, full.hidden}}, {s0, s0 + is}, "shared_w2");
   }
   return s;

@@ -59,13 +59,14 @@ MoeLayer::MoeLayer(MoeSpec spec, std::shared_ptr<const MoeWeights> weights, cons
   spec_.validate();
   if (!weights_) throw_error(ErrorKind::kInvalidArgument, "MoeLayer needs weights");
   check_weights(spec_, *weights_);
+  platform_ = platform;
   plan_ = select(spec_, platform, policy, registry);
   runner_ = plan_.chosen->create_runner(spec_, *weights_, platform, options);
 }
 
 std::string MoeLayer::variant_for(int64_t m) const {
   std::string v = runner_->variant_for(m);
-  return v.empty() ? variant_for_tokens(plan_.chosen->capabilities(), spec_, m) : v;
+  return v.empty() ? variant_for_tokens(plan_.chosen->capabilities(), spec_, platform_, m) : v;
 }
 
 void MoeLayer::forward(const ForwardArgs& args) {

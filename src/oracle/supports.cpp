@@ -17,6 +17,22 @@ std::string sm_name(int sm) { return "sm" + std::to_string(sm); }
 
 }  // namespace
 
+std::vector<FormatSupport> every_format() {
+  std::vector<FormatSupport> v;
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kFp8PerTensor,
+                         WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block, WeightFormat::kMxfp4, WeightFormat::kNvfp4,
+                         WeightFormat::kInt8PerChannel})
+    v.push_back({f, ActQuant::kNone});
+  for (WeightFormat f : {WeightFormat::kFp8PerTensor, WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block})
+    v.push_back({f, ActQuant::kFp8PerTokenGroup});
+  return v;
+}
+
+std::vector<ActivationKind> every_activation() {
+  return {ActivationKind::kSiluAndMul, ActivationKind::kGeluAndMul, ActivationKind::kGeluTanhAndMul,
+          ActivationKind::kSwigluOai,  ActivationKind::kRelu2,      ActivationKind::kSilu};
+}
+
 Support supports(const Backend& backend, const MoeSpec& spec, const Platform& platform) {
   const Capabilities& c = backend.capabilities();
   Support s;
@@ -84,12 +100,16 @@ Support supports(const Backend& backend, const MoeSpec& spec, const Platform& pl
   return s;
 }
 
-std::string variant_for_tokens(const Capabilities& caps, const MoeSpec& spec, int64_t m) {
-  if (caps.variants.empty()) return "";
+std::string variant_for_tokens(const Capabilities& caps, const MoeSpec& spec, const Platform& platform, int64_t m) {
   const double per_expert = static_cast<double>(m) * spec.top_k / spec.num_experts;
-  for (const KernelVariant& v : caps.variants)
-    if (v.max_tokens_per_expert == 0.0 || per_expert <= v.max_tokens_per_expert) return v.name;
-  return caps.variants.back().name;
+  const KernelVariant* best = nullptr;
+  for (const KernelVariant& v : caps.variants) {
+    if (v.max_tokens_per_expert != 0.0 && per_expert > v.max_tokens_per_expert) continue;
+    if (v.min_tokens_per_expert != 0.0 && per_expert <= v.min_tokens_per_expert) continue;
+    if (caps.device == DeviceKind::kCpu && platform.cpu.isa() < v.min_cpu_isa) continue;
+    if (!best || v.min_cpu_isa > best->min_cpu_isa) best = &v;
+  }
+  return best ? best->name : "";
 }
 
 }  // namespace moerun

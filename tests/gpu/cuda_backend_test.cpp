@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include "moerun/verify.hpp"
+
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -170,7 +172,7 @@ void check_case(const std::string& backend, const MoeSpec& spec, int64_t m, uint
   int64_t bad = 0;
   const double err = m ? rel_error(out, want, m * spec.hidden, &bad) : 0.0;
   EXPECT_EQ(bad, 0) << backend << " left non-finite outputs, " << spec.summary() << " m=" << m;
-  EXPECT_LT(err, 1.5e-2) << backend << " " << spec.summary() << " m=" << m << " variant "
+  EXPECT_LT(err, tolerance_for(spec).rel_l2) << backend << " " << spec.summary() << " m=" << m << " variant "
                          << runner->variant_for(m);
   if (want_variant) EXPECT_EQ(runner->variant_for(m), want_variant) << spec.summary() << " m=" << m;
 }
@@ -268,7 +270,7 @@ TEST(CudaBackend, SmallRouterWeightWhenNoLogits) {
   a.output = want.view();
   ref->forward(a);
   int64_t bad = 0;
-  EXPECT_LT(rel_error(out, want, 17 * s.hidden, &bad), 1.5e-2);
+  EXPECT_LT(rel_error(out, want, 17 * s.hidden, &bad), tolerance_for(s).rel_l2);
   EXPECT_EQ(bad, 0);
 }
 
@@ -474,7 +476,7 @@ TEST(CudaBackend, GraphReplayEqualsEager) {
     auto ref = make_reference_backend()->create_runner(s, w, plat, {});
     ref->forward(host_args(in, want));
     int64_t bad = 0;
-    EXPECT_LT(rel_error(got, want, m * s.hidden, &bad), 1.5e-2);
+    EXPECT_LT(rel_error(got, want, m * s.hidden, &bad), tolerance_for(s).rel_l2);
     EXPECT_EQ(bad, 0);
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);

@@ -141,18 +141,11 @@ void run(const RunOptions& o) {
       ra.output = expect.view();
       reference.forward(ra);
       const double ref_time = seconds_since(t1);
-      std::vector<float> a(static_cast<size_t>(m * spec.hidden)), b(a.size());
-      convert_to_f32(out.view(), a.data());
-      convert_to_f32(expect.view(), b.data());
-      double max_ref = 0, max_err = 0;
-      for (size_t i = 0; i < a.size(); ++i) {
-        max_ref = std::max(max_ref, static_cast<double>(std::fabs(b[i])));
-        max_err = std::max(max_err, std::isfinite(a[i]) ? static_cast<double>(std::fabs(a[i] - b[i])) : std::numeric_limits<double>::infinity());
-      }
-      const double err = max_err / std::max(max_ref, 1e-6), tol = tolerance_for(spec);
-      std::cout << fmt::format("verify:    {} vs reference: normalized max error {:.2e} (tolerance {:.1e}) {}; reference took {:.3f} s ({:.0f}x slower)\n",
-                               plan.backend, err, tol, err <= tol ? "OK" : "MISMATCH", ref_time, med > 0 ? ref_time / med : 0.0);
-      if (err > tol) throw CLI::RuntimeError(5);
+      const VerifyResult v = compare_outputs(out.view(), expect.view(), tolerance_for(spec));
+      std::cout << fmt::format("verify:    {} vs reference: normalized max error {:.2e}, relative L2 {:.2e} {}; reference took {:.3f} s ({:.0f}x slower)\n",
+                               plan.backend, v.error, v.rel_l2, v.passed ? "OK" : "MISMATCH: " + v.message, ref_time,
+                               med > 0 ? ref_time / med : 0.0);
+      if (!v.passed) throw CLI::RuntimeError(5);
     }
   }
   if (!o.output.empty()) {

@@ -17,15 +17,9 @@ Capabilities reference_capabilities() {
   Capabilities c;
   c.device = DeviceKind::kCpu;
   c.min_cpu_isa = CpuIsa::kScalar;
-  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kFp8PerTensor,
-                         WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block, WeightFormat::kMxfp4,
-                         WeightFormat::kNvfp4, WeightFormat::kInt8PerChannel})
-    c.formats.push_back({f, ActQuant::kNone});
-  for (WeightFormat f : {WeightFormat::kFp8PerTensor, WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block})
-    c.formats.push_back({f, ActQuant::kFp8PerTokenGroup});
+  c.formats = every_format();
   c.act_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
-  c.activations = {ActivationKind::kSiluAndMul, ActivationKind::kGeluAndMul, ActivationKind::kGeluTanhAndMul,
-                   ActivationKind::kSwigluOai, ActivationKind::kRelu2, ActivationKind::kSilu};
+  c.activations = every_activation();
   c.interleaved_gate_up = true;
   c.scorings = {Scoring::kSoftmax, Scoring::kSigmoid};
   c.softmax_after_topk = c.correction_bias = c.grouped_topk = true;

@@ -1,0 +1,509 @@
+// bench/cpu/cpu_moe_bench.cpp — moerun `cpu` vs `reference` vs a oneDNN per-expert baseline, with this
+// machine's limits (memory read bandwidth, FMA peak) measured in the same run.
+//
+//   cpu_moe_bench [--quick] [--json PATH] [--threads N] [--only SHAPE]
+//
+// The oneDNN baseline runs every activated expert (and the shared experts) as two bf16 matmuls
+// (f32 where oneDNN has no bf16 matmul for the ISA) with weights reordered once to format_tag::any,
+// silu-and-mul in between, gather/scatter in plain loops; it skips biases and other activations
+// (same bytes and FLOPs).
+//
+// Per row: median time of many forwards, each with a different set of router logits so that the
+// activated experts (and their weights) change between calls and come from memory, not cache; bytes
+// are the distinct activated experts' weight bytes (as stored) averaged over those logit sets;
+// floor = max(bytes / bandwidth, flops / fma_peak); roofline % = floor / time.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <immintrin.h>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/isa.hpp"
+#include "backends/reference/reference_backend.hpp"
+#include "dispatch/dispatch.hpp"
+#include "moerun/formats.hpp"
+#include "moerun/platform.hpp"
+#include "moerun/presets.hpp"
+#include "moerun/weights.hpp"
+#include "routing/topk.hpp"
+
+#ifdef MOERUN_BENCH_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+using namespace moerun;
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+struct Opts {
+  bool quick = false;
+  std::string json_path;
+  int threads = 0;
+  std::string only;  // run only this shape ("" = all)
+  bool want(const std::string& shape) const { return only.empty() || only == shape; }
+};
+
+// ---- machine limits ----------------------------------------------------------------------------------
+
+double measure_bandwidth_gbs(int threads, size_t bytes) {
+  const size_t n = bytes / sizeof(float);
+  std::unique_ptr<float[]> a(new float[n]);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < n; ++i) a[i] = static_cast<float>(i & 1023);
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    float total = 0;
+    const double t0 = now_s();
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : total)
+    for (size_t i = 0; i < n; i += 16) {  // one 64-byte line per step, 4 independent sums
+      float s = a[i] + a[i + 4] + a[i + 8] + a[i + 12];
+      total += s;
+    }
+    const double dt = now_s() - t0;
+    if (total == -1.0f) std::printf("?");
+    best = std::max(best, static_cast<double>(bytes) / dt / 1e9);
+  }
+  return best;
+}
+
+__attribute__((target("avx2,fma"))) double fma_loop(int64_t iters) {
+  __m256 a[10];
+  for (int i = 0; i < 10; ++i) a[i] = _mm256_set1_ps(0.001f * i);
+  const __m256 b = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(0.0001f);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < 10; ++i) a[i] = _mm256_fmadd_ps(a[i], b, c);
+  __m256 s = a[0];
+  for (int i = 1; i < 10; ++i) s = _mm256_add_ps(s, a[i]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+
+double measure_fma_peak_gflops(int threads) {
+  const int64_t iters = 20'000'000;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    double sink = 0;
+    const double t0 = now_s();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    sink += fma_loop(iters);
+    const double dt = now_s() - t0;
+    if (sink == 12345.0) std::printf("?");
+    best = std::max(best, static_cast<double>(threads) * iters * 10 * 16 / dt / 1e9);
+  }
+  return best;
+}
+
+// ---- a model under test ------------------------------------------------------------------------------
+
+struct Model {
+  std::string name, note;
+  MoeSpec spec;
+  std::shared_ptr<MoeWeights> w;
+  std::vector<HostTensor> logits;  // rotating router logit sets [Mmax, E]
+  HostTensor hidden;               // [Mmax, H] in act dtype
+  int64_t mmax = 0;
+};
+
+Model make_model(const std::string& preset, const std::string& note, WeightFormat fmt, int64_t mmax,
+                 std::function<void(MoeSpec&)> edit = {}) {
+  Model m;
+  m.spec = find_preset(preset).model.spec;
+  m.spec.weight_format = fmt;
+  m.spec.act_dtype = DType::kBF16;
+  m.spec.act_quant = ActQuant::kNone;
+  m.spec.parallel = Parallel{};
+  if (edit) edit(m.spec);
+  m.spec.validate();
+  m.name = preset;
+  m.note = note;
+  m.mmax = mmax;
+  const double t0 = now_s();
+  m.w = std::make_shared<MoeWeights>(random_weights(m.spec, 1));
+  std::fprintf(stderr, "  weights %s %s: %.1f s\n", preset.c_str(), std::string(to_string(fmt)).c_str(), now_s() - t0);
+  std::mt19937 g(3);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (int s = 0; s < 8; ++s) {
+    HostTensor l(DType::kF32, {mmax, m.spec.num_experts});
+    for (int64_t i = 0; i < l.shape().numel(); ++i) l.as<float>()[i] = n(g);
+    m.logits.push_back(std::move(l));
+  }
+  m.hidden = HostTensor(DType::kBF16, {mmax, m.spec.hidden});
+  for (int64_t i = 0; i < m.hidden.shape().numel(); ++i) m.hidden.as<uint16_t>()[i] = f32_to_bf16(n(g));
+  return m;
+}
+
+// Distinct activated experts per call for M tokens, averaged over the logit sets.
+double distinct_experts(const Model& m, int64_t M) {
+  double sum = 0;
+  std::vector<int32_t> ids(static_cast<size_t>(M * m.spec.top_k));
+  std::vector<float> w(ids.size());
+  for (const HostTensor& l : m.logits) {
+    routing::topk_host(m.spec, l.as<const float>(), M, m.w->correction_bias.empty() ? nullptr : m.w->correction_bias.as<const float>(),
+                       ids.data(), w.data());
+    sum += static_cast<double>(std::set<int32_t>(ids.begin(), ids.end()).size());
+  }
+  return sum / static_cast<double>(m.logits.size());
+}
+
+struct Cost {
+  double bytes = 0, flops = 0;
+};
+
+Cost cost(const Model& m, int64_t M) {
+  const MoeSpec& s = m.spec;
+  Cost c;
+  const double per_expert = static_cast<double>(m.w->w13.bytes_per_expert() + m.w->w2.bytes_per_expert());
+  c.bytes = distinct_experts(m, M) * per_expert;
+  c.flops = 2.0 * M * s.top_k * (static_cast<double>(s.w13_rows()) * s.hidden + static_cast<double>(s.hidden) * s.intermediate);
+  if (s.shared.count > 0) {
+    c.bytes += static_cast<double>(m.w->shared_w13.bytes_per_expert() + m.w->shared_w2.bytes_per_expert());
+    c.flops += 2.0 * M * 3.0 * s.hidden * s.shared.intermediate;
+  }
+  return c;
+}
+
+// Median seconds of fn(call index), with at least min_runs calls and about budget_s seconds.
+double time_median(const std::function<void(int)>& fn, double budget_s, int min_runs = 3, int max_runs = 200) {
+  fn(0);  // warm-up (workspaces, first touch)
+  std::vector<double> t;
+  const double start = now_s();
+  for (int i = 1; (static_cast<int>(t.size()) < min_runs || now_s() - start < budget_s) && static_cast<int>(t.size()) < max_runs; ++i) {
+    const double t0 = now_s();
+    fn(i);
+    t.push_back(now_s() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+ForwardArgs args_for(const Model& m, int64_t M, int call, HostTensor& out) {
+  ForwardArgs a;
+  a.hidden = m.hidden.view();
+  a.hidden.shape = Shape{M, m.spec.hidden};
+  a.router_logits = m.logits[static_cast<size_t>(call) % m.logits.size()].view();
+  a.router_logits.shape = Shape{M, m.spec.num_experts};
+  a.output = out.view();
+  a.output.shape = Shape{M, m.spec.hidden};
+  return a;
+}
+
+// ---- oneDNN baseline: one matmul pair per activated expert, weights pre-reordered ----------------------
+#ifdef MOERUN_BENCH_DNNL
+struct DnnlBaseline {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  dnnl::memory::data_type wdt = dnnl::memory::data_type::bf16;
+  std::string label;
+  dnnl::matmul mm1, mm2, smm1, smm2;
+  dnnl::matmul::primitive_desc pd1, pd2, spd1, spd2;
+  std::vector<dnnl::memory> w13, w2, sw13, sw2;
+  int64_t H = 0, R = 0, I = 0, Is = 0;
+
+  // [K, N] weights of expert e of `em` reordered into pd's weights format.
+  dnnl::memory reorder_weights(const ExpertMatrix& em, int64_t e, const dnnl::memory::desc& wd) {
+    std::vector<float> dense(static_cast<size_t>(em.rows * em.cols));
+    for (int64_t r = 0; r < em.rows; ++r) dequantize_row(em, e, r, dense.data() + r * em.cols);
+    auto src = dnnl::memory({{em.cols, em.rows}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ba}, eng, dense.data());
+    auto dst = dnnl::memory(wd, eng);
+    dnnl::reorder(src, dst).execute(strm, src, dst);
+    strm.wait();
+    return dst;
+  }
+
+  bool init(const Model& m) {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    H = m.spec.hidden;
+    R = m.spec.w13_rows();
+    I = m.spec.intermediate;
+    const dnnl::memory::dim rt = DNNL_RUNTIME_DIM_VAL;
+    for (dt d : {dt::bf16, dt::f32}) {
+      try {
+        auto src1 = dnnl::memory::desc({rt, H}, d, tag::ab);
+        auto wei1 = dnnl::memory::desc({H, R}, d, tag::any);
+        auto dst1 = dnnl::memory::desc({rt, R}, dt::f32, tag::ab);
+        auto src2 = dnnl::memory::desc({rt, I}, d, tag::ab);
+        auto wei2 = dnnl::memory::desc({I, H}, d, tag::any);
+        auto dst2 = dnnl::memory::desc({rt, H}, dt::f32, tag::ab);
+        pd1 = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src1, wei1, dst1), eng);
+        pd2 = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src2, wei2, dst2), eng);
+        wdt = d;
+        label = d == dt::bf16 ? "onednn-bf16" : "onednn-f32 (bf16 matmul unimplemented on this ISA)";
+        break;
+      } catch (const dnnl::error&) {
+        if (d == dt::f32) return false;
+      }
+    }
+    mm1 = dnnl::matmul(pd1);
+    mm2 = dnnl::matmul(pd2);
+    for (int64_t e = 0; e < m.w->w13.experts; ++e) {
+      w13.push_back(reorder_weights(m.w->w13, e, pd1.weights_desc()));
+      w2.push_back(reorder_weights(m.w->w2, e, pd2.weights_desc()));
+    }
+    if (m.spec.shared.count > 0) {  // the shared experts: one more gated MLP every token passes through
+      Is = m.w->shared_w2.cols;
+      const dnnl::memory::dim rt = DNNL_RUNTIME_DIM_VAL;
+      using dt = dnnl::memory::data_type;
+      using tag = dnnl::memory::format_tag;
+      spd1 = dnnl::matmul::primitive_desc(
+          dnnl::matmul::desc({{rt, H}, wdt, tag::ab}, {{H, 2 * Is}, wdt, tag::any}, {{rt, 2 * Is}, dt::f32, tag::ab}), eng);
+      spd2 = dnnl::matmul::primitive_desc(
+          dnnl::matmul::desc({{rt, Is}, wdt, tag::ab}, {{Is, H}, wdt, tag::any}, {{rt, H}, dt::f32, tag::ab}), eng);
+      smm1 = dnnl::matmul(spd1);
+      smm2 = dnnl::matmul(spd2);
+      sw13.push_back(reorder_weights(m.w->shared_w13, 0, spd1.weights_desc()));
+      sw2.push_back(reorder_weights(m.w->shared_w2, 0, spd2.weights_desc()));
+    }
+    return true;
+  }
+
+  // Scratch kept across calls.
+  std::vector<float> x32, h1, y, acc, act, o;
+  std::vector<uint16_t> xb, hb;
+  std::vector<int32_t> ids;
+  std::vector<float> tw;
+  dispatch::Dispatch d;
+
+  // gather -> matmul -> silu-and-mul -> matmul -> weighted scatter-add, the simple way.
+  template <typename Tok, typename Wt>
+  void mlp(int64_t me, Tok tok, Wt wt, dnnl::matmul& m1, dnnl::matmul& m2, dnnl::memory& wa, dnnl::memory& wb, int64_t units) {
+    using tag = dnnl::memory::format_tag;
+    const bool bf = wdt == dnnl::memory::data_type::bf16;
+    const int64_t rows = 2 * units;
+    xb.resize(static_cast<size_t>(me * H));
+    y.resize(static_cast<size_t>(me * H));
+    for (int64_t i = 0; i < me; ++i) {
+      const float* src = x32.data() + static_cast<int64_t>(tok(i)) * H;
+      if (bf) for (int64_t c = 0; c < H; ++c) xb[static_cast<size_t>(i * H + c)] = f32_to_bf16(src[c]);
+      else std::memcpy(y.data() + i * H, src, static_cast<size_t>(H) * 4);
+    }
+    h1.resize(static_cast<size_t>(me * rows));
+    auto src1 = dnnl::memory({{me, H}, wdt, tag::ab}, eng, bf ? static_cast<void*>(xb.data()) : static_cast<void*>(y.data()));
+    auto dst1 = dnnl::memory({{me, rows}, dnnl::memory::data_type::f32, tag::ab}, eng, h1.data());
+    m1.execute(strm, {{DNNL_ARG_SRC, src1}, {DNNL_ARG_WEIGHTS, wa}, {DNNL_ARG_DST, dst1}});
+    strm.wait();
+    act.resize(static_cast<size_t>(me * units));
+    for (int64_t i = 0; i < me; ++i)
+      for (int64_t j = 0; j < units; ++j) {
+        const float g = h1[static_cast<size_t>(i * rows + j)], u = h1[static_cast<size_t>(i * rows + units + j)];
+        act[static_cast<size_t>(i * units + j)] = g / (1.0f + std::exp(-g)) * u;
+      }
+    hb.resize(act.size());
+    if (bf) for (size_t i = 0; i < act.size(); ++i) hb[i] = f32_to_bf16(act[i]);
+    o.resize(static_cast<size_t>(me * H));
+    auto src2 = dnnl::memory({{me, units}, wdt, tag::ab}, eng, bf ? static_cast<void*>(hb.data()) : static_cast<void*>(act.data()));
+    auto dst2 = dnnl::memory({{me, H}, dnnl::memory::data_type::f32, tag::ab}, eng, o.data());
+    m2.execute(strm, {{DNNL_ARG_SRC, src2}, {DNNL_ARG_WEIGHTS, wb}, {DNNL_ARG_DST, dst2}});
+    strm.wait();
+    for (int64_t i = 0; i < me; ++i) {
+      const int64_t t = tok(i);
+      const float w = wt(i);
+      for (int64_t c = 0; c < H; ++c) acc[static_cast<size_t>(t * H + c)] += w * o[static_cast<size_t>(i * H + c)];
+    }
+  }
+
+  void forward(const Model& m, int64_t M, int call, HostTensor& out) {
+    const MoeSpec& s = m.spec;
+    const int k = s.top_k;
+    ids.resize(static_cast<size_t>(M * k));
+    tw.resize(ids.size());
+    x32.resize(static_cast<size_t>(M * H));
+    for (int64_t i = 0; i < M * H; ++i) x32[static_cast<size_t>(i)] = bf16_to_f32(m.hidden.as<const uint16_t>()[i]);
+    routing::topk_host(s, m.logits[static_cast<size_t>(call) % m.logits.size()].as<const float>(), M,
+                       m.w->correction_bias.empty() ? nullptr : m.w->correction_bias.as<const float>(), ids.data(), tw.data());
+    dispatch::build_dispatch(s, ids.data(), tw.data(), M, d);
+    acc.assign(static_cast<size_t>(M * H), 0.0f);
+    for (int e = 0; e < d.local_experts; ++e) {
+      const int64_t me = d.count(e);
+      if (me == 0) continue;
+      const int32_t r0 = d.offsets[static_cast<size_t>(e)];
+      mlp(me, [&](int64_t i) { return d.token[static_cast<size_t>(r0 + i)]; },
+          [&](int64_t i) { return d.weight[static_cast<size_t>(r0 + i)]; }, mm1, mm2, w13[static_cast<size_t>(e)],
+          w2[static_cast<size_t>(e)], I);
+    }
+    if (!sw13.empty())
+      mlp(M, [](int64_t i) { return static_cast<int32_t>(i); }, [](int64_t) { return 1.0f; }, smm1, smm2, sw13[0], sw2[0], Is);
+    for (int64_t i = 0; i < M * H; ++i) out.as<uint16_t>()[i] = f32_to_bf16(acc[static_cast<size_t>(i)]);
+  }
+};
+#endif
+
+struct Bench {
+  Opts opt;
+  double bw = 0, peak = 0;  // GB/s, GFLOP/s with opt threads
+  int threads = 1;
+  json rows = json::array();
+
+  void row(const Model& m, const std::string& backend, int64_t M, int th, double t, const std::string& variant,
+           double ref_t = 0) {
+    const Cost c = cost(m, M);
+    const double floor = std::max(c.bytes / (bw * 1e9), c.flops / (peak * 1e9));
+    json r = {{"shape", m.name},
+              {"note", m.note},
+              {"format", std::string(to_string(m.spec.weight_format))},
+              {"backend", backend},
+              {"variant", variant},
+              {"m", M},
+              {"threads", th},
+              {"time_ms", t * 1e3},
+              {"weight_bytes", c.bytes},
+              {"flops", c.flops},
+              {"gbps", c.bytes / t / 1e9},
+              {"tflops", c.flops / t / 1e12},
+              {"floor_ms", floor * 1e3},
+              {"roofline_pct", 100.0 * floor / t}};
+    if (ref_t > 0) r["speedup_vs_reference"] = ref_t / t;
+    rows.push_back(r);
+    std::printf("%-18s %-14s %-28s M=%-5lld th=%d %9.3f ms %7.2f GB/s %7.3f TF/s floor %8.3f ms  %5.1f%%%s\n",
+                m.name.c_str(), std::string(to_string(m.spec.weight_format)).c_str(),
+                (backend + (variant.empty() ? "" : "/" + variant)).c_str(), static_cast<long long>(M), th, t * 1e3,
+                c.bytes / t / 1e9, c.flops / t / 1e12, floor * 1e3, 100.0 * floor / t,
+                ref_t > 0 ? (" x" + std::to_string(ref_t / t) + " vs ref").c_str() : "");
+    std::fflush(stdout);
+  }
+
+  double run_cpu(const Model& m, int64_t M, int th, std::string* variant = nullptr) {
+    RunnerOptions ro;
+    ro.threads = th;
+    auto r = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro);
+    HostTensor out(DType::kBF16, {M, m.spec.hidden});
+    if (variant) *variant = r->variant_for(M);
+    const double budget = opt.quick ? 0.25 : 0.8;
+    return time_median([&](int call) { auto a = args_for(m, M, call, out); r->forward(a); }, budget);
+  }
+
+  double run_ref(const Model& m, int64_t M) {
+    auto r = make_reference_backend()->create_runner(m.spec, *m.w, Platform::detect(), {});
+    HostTensor out(DType::kBF16, {M, m.spec.hidden});
+    return time_median([&](int call) { auto a = args_for(m, M, call, out); r->forward(a); }, 0.0, 1, 1);
+  }
+
+  void model_rows(const Model& m, const std::vector<int64_t>& ms, bool with_ref, bool with_dnnl) {
+#ifdef MOERUN_BENCH_DNNL
+    std::unique_ptr<DnnlBaseline> dn;
+    if (with_dnnl) {
+      dn = std::make_unique<DnnlBaseline>();
+      const double t0 = now_s();
+      if (!dn->init(m)) dn.reset();
+      std::fprintf(stderr, "  oneDNN weights: %.1f s\n", now_s() - t0);
+    }
+#else
+    (void)with_dnnl;
+#endif
+    for (int64_t M : ms) {
+      double ref_t = 0;
+      if (with_ref && M <= 4) ref_t = run_ref(m, M);
+      std::string variant;
+      const double t = run_cpu(m, M, threads, &variant);
+      if (ref_t > 0) row(m, "reference", M, threads, ref_t, "scalar-double");
+      row(m, "cpu", M, threads, t, variant, ref_t);
+#ifdef MOERUN_BENCH_DNNL
+      if (dn) {
+        HostTensor out(DType::kBF16, {M, m.spec.hidden});
+        omp_set_num_threads(threads);
+        const double td = time_median([&](int call) { dn->forward(m, M, call, out); }, opt.quick ? 0.25 : 0.8);
+        row(m, dn->label, M, threads, td, "");
+        rows.back()["cpu_speedup_vs_onednn"] = td / t;
+      }
+#endif
+    }
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Bench b;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") b.opt.quick = true;
+    else if (a == "--json" && i + 1 < argc) b.opt.json_path = argv[++i];
+    else if (a == "--threads" && i + 1 < argc) b.opt.threads = std::atoi(argv[++i]);
+    else if (a == "--only" && i + 1 < argc) b.opt.only = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE]\n", argv[0]);
+      return 2;
+    }
+  }
+  const double t_start = now_s();
+  b.threads = b.opt.threads > 0 ? b.opt.threads : omp_get_num_procs();
+  const Platform p = Platform::detect();
+  std::printf("platform: %s; cpu backend ISA %s\n", p.summary().c_str(), std::string(to_string(cpu::effective_isa())).c_str());
+  b.bw = measure_bandwidth_gbs(b.threads, b.opt.quick ? (512ull << 20) : (1ull << 30));
+  const double bw1 = measure_bandwidth_gbs(1, b.opt.quick ? (512ull << 20) : (1ull << 30));
+  b.peak = measure_fma_peak_gflops(b.threads);
+  const double peak1 = measure_fma_peak_gflops(1);
+  std::printf("limits: read bandwidth %.1f GB/s (%d threads), %.1f GB/s (1 thread); AVX2 FMA fp32 peak %.1f GFLOP/s "
+              "(%d threads), %.1f (1 thread)\n",
+              b.bw, b.threads, bw1, b.peak, b.threads, peak1);
+
+  const std::vector<int64_t> all_m = b.opt.quick ? std::vector<int64_t>{1, 16, 256} : std::vector<int64_t>{1, 4, 16, 64, 256, 1024};
+  if (b.opt.want("qwen3-30b-a3b")) {
+    Model q = make_model("qwen3-30b-a3b", "", WeightFormat::kBF16, 1024);
+    b.model_rows(q, all_m, true, true);
+    // thread scaling 1 -> N
+    for (int64_t M : {int64_t{1}, int64_t{256}}) {
+      std::string v;
+      const double t1 = b.run_cpu(q, M, 1, &v);
+      b.row(q, "cpu", M, 1, t1, v);
+    }
+  }
+  if (b.opt.want("qwen3-30b-a3b")) {  // quantized formats at decode (M = 1), plus prefill M=256 for each
+    for (WeightFormat f : {WeightFormat::kFp8Block, WeightFormat::kMxfp4, WeightFormat::kNvfp4, WeightFormat::kInt8PerChannel}) {
+      Model q = make_model("qwen3-30b-a3b", "", f, 256);
+      b.model_rows(q, b.opt.quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 256}, false, false);
+    }
+  }
+  if (!b.opt.quick) {
+    if (b.opt.want("deepseek-v2-lite")) {
+      Model d = make_model("deepseek-v2-lite", "2 shared experts", WeightFormat::kBF16, 1024);
+      b.model_rows(d, all_m, false, true);
+    }
+    for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kBF16}) {
+      if (!b.opt.want("gpt-oss-20b")) break;
+      Model g = make_model("gpt-oss-20b", "swiglu-oai, interleaved, biases", f, 1024);
+      b.model_rows(g, all_m, false, f == WeightFormat::kBF16);
+    }
+    if (b.opt.want("mixtral-8x7b")) {
+      Model x = make_model("mixtral-8x7b", "scaled: I = 14336/4 = 3584 (fits the 24 GiB box with oneDNN's f32 copy)",
+                           WeightFormat::kBF16, 1024, [](MoeSpec& s) { s.intermediate = 3584; });
+      b.model_rows(x, {1, 16, 256}, false, true);
+    }
+  }
+  std::printf("total %.1f s\n", now_s() - t_start);
+
+  if (!b.opt.json_path.empty()) {
+    json j = {{"bench", "cpu_moe_bench"},
+              {"platform", p.summary()},
+              {"cpu_model", p.cpu.model},
+              {"cpu_isa_used", std::string(to_string(cpu::effective_isa()))},
+              {"threads", b.threads},
+              {"quick", b.opt.quick},
+              {"limits",
+               {{"read_bandwidth_gbs", b.bw}, {"read_bandwidth_gbs_1thread", bw1}, {"fma_fp32_peak_gflops", b.peak},
+                {"fma_fp32_peak_gflops_1thread", peak1}}},
+              {"method", "median of repeated forwards, router logits rotated over 8 random sets; bytes = distinct "
+                         "activated experts' stored weight bytes; floor = max(bytes/bw, flops/peak)"},
+              {"rows", b.rows}};
+    std::ofstream(b.opt.json_path) << j.dump(2) << "\n";
+  }
+  return 0;
+}

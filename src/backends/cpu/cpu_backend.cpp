@@ -1,0 +1,72 @@
+// cpu/cpu_backend.cpp — the `cpu` backend's capabilities and runner factory (cpu_backend.hpp).
+#include "backends/cpu/cpu_backend.hpp"
+
+#include <algorithm>
+
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/runner.hpp"
+#include "moerun/error.hpp"
+
+namespace moerun {
+namespace {
+
+Capabilities make_caps() {
+  Capabilities c;
+  c.device = DeviceKind::kCpu;
+  c.min_cpu_isa = CpuIsa::kAvx2;
+  c.formats = every_format();
+  c.act_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+  c.activations = every_activation();
+  c.interleaved_gate_up = true;
+  c.scorings = {Scoring::kSoftmax, Scoring::kSigmoid};
+  c.softmax_after_topk = true;
+  c.correction_bias = true;
+  c.grouped_topk = true;
+  c.expert_bias = true;
+  c.router_bias = true;
+  c.shared_experts = true;
+  c.shared_gate = true;
+  c.apply_router_weight_on_input = true;
+  c.tensor_parallel = true;
+  c.expert_parallel = true;
+  c.lora = true;
+  c.host_sync = false;
+  c.variants = {
+      {"avx2-stream", static_cast<double>(cpu::kStreamMaxTokens),
+       "decode: streams each weight byte once, dequantized in registers, tokens broadcast from L1", CpuIsa::kAvx2},
+      {"avx2-tiled", 0.0, "prefill: 16-lane weight panels dequantized once into L2, 6x16 FMA register tiles", CpuIsa::kAvx2,
+       static_cast<double>(cpu::kStreamMaxTokens)},
+      {"avx512-stream", static_cast<double>(cpu::kStreamMaxTokens), "decode on AVX-512: one zmm per k step", CpuIsa::kAvx512},
+      {"avx512-tiled", 0.0, "prefill on AVX-512: 12x16 FMA register tiles on f32 panels", CpuIsa::kAvx512,
+       static_cast<double>(cpu::kStreamMaxTokens)},
+      {"amx-bf16-tiles", 0.0, "prefill on AMX: bf16 VNNI panels, 4 x 16x16 f32 accumulator tiles", CpuIsa::kAmx,
+       static_cast<double>(cpu::kStreamMaxTokens)},
+  };
+  return c;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  std::string_view description() const override {
+    return "x86 CPU: AVX2/AVX-512/AMX-BF16 kernels chosen at run time, OpenMP threads, quantized weights "
+           "dequantized in the kernels";
+  }
+  const Capabilities& capabilities() const override { return caps_; }
+  std::unique_ptr<Runner> create_runner(const MoeSpec& spec, const MoeWeights& weights, const Platform& platform,
+                                        const RunnerOptions& options) const override {
+    // The kernels run on this machine: its usable level, never above the platform the plan was made for.
+    const CpuIsa isa = static_cast<CpuIsa>(
+        std::min(static_cast<int>(cpu::effective_isa()), static_cast<int>(platform.cpu.isa())));
+    return std::make_unique<cpu::CpuRunner>(spec, weights, options, isa);
+  }
+
+ private:
+  Capabilities caps_ = make_caps();
+};
+
+}  // namespace
+
+std::shared_ptr<const Backend> make_cpu_backend() { return std::make_shared<const CpuBackend>(); }
+
+}  // namespace moerun

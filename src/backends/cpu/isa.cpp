@@ -1,0 +1,116 @@
+// cpu/isa.cpp — CPUID + XCR0 + AMX permission, and the kernel sets per level (isa.hpp).
+#include "backends/cpu/isa.hpp"
+
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "moerun/error.hpp"
+
+namespace moerun::cpu {
+namespace {
+
+uint64_t read_xcr0() {
+  uint32_t eax = 0, edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+
+// Linux: ask for the AMX tile data state once; true when granted (or already granted).
+bool request_amx_permission() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr long kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+  unsigned long bitmask = 0;
+  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &bitmask) != 0) return false;
+  return (bitmask & (1ul << kXfeatureXtiledata)) != 0;
+#else
+  return false;
+#endif
+}
+
+IsaFeatures detect() {
+  IsaFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+  f.fma = (c >> 12) & 1;
+  f.f16c = (c >> 29) & 1;
+  if (!osxsave || !avx) return f;
+  const uint64_t xcr0 = read_xcr0();
+  f.os_ymm = (xcr0 & 0x6) == 0x6;
+  f.os_zmm = f.os_ymm && (xcr0 & 0xE0) == 0xE0;
+  f.os_amx = (xcr0 & (3ull << 17)) == (3ull << 17);
+  unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  if (max_leaf < 7) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  f.avx2 = (b >> 5) & 1;
+  f.avx512f = (b >> 16) & 1;
+  f.avx512dq = (b >> 17) & 1;
+  f.avx512bw = (b >> 30) & 1;
+  f.avx512vl = (b >> 31) & 1;
+  f.amx_bf16 = (d >> 22) & 1;
+  f.amx_tile = (d >> 24) & 1;
+  const unsigned sub = a;
+  if (sub >= 1) {
+    __cpuid_count(7, 1, a, b, c, d);
+    f.avx512_bf16 = (a >> 5) & 1;
+  }
+  if (f.amx_tile && f.amx_bf16 && f.os_amx) f.amx_permitted = request_amx_permission();
+  return f;
+}
+
+}  // namespace
+
+const IsaFeatures& detected_features() {
+  static const IsaFeatures f = detect();
+  return f;
+}
+
+CpuIsa detected_isa() {
+  const IsaFeatures& f = detected_features();
+  if (!(f.avx2 && f.fma && f.f16c && f.os_ymm)) return CpuIsa::kScalar;
+  const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.os_zmm;
+  if (!avx512) return CpuIsa::kAvx2;
+  if (f.avx512_bf16 && f.amx_tile && f.amx_bf16 && f.os_amx && f.amx_permitted) return CpuIsa::kAmx;
+  if (f.avx512_bf16) return CpuIsa::kAvx512Bf16;
+  return CpuIsa::kAvx512;
+}
+
+CpuIsa effective_isa() {
+  return static_cast<CpuIsa>(std::min(static_cast<int>(detected_isa()), static_cast<int>(cpu_isa_cap())));
+}
+
+KernelSet kernels_for(CpuIsa isa) {
+  KernelSet k;
+  k.isa = isa;
+  switch (isa) {
+    case CpuIsa::kScalar:
+      throw_error(ErrorKind::kUnsupported, "cpu backend needs AVX2 + FMA + F16C (this CPU or the ISA cap allows scalar only)");
+    case CpuIsa::kAvx2:
+      k.prefix = "avx2";
+      k.stream = kernels::stream_avx2;
+      k.panel = kernels::dequant_panel_avx2;
+      k.tile = kernels::tile_avx2;
+      return k;
+    case CpuIsa::kAvx512:
+    case CpuIsa::kAvx512Bf16:
+      k.prefix = "avx512";
+      k.stream = kernels::stream_avx512;
+      k.panel = kernels::dequant_panel_avx512;
+      k.tile = kernels::tile_avx512;
+      return k;
+    case CpuIsa::kAmx:
+      k.prefix = "amx";
+      k.stream = kernels::stream_avx512;
+      k.panel = kernels::dequant_panel_avx512;
+      k.tile = kernels::tile_avx512;
+      k.amx = true;
+      return k;
+  }
+  throw_error(ErrorKind::kInternal, "cpu backend: unhandled CpuIsa " + std::to_string(static_cast<int>(isa)));
+}
+
+}  // namespace moerun::cpu

@@ -1,0 +1,43 @@
+// cpu/isa.hpp — which of the cpu backend's kernel sets this process may use.
+//
+// A level counts only when CPUID reports it AND the OS enabled its register state (XCR0: YMM for AVX2,
+// opmask/ZMM for AVX-512, XTILECFG/XTILEDATA for AMX) AND, for AMX on Linux, the process was granted
+// the tile data permission (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), requested here once).
+// The result is then capped by moerun's process-wide ISA cap (MOERUN_CPU_ISA / set_cpu_isa_cap).
+#pragma once
+
+#include <string>
+
+#include "backends/cpu/kernels/kernels.hpp"
+#include "moerun/platform.hpp"
+
+namespace moerun::cpu {
+
+struct IsaFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512_bf16 = false;
+  bool amx_tile = false, amx_bf16 = false;
+  bool os_ymm = false, os_zmm = false, os_amx = false, amx_permitted = false;
+};
+
+// This machine's features (detected once, thread-safe).
+const IsaFeatures& detected_features();
+// Highest level the detected features support (never above what the kernels here implement).
+CpuIsa detected_isa();
+// detected_isa() capped by the process-wide cap; read on each call so tests can step through levels.
+CpuIsa effective_isa();
+
+// The kernels one runner uses, fixed when it is created.
+struct KernelSet {
+  CpuIsa isa = CpuIsa::kAvx2;
+  std::string prefix;  // "avx2", "avx512", "amx"
+  void (*stream)(const kernels::BlockRef&, const float*, int64_t, int, float*) = nullptr;
+  void (*panel)(const kernels::BlockRef&, float*) = nullptr;
+  void (*tile)(const float*, int64_t, const float*, int64_t, int, float*) = nullptr;
+  bool amx = false;  // large calls go through bf16 panels and AMX tiles
+};
+
+// Kernels for the given level (kAvx512Bf16 uses the AVX-512 set). Throws Error{kUnsupported} below AVX2.
+KernelSet kernels_for(CpuIsa isa);
+
+}  // namespace moerun::cpu

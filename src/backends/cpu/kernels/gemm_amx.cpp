@@ -1,0 +1,97 @@
+// cpu/kernels/gemm_amx.cpp — AMX-BF16 tiles (kernels.hpp). Compiled with AMX + AVX512-BF16 flags; reached
+// only when isa.cpp found AMX usable (CPUID, XCR0 tile state, and the Linux XTILEDATA permission).
+//
+// NOTES: tiles: C0..C3 = 4 x (16 tokens x 16 lanes f32), A = 16 tokens x 32 k bf16, B = 16 k-pairs x
+// 16 lanes x 2 (the VNNI panel: 1 KiB contiguous per 32 k). One pass covers 64 tokens: each B tile is
+// loaded once per 32 k and used by four dot products.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "backends/cpu/kernels/kernels.hpp"
+
+namespace moerun::cpu::kernels {
+namespace {
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+void load_config() {
+  TileConfig c;
+  for (int t = 0; t < 6; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = 16;
+  }
+  _tile_loadconfig(&c);
+}
+
+template <int NT>
+void tiles_t(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, float* out /*[NT*16][16]*/) {
+  _tile_zero(0);
+  if constexpr (NT > 1) _tile_zero(1);
+  if constexpr (NT > 2) _tile_zero(2);
+  if constexpr (NT > 3) _tile_zero(3);
+  const size_t stride = static_cast<size_t>(ldx) * 2;
+  for (int64_t k = 0; k < kp; k += 32) {
+    _tile_loadd(5, panel + k * 16, 64);
+    _tile_loadd(4, xb + k, stride);
+    _tile_dpbf16ps(0, 4, 5);
+    if constexpr (NT > 1) { _tile_loadd(4, xb + 16 * ldx + k, stride); _tile_dpbf16ps(1, 4, 5); }
+    if constexpr (NT > 2) { _tile_loadd(4, xb + 32 * ldx + k, stride); _tile_dpbf16ps(2, 4, 5); }
+    if constexpr (NT > 3) { _tile_loadd(4, xb + 48 * ldx + k, stride); _tile_dpbf16ps(3, 4, 5); }
+  }
+  _tile_stored(0, out, 64);
+  if constexpr (NT > 1) _tile_stored(1, out + 256, 64);
+  if constexpr (NT > 2) _tile_stored(2, out + 512, 64);
+  if constexpr (NT > 3) _tile_stored(3, out + 768, 64);
+}
+
+}  // namespace
+
+void panel_to_bf16_vnni(const float* panel, int64_t kp, uint16_t* out) {
+  // Interleave: word n of pair p = (k even, k odd) of lane n.
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                       6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int64_t p = 0; p < kp / 2; ++p) {
+    const __m512 we = _mm512_loadu_ps(panel + p * 32), wo = _mm512_loadu_ps(panel + p * 32 + 16);
+    const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(wo, we);  // [0,16) = even, [16,32) = odd
+    _mm512_storeu_si512(out + p * 32, _mm512_permutexvar_epi16(idx, both));
+  }
+}
+
+void f32_to_bf16_row(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m256i v = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i));
+    _mm256_mask_storeu_epi16(out + i, m, v);
+  }
+}
+
+void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, int m, float* acc) {
+  load_config();
+  alignas(64) float out[64 * 16];
+  for (int i = 0; i < m; i += 64) {
+    const int rows = m - i < 64 ? m - i : 64;
+    const int nt = (rows + 15) / 16;
+    const uint16_t* x = xb + static_cast<int64_t>(i) * ldx;
+    switch (nt) {
+      case 4: tiles_t<4>(panel, kp, x, ldx, out); break;
+      case 3: tiles_t<3>(panel, kp, x, ldx, out); break;
+      case 2: tiles_t<2>(panel, kp, x, ldx, out); break;
+      default: tiles_t<1>(panel, kp, x, ldx, out); break;
+    }
+    std::memcpy(acc + static_cast<int64_t>(i) * 16, out, static_cast<size_t>(rows) * 16 * sizeof(float));
+  }
+}
+
+void amx_release() { _tile_release(); }
+
+}  // namespace moerun::cpu::kernels

@@ -1,0 +1,197 @@
+// cpu/kernels/gemm_avx512.cpp — AVX-512F/BW/VL/DQ kernels (kernels.hpp): one zmm is one k step of a
+// 16-lane N-block. Compiled with AVX-512 flags; reached only when isa.cpp found AVX-512 usable.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "backends/cpu/kernels/kernels.hpp"
+
+namespace moerun::cpu::kernels {
+namespace {
+
+inline __m128i ld128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// 16 e4m3 bytes -> 16 floats (value / 256), through fp16 bits (see dequant_avx2.hpp NOTES).
+inline __m512 e4m3x16(__m128i v) {
+  __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(v), 8);
+  h = _mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16(static_cast<short>(0xBFFF)));
+  return _mm512_cvtph_ps(h);
+}
+// 16 fp16 high bytes -> 16 floats.
+inline __m512 hb16(__m128i hb) { return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(hb), 8)); }
+
+inline __m128i e2m1_lut() {
+  return _mm_setr_epi8(0x00, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46, static_cast<char>(0x80),
+                       static_cast<char>(0xB8), static_cast<char>(0xBC), static_cast<char>(0xBE),
+                       static_cast<char>(0xC0), static_cast<char>(0xC2), static_cast<char>(0xC4),
+                       static_cast<char>(0xC6));
+}
+
+// k pair p -> we (k = 2p, 16 lanes), wo (k = 2p + 1).
+template <PackFmt F>
+inline void load2(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
+  if constexpr (F == PackFmt::kF32) {
+    const float* f = reinterpret_cast<const float*>(d) + p * 32;
+    we = _mm512_loadu_ps(f);
+    wo = _mm512_loadu_ps(f + 16);
+  } else if constexpr (F == PackFmt::kF16) {
+    const uint8_t* q = d + p * 64;
+    we = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+    wo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32)));
+  } else if constexpr (F == PackFmt::kBF16) {
+    const __m512i z = _mm512_loadu_si512(d + p * 64);
+    we = _mm512_castsi512_ps(_mm512_slli_epi32(z, 16));
+    wo = _mm512_castsi512_ps(_mm512_and_si512(z, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  } else if constexpr (F == PackFmt::kFp8 || F == PackFmt::kFp8Block) {
+    we = e4m3x16(ld128(d + p * 32));
+    wo = e4m3x16(ld128(d + p * 32 + 16));
+  } else if constexpr (F == PackFmt::kInt8) {
+    we = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32)));
+    wo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32 + 16)));
+  } else {  // e2m1: bytes 0-7 = k even, 8-15 = k odd; low nibble lanes 0-7, high nibble lanes 8-15
+    const __m128i x = ld128(d + p * 16), nib = _mm_set1_epi8(0x0F), lut = e2m1_lut();
+    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(x, nib));
+    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), nib));
+    we = hb16(_mm_unpacklo_epi64(lo, hi));
+    wo = hb16(_mm_unpackhi_epi64(lo, hi));
+  }
+}
+
+template <PackFmt F>
+inline __m512 group_scale(const uint8_t* gs, int64_t g, float gmul) {
+  if constexpr (F == PackFmt::kFp8Block) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(gs) + g * 16);
+  } else if constexpr (F == PackFmt::kMxfp4) {
+    const __m512i e = _mm512_cvtepu8_epi32(ld128(gs + g * 16));
+    __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+                           _mm512_castsi512_ps(_mm512_set1_epi32(0x00400000)));
+    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_ps(__builtin_nanf("")));
+    return v;
+  } else if constexpr (F == PackFmt::kNvfp4) {
+    return _mm512_mul_ps(e4m3x16(ld128(gs + g * 16)), _mm512_set1_ps(gmul));
+  } else {
+    (void)gs; (void)g; (void)gmul;
+    return _mm512_set1_ps(1.0f);
+  }
+}
+
+// Accumulators are named variables (GCC keeps arrays of vectors in memory; see gemm_avx2.cpp).
+#define MOERUN_T8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+template <PackFmt F, int MT>
+void stream_t(const BlockRef& b, const float* x, int64_t ldx, float* acc) {
+  constexpr int G = group_size(F);
+  constexpr bool kSplit = MT <= 4;
+  const int64_t pairs = b.kp / 2, gp = G ? G / 2 : pairs;
+  const __m512 z = _mm512_setzero_ps();
+#define DECL(t) __m512 e##t = z, o##t = z; const float* x##t = x + (t) * ldx;
+  MOERUN_T8(DECL)
+#undef DECL
+  for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
+    __m512 s = _mm512_set1_ps(1.0f);
+    if constexpr (G != 0) s = group_scale<F>(b.gscale, p0 / gp, b.gmul);
+    const int64_t pe = std::min(p0 + gp, pairs);
+    for (int64_t p = p0; p < pe; ++p) {
+      __m512 we, wo;
+      load2<F>(b.data, p, we, wo);
+      if constexpr (G != 0) { we = _mm512_mul_ps(we, s); wo = _mm512_mul_ps(wo, s); }
+#define STEP(t)                                                                  \
+      if constexpr (MT > (t)) {                                                  \
+        e##t = _mm512_fmadd_ps(we, _mm512_set1_ps(x##t[2 * p]), e##t);           \
+        if constexpr (kSplit) o##t = _mm512_fmadd_ps(wo, _mm512_set1_ps(x##t[2 * p + 1]), o##t); \
+        else e##t = _mm512_fmadd_ps(wo, _mm512_set1_ps(x##t[2 * p + 1]), e##t); \
+      }
+      MOERUN_T8(STEP)
+#undef STEP
+    }
+  }
+#define STORE(t) if constexpr (MT > (t)) _mm512_storeu_ps(acc + (t) * 16, _mm512_add_ps(e##t, o##t));
+  MOERUN_T8(STORE)
+#undef STORE
+}
+
+template <PackFmt F>
+void stream_f(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {
+  int i = 0;
+  for (; i + 8 <= m; i += 8) stream_t<F, 8>(b, x + i * ldx, ldx, acc + i * 16);
+  for (; i + 4 <= m; i += 4) stream_t<F, 4>(b, x + i * ldx, ldx, acc + i * 16);
+  switch (m - i) {
+    case 3: stream_t<F, 3>(b, x + i * ldx, ldx, acc + i * 16); break;
+    case 2: stream_t<F, 2>(b, x + i * ldx, ldx, acc + i * 16); break;
+    case 1: stream_t<F, 1>(b, x + i * ldx, ldx, acc + i * 16); break;
+    default: break;
+  }
+}
+
+template <PackFmt F>
+void panel_f(const BlockRef& b, float* panel) {
+  constexpr int G = group_size(F);
+  const int64_t pairs = b.kp / 2, gp = G ? G / 2 : pairs;
+  for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
+    __m512 s = _mm512_set1_ps(1.0f);
+    if constexpr (G != 0) s = group_scale<F>(b.gscale, p0 / gp, b.gmul);
+    const int64_t pe = std::min(p0 + gp, pairs);
+    for (int64_t p = p0; p < pe; ++p) {
+      __m512 we, wo;
+      load2<F>(b.data, p, we, wo);
+      if constexpr (G != 0) { we = _mm512_mul_ps(we, s); wo = _mm512_mul_ps(wo, s); }
+      _mm512_store_ps(panel + p * 32, we);
+      _mm512_store_ps(panel + p * 32 + 16, wo);
+    }
+  }
+}
+
+#define MOERUN_R12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+template <int MR>
+void tile_t(const float* panel, int64_t kp, const float* x, int64_t ldx, float* acc) {
+  const __m512 z = _mm512_setzero_ps();
+#define DECL(r) __m512 c##r = z; const float* x##r = x + (r) * ldx;
+  MOERUN_R12(DECL)
+#undef DECL
+  for (int64_t k = 0; k < kp; ++k) {
+    const __m512 bv = _mm512_load_ps(panel + k * 16);
+#define STEP(r) if constexpr (MR > (r)) c##r = _mm512_fmadd_ps(_mm512_set1_ps(x##r[k]), bv, c##r);
+    MOERUN_R12(STEP)
+#undef STEP
+  }
+#define STORE(r) if constexpr (MR > (r)) _mm512_storeu_ps(acc + (r) * 16, c##r);
+  MOERUN_R12(STORE)
+#undef STORE
+}
+
+template <int MR>
+void tile_rest(const float* panel, int64_t kp, const float* x, int64_t ldx, int m, float* acc) {
+  if constexpr (MR > 0) {
+    if (m == MR) return tile_t<MR>(panel, kp, x, ldx, acc);
+    return tile_rest<MR - 1>(panel, kp, x, ldx, m, acc);
+  }
+}
+
+#define MOERUN_FMT_SWITCH(fmt, F, ...)                                        \
+  switch (fmt) {                                                              \
+    case PackFmt::kF32: { constexpr PackFmt F = PackFmt::kF32; __VA_ARGS__; } break;            \
+    case PackFmt::kF16: { constexpr PackFmt F = PackFmt::kF16; __VA_ARGS__; } break;            \
+    case PackFmt::kBF16: { constexpr PackFmt F = PackFmt::kBF16; __VA_ARGS__; } break;          \
+    case PackFmt::kFp8: { constexpr PackFmt F = PackFmt::kFp8; __VA_ARGS__; } break;            \
+    case PackFmt::kFp8Block: { constexpr PackFmt F = PackFmt::kFp8Block; __VA_ARGS__; } break;  \
+    case PackFmt::kInt8: { constexpr PackFmt F = PackFmt::kInt8; __VA_ARGS__; } break;          \
+    case PackFmt::kMxfp4: { constexpr PackFmt F = PackFmt::kMxfp4; __VA_ARGS__; } break;        \
+    case PackFmt::kNvfp4: { constexpr PackFmt F = PackFmt::kNvfp4; __VA_ARGS__; } break;        \
+  }
+
+}  // namespace
+
+void stream_avx512(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {
+  MOERUN_FMT_SWITCH(b.fmt, F, stream_f<F>(b, x, ldx, m, acc))
+}
+
+void dequant_panel_avx512(const BlockRef& b, float* panel) { MOERUN_FMT_SWITCH(b.fmt, F, panel_f<F>(b, panel)) }
+
+void tile_avx512(const float* panel, int64_t kp, const float* x, int64_t ldx, int m, float* acc) {
+  constexpr int kMr = 12;
+  int i = 0;
+  for (; i + kMr <= m; i += kMr) tile_t<kMr>(panel, kp, x + i * ldx, ldx, acc + i * 16);
+  if (i < m) tile_rest<kMr - 1>(panel, kp, x + i * ldx, ldx, m - i, acc + i * 16);
+}
+
+}  // namespace moerun::cpu::kernels

@@ -1,0 +1,90 @@
+// cpu/kernels/kernels.hpp — raw-pointer GEMM kernels of the cpu backend, one implementation per ISA.
+//
+// Every kernel computes, for one packed N-block of 16 output lanes (see prepack.hpp for the layout),
+//   acc[i][l] = sum_k x[i * ldx + k] * W[k][l]      i < m, l < 16
+// with the weight's per-K-group scales applied (fp8 block, mxfp4, nvfp4) but not its per-lane scale
+// (per-channel / per-tensor), which the caller's epilogue applies. x holds kp columns (kp = the padded
+// K, a multiple of kKAlign); the columns past the true K must be zero (the packed weights are zero there
+// too, but 0 * NaN would not be). Accumulation is fp32 (bf16 products on AMX / AVX512-BF16 paths).
+//
+// No kernel allocates, throws or touches OpenMP: the runner splits work and owns the buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace moerun::cpu::kernels {
+
+inline constexpr int kLanes = 16;   // output rows per N-block
+inline constexpr int kKAlign = 32;  // K is padded to a multiple of this (an AMX bf16 tile row)
+
+// The packed element encodings. Group sizes are along K.
+enum class PackFmt : uint8_t {
+  kF32,        // f32 [kp][16]
+  kF16,        // f16 [kp][16]
+  kBF16,       // bf16 [kp/2][16][2]: VNNI pairs (k even in the low half), what AMX tiles read
+  kFp8,        // e4m3 [kp][16] (per-tensor / per-channel: scale in the lane scale)
+  kFp8Block,   // e4m3 [kp][16] + f32 group scale [kp/128][16] (block scale times 256)
+  kInt8,       // int8 [kp][16] (per-channel scale in the lane scale)
+  kMxfp4,      // e2m1 [kp][8 bytes]: byte j = lane j (low nibble) | lane j+8 (high) + e8m0 [kp/32][16]
+  kNvfp4,      // e2m1 like mxfp4 + e4m3 group scale [kp/16][16]; times gmul = 256 * global scale
+};
+
+// Bytes one k step of one N-block occupies.
+constexpr int bytes_per_k(PackFmt f) noexcept {
+  switch (f) {
+    case PackFmt::kF32: return 64;
+    case PackFmt::kF16: case PackFmt::kBF16: return 32;
+    case PackFmt::kFp8: case PackFmt::kFp8Block: case PackFmt::kInt8: return 16;
+    case PackFmt::kMxfp4: case PackFmt::kNvfp4: return 8;
+  }
+  return 0;
+}
+// K group of the per-group scale; 0 = none.
+constexpr int group_size(PackFmt f) noexcept {
+  switch (f) {
+    case PackFmt::kFp8Block: return 128;
+    case PackFmt::kMxfp4: return 32;
+    case PackFmt::kNvfp4: return 16;
+    default: return 0;
+  }
+}
+// Bytes of one lane's group scale (f32 for fp8 block, one byte for e8m0 / e4m3).
+constexpr int group_scale_bytes(PackFmt f) noexcept { return f == PackFmt::kFp8Block ? 4 : 1; }
+
+// One N-block of one expert: everything a kernel needs.
+struct BlockRef {
+  PackFmt fmt = PackFmt::kF32;
+  const uint8_t* data = nullptr;    // kp * bytes_per_k(fmt) bytes, 64-byte aligned
+  const uint8_t* gscale = nullptr;  // [ceil(kp / group)][16] group scales, or null
+  float gmul = 1.0f;                // nvfp4: 256 * global scale; else unused
+  int64_t kp = 0;                   // padded K (multiple of kKAlign)
+};
+
+// ---- AVX2 + FMA + F16C (gemm_avx2.cpp) ----
+// Streaming path for few tokens: reads each weight byte once per call, tokens in registers (m any,
+// best for m <= 4). acc is [m][16].
+void stream_avx2(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc);
+// Dequantizes the whole block into an f32 panel [kp][16] (group scales applied).
+void dequant_panel_avx2(const BlockRef& b, float* panel);
+// acc[m][16] = x[m][kp] @ panel[kp][16]: 6x16 register tiles.
+void tile_avx2(const float* panel, int64_t kp, const float* x, int64_t ldx, int m, float* acc);
+
+// ---- AVX-512F/BW/VL (gemm_avx512.cpp) ----
+void stream_avx512(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc);
+void dequant_panel_avx512(const BlockRef& b, float* panel);
+void tile_avx512(const float* panel, int64_t kp, const float* x, int64_t ldx, int m, float* acc);
+
+// ---- AMX-BF16 + AVX512-BF16 (gemm_amx.cpp) ----
+// f32 panel [kp][16] -> bf16 VNNI panel [kp/2][16][2] (round to nearest even). For kBF16 weights the
+// packed block already is such a panel and needs no conversion.
+void panel_to_bf16_vnni(const float* panel, int64_t kp, uint16_t* out);
+// n floats -> bf16 (round to nearest even).
+void f32_to_bf16_row(const float* x, int64_t n, uint16_t* out);
+// acc[m][16] = xb[m][kp] @ panel: xb bf16 with row stride ldx elements and round_up(m, 16) readable rows
+// (rows past m should be zero); panel bf16 VNNI [kp/2][16][2]. Loads its own tile configuration.
+void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, int m, float* acc);
+// Releases the tile state of the calling thread.
+void amx_release();
+
+}  // namespace moerun::cpu::kernels

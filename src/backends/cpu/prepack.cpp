@@ -1,0 +1,246 @@
+// cpu/prepack.cpp — canonical expert stacks -> the "cpu-nb16-v1" layout (prepack.hpp).
+#include "backends/cpu/prepack.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "moerun/error.hpp"
+
+namespace moerun::cpu {
+
+using kernels::PackFmt;
+
+namespace {
+
+std::shared_ptr<uint8_t> aligned_zeroed(size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64 + 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) throw_error(ErrorKind::kInvalidArgument, "cpu backend: out of memory packing " + std::to_string(rounded) + " bytes");
+  std::memset(p, 0, rounded);
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
+const char* map_name(LaneMap m) {
+  switch (m) {
+    case LaneMap::kPlain: return "plain";
+    case LaneMap::kGatedSplit: return "gated";
+    case LaneMap::kGatedInterleaved: return "gated-interleaved";
+  }
+  return "?";
+}
+
+// The shapes and dtypes the packer reads (formats.hpp's table); a mismatch would read out of bounds.
+void check_stack(const ExpertMatrix& m) {
+  const int64_t E = m.experts, N = m.rows, K = m.cols;
+  auto fail = [&](const std::string& what, DType want, const Shape& shape, const TensorView& got) {
+    throw_error(ErrorKind::kFormat, "cpu backend: expected " + std::string(dtype_name(want)) + " " + shape.str() + ", got " +
+                                        std::string(dtype_name(got.dtype)) + " " + got.shape.str() + " for " + what +
+                                        " of a " + std::string(to_string(m.format)) + " stack");
+  };
+  auto expect = [&](const TensorView& t, DType want, Shape shape, const char* what) {
+    if (t.data == nullptr && shape.numel() > 0) fail(what, want, shape, t);
+    if (t.dtype != want || !(t.shape == shape)) fail(what, want, shape, t);
+  };
+  if (E < 0 || N < 0 || K < 0) throw_error(ErrorKind::kFormat, "cpu backend: negative stack dimensions");
+  switch (m.format) {
+    case WeightFormat::kF32: expect(m.data, DType::kF32, {E, N, K}, "data"); break;
+    case WeightFormat::kF16: expect(m.data, DType::kF16, {E, N, K}, "data"); break;
+    case WeightFormat::kBF16: expect(m.data, DType::kBF16, {E, N, K}, "data"); break;
+    case WeightFormat::kFp8PerTensor:
+      expect(m.data, DType::kF8E4M3, {E, N, K}, "data");
+      expect(m.scale, DType::kF32, {E}, "scale");
+      break;
+    case WeightFormat::kFp8PerChannel:
+      expect(m.data, DType::kF8E4M3, {E, N, K}, "data");
+      expect(m.scale, DType::kF32, {E, N}, "scale");
+      break;
+    case WeightFormat::kFp8Block:
+      expect(m.data, DType::kF8E4M3, {E, N, K}, "data");
+      expect(m.scale, DType::kF32, {E, (N + 127) / 128, (K + 127) / 128}, "scale");
+      break;
+    case WeightFormat::kMxfp4:
+      if (K % 32) throw_error(ErrorKind::kFormat, "cpu backend: mxfp4 K = " + std::to_string(K) + " is not a multiple of 32");
+      expect(m.data, DType::kU8, {E, N, K / 2}, "data");
+      if (m.scale.dtype == DType::kF8E8M0) expect(m.scale, DType::kF8E8M0, {E, N, K / 32}, "scale");
+      else expect(m.scale, DType::kU8, {E, N, K / 32}, "scale");
+      break;
+    case WeightFormat::kNvfp4:
+      if (K % 16) throw_error(ErrorKind::kFormat, "cpu backend: nvfp4 K = " + std::to_string(K) + " is not a multiple of 16");
+      expect(m.data, DType::kU8, {E, N, K / 2}, "data");
+      expect(m.scale, DType::kF8E4M3, {E, N, K / 16}, "scale");
+      expect(m.global_scale, DType::kF32, {E}, "global_scale");
+      break;
+    case WeightFormat::kInt8PerChannel:
+      expect(m.data, DType::kI8, {E, N, K}, "data");
+      expect(m.scale, DType::kF32, {E, N}, "scale");
+      break;
+  }
+}
+
+}  // namespace
+
+std::string layout_tag(LaneMap map) { return std::string(kLayoutTag) + ":" + map_name(map); }
+
+PackFmt pack_fmt_for(WeightFormat f) noexcept {
+  switch (f) {
+    case WeightFormat::kF32: return PackFmt::kF32;
+    case WeightFormat::kF16: return PackFmt::kF16;
+    case WeightFormat::kBF16: return PackFmt::kBF16;
+    case WeightFormat::kFp8PerTensor: case WeightFormat::kFp8PerChannel: return PackFmt::kFp8;
+    case WeightFormat::kFp8Block: return PackFmt::kFp8Block;
+    case WeightFormat::kMxfp4: return PackFmt::kMxfp4;
+    case WeightFormat::kNvfp4: return PackFmt::kNvfp4;
+    case WeightFormat::kInt8PerChannel: return PackFmt::kInt8;
+  }
+  return PackFmt::kF32;
+}
+
+std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map) {
+  if (m.layout != "canonical")
+    throw_error(ErrorKind::kInvalidArgument, "cpu backend: cannot pack a weight stack with layout '" + m.layout +
+                                                 "' (knows 'canonical' and '" + layout_tag(map) + "')");
+  check_stack(m);
+  auto ps = std::make_shared<PackedStack>();
+  PackedStack& p = *ps;
+  p.fmt = pack_fmt_for(m.format);
+  p.map = map;
+  p.experts = m.experts;
+  p.rows = m.rows;
+  p.cols = m.cols;
+  p.kp = (m.cols + kernels::kKAlign - 1) / kernels::kKAlign * kernels::kKAlign;
+  if (map == LaneMap::kPlain) {
+    p.outputs = m.rows;
+    p.nblocks = (m.rows + 15) / 16;
+  } else {
+    if (m.rows % 2 != 0)
+      throw_error(ErrorKind::kInvalidArgument, "cpu backend: gated w13 has an odd row count " + std::to_string(m.rows));
+    p.outputs = m.rows / 2;
+    p.nblocks = (p.outputs + 7) / 8;
+  }
+  const int64_t E = m.experts, N = m.rows, K = m.cols, kp = p.kp, nb = p.nblocks;
+  p.lane_row.assign(static_cast<size_t>(nb * 16), -1);
+  for (int64_t b = 0; b < nb; ++b)
+    for (int l = 0; l < 16; ++l) {
+      int64_t r = -1;
+      if (map == LaneMap::kPlain) {
+        r = b * 16 + l;
+        if (r >= N) r = -1;
+      } else {
+        const int64_t j = b * 8 + (l & 7);
+        if (j < p.outputs) {
+          const bool up = l >= 8;
+          r = map == LaneMap::kGatedSplit ? (up ? p.outputs + j : j) : 2 * j + (up ? 1 : 0);
+        }
+      }
+      p.lane_row[static_cast<size_t>(b * 16 + l)] = static_cast<int32_t>(r);
+    }
+
+  p.block_bytes = static_cast<size_t>(kp) * static_cast<size_t>(kernels::bytes_per_k(p.fmt));
+  const int G = kernels::group_size(p.fmt);
+  const int64_t groups = G ? (kp + G - 1) / G : 0;
+  p.gs_block_bytes = static_cast<size_t>(groups * 16 * kernels::group_scale_bytes(p.fmt));
+  p.data = aligned_zeroed(p.block_bytes * static_cast<size_t>(E * nb));
+  if (G) p.gscale = aligned_zeroed(p.gs_block_bytes * static_cast<size_t>(E * nb));
+  const bool lane_scaled = p.fmt == PackFmt::kFp8 || p.fmt == PackFmt::kInt8;
+  if (lane_scaled) p.lane_scale.assign(static_cast<size_t>(E * nb * 16), 0.0f);
+  if (p.fmt == PackFmt::kNvfp4) p.gmul.assign(static_cast<size_t>(E), 0.0f);
+  p.weight_bytes_per_expert = static_cast<int64_t>(m.data.nbytes() + m.scale.nbytes() + m.global_scale.nbytes()) /
+                              std::max<int64_t>(1, E);
+
+  const uint8_t* src = static_cast<const uint8_t*>(m.data.data);
+  const int esz = m.format == WeightFormat::kF32 ? 4 : (m.format == WeightFormat::kF16 || m.format == WeightFormat::kBF16) ? 2 : 1;
+  const bool fp4 = p.fmt == PackFmt::kMxfp4 || p.fmt == PackFmt::kNvfp4;
+  const int64_t src_row_bytes = fp4 ? K / 2 : K * esz;
+
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* dst = p.data.get() + static_cast<size_t>(e * nb + b) * p.block_bytes;
+      uint8_t* gdst = G ? p.gscale.get() + static_cast<size_t>(e * nb + b) * p.gs_block_bytes : nullptr;
+      for (int l = 0; l < 16; ++l) {
+        const int64_t r = p.lane_row[static_cast<size_t>(b * 16 + l)];
+        if (r < 0) continue;
+        const uint8_t* row = src + static_cast<size_t>((e * N + r) * src_row_bytes);
+        switch (p.fmt) {
+          case PackFmt::kF32:
+            for (int64_t k = 0; k < K; ++k) std::memcpy(dst + (k * 16 + l) * 4, row + k * 4, 4);
+            break;
+          case PackFmt::kF16:
+            for (int64_t k = 0; k < K; ++k) std::memcpy(dst + (k * 16 + l) * 2, row + k * 2, 2);
+            break;
+          case PackFmt::kBF16:
+            for (int64_t k = 0; k < K; ++k)
+              std::memcpy(dst + (((k / 2) * 16 + l) * 2 + (k & 1)) * 2, row + k * 2, 2);
+            break;
+          case PackFmt::kFp8: case PackFmt::kFp8Block: case PackFmt::kInt8:
+            for (int64_t k = 0; k < K; ++k) dst[k * 16 + l] = row[k];
+            break;
+          case PackFmt::kMxfp4: case PackFmt::kNvfp4:
+            for (int64_t k = 0; k < K; ++k) {
+              const uint8_t nib = (k & 1) ? (row[k / 2] >> 4) : (row[k / 2] & 0x0F);
+              dst[k * 8 + (l & 7)] |= static_cast<uint8_t>(l < 8 ? nib : nib << 4);
+            }
+            break;
+        }
+        // scales
+        switch (m.format) {
+          case WeightFormat::kFp8PerTensor:
+            p.lane_scale[static_cast<size_t>((e * nb + b) * 16 + l)] = 256.0f * m.scale.as<const float>()[e];
+            break;
+          case WeightFormat::kFp8PerChannel:
+            p.lane_scale[static_cast<size_t>((e * nb + b) * 16 + l)] = 256.0f * m.scale.as<const float>()[e * N + r];
+            break;
+          case WeightFormat::kInt8PerChannel:
+            p.lane_scale[static_cast<size_t>((e * nb + b) * 16 + l)] = m.scale.as<const float>()[e * N + r];
+            break;
+          case WeightFormat::kFp8Block: {
+            const int64_t nbr = (N + 127) / 128, nbk = (K + 127) / 128;
+            for (int64_t g = 0; g < groups && g < nbk; ++g) {
+              const float s = 256.0f * m.scale.as<const float>()[(e * nbr + r / 128) * nbk + g];
+              std::memcpy(gdst + (g * 16 + l) * 4, &s, 4);
+            }
+            break;
+          }
+          case WeightFormat::kMxfp4: {
+            const int64_t ng = K / 32;
+            for (int64_t g = 0; g < ng; ++g) gdst[g * 16 + l] = static_cast<const uint8_t*>(m.scale.data)[(e * N + r) * ng + g];
+            break;
+          }
+          case WeightFormat::kNvfp4: {
+            const int64_t ng = K / 16;
+            for (int64_t g = 0; g < ng; ++g) gdst[g * 16 + l] = static_cast<const uint8_t*>(m.scale.data)[(e * N + r) * ng + g];
+            break;
+          }
+          default: break;
+        }
+      }
+    }
+    if (p.fmt == PackFmt::kNvfp4) p.gmul[static_cast<size_t>(e)] = 256.0f * m.global_scale.as<const float>()[e];
+  }
+  return ps;
+}
+
+ExpertMatrix prepared_matrix(std::shared_ptr<const PackedStack> p, const ExpertMatrix& source) {
+  ExpertMatrix out;
+  out.format = source.format;
+  out.experts = source.experts;
+  out.rows = source.rows;
+  out.cols = source.cols;
+  out.layout = layout_tag(p->map);
+  out.data.data = p->data.get();
+  out.data.dtype = DType::kU8;
+  out.data.shape = Shape{static_cast<int64_t>(p->block_bytes) * p->nblocks * p->experts};
+  out.keepalive.push_back(std::static_pointer_cast<const void>(p));
+  return out;
+}
+
+std::shared_ptr<const PackedStack> packed_of(const ExpertMatrix& m, LaneMap map) {
+  if (m.layout == "canonical") return pack_stack(m, map);
+  if (m.layout == layout_tag(map) && !m.keepalive.empty())
+    return std::static_pointer_cast<const PackedStack>(m.keepalive.front());
+  throw_error(ErrorKind::kInvalidArgument, "cpu backend: unknown weight layout '" + m.layout + "' (knows 'canonical' and '" +
+                                               layout_tag(map) + "')");
+}
+
+}  // namespace moerun::cpu

@@ -1,0 +1,504 @@
+// cpu/runner.cpp — CpuRunner (runner.hpp).
+//
+// NOTES: one OpenMP region per forward, stages separated by the implicit barriers of `omp for`:
+//   gather   X[row] = hidden[token(row)] in f32 (x router weight on input; fp8 act fake-quant), K padded
+//   lora1    gate_up LoRA deltas per row (only with a LoRA batch)
+//   gemm1    work items (job, w13 N-block), dynamic schedule: a hot expert spreads over all threads;
+//            the epilogue applies scales, bias, LoRA and the activation (gate and up share a block)
+//   post1    pad columns, fp8 act fake-quant of the intermediate, down LoRA deltas
+//   gemm2    work items = N-blocks of the hidden size; each loops over all jobs and accumulates the
+//            router-weighted outputs of its 16 columns in a per-thread [M][16] buffer, then writes the
+//            output columns in the act dtype. No two threads write the same output element; the sum
+//            over experts runs in a fixed order, so results do not depend on the thread count.
+#include "backends/cpu/runner.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "moerun/error.hpp"
+#include "moerun/formats.hpp"
+#include "routing/topk.hpp"
+
+namespace moerun::cpu {
+namespace {
+
+constexpr int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+inline float bf16_bits_to_f32(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t f32_to_bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float f16_bits_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+  uint32_t u;
+  if (exp == 0) {
+    const float v = std::ldexp(static_cast<float>(man), -24);
+    std::memcpy(&u, &v, 4);
+    u |= sign;
+  } else if (exp == 31) {
+    u = sign | 0x7F800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 112) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t f32_to_f16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);
+  if (a >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds to >= 65520: inf
+  if (a < 0x38800000u) {  // subnormal or zero in fp16: round(x * 2^24) to nearest even
+    float v;
+    std::memcpy(&v, &a, 4);
+    const float s = v * 16777216.0f;
+    const float r = std::nearbyint(s);
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(r));
+  }
+  const uint32_t rounded = a + 0xFFFu + ((a >> 13) & 1u);
+  return static_cast<uint16_t>(sign | ((rounded - (112u << 23)) >> 13));
+}
+
+inline float load_act(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(p)[i];
+    case DType::kBF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF16: return f16_bits_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default: return 0.0f;
+  }
+}
+inline void store_act(void* p, DType t, int64_t i, float v) {
+  switch (t) {
+    case DType::kF32: static_cast<float*>(p)[i] = v; break;
+    case DType::kBF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16_bits(v); break;
+    case DType::kF16: static_cast<uint16_t*>(p)[i] = f32_to_f16_bits(v); break;
+    default: break;
+  }
+}
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+inline float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+inline float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+
+// Gated activations: act(gate) * up, or gpt-oss's clamped swiglu.
+inline float act_gated(ActivationKind k, float g, float u, float alpha, float limit) {
+  switch (k) {
+    case ActivationKind::kSiluAndMul: return silu(g) * u;
+    case ActivationKind::kGeluAndMul: return gelu_erf(g) * u;
+    case ActivationKind::kGeluTanhAndMul: return gelu_tanh(g) * u;
+    case ActivationKind::kSwigluOai:
+      if (limit > 0.0f) {
+        g = std::min(g, limit);
+        u = std::clamp(u, -limit, limit);
+      }
+      return g * sigmoid(alpha * g) * (u + 1.0f);
+    default: return 0.0f;
+  }
+}
+inline float act_plain(ActivationKind k, float x) {
+  switch (k) {
+    case ActivationKind::kRelu2: { const float r = x > 0.0f ? x : 0.0f; return r * r; }
+    case ActivationKind::kSilu: return silu(x);
+    default: return 0.0f;
+  }
+}
+
+LaneMap w13_map(const Activation& a) {
+  if (!a.gated()) return LaneMap::kPlain;
+  return a.interleaved_gate_up ? LaneMap::kGatedInterleaved : LaneMap::kGatedSplit;
+}
+
+std::vector<float> copy_f32(const HostTensor& t) {
+  if (t.empty()) return {};
+  const float* p = t.as<const float>();
+  return std::vector<float>(p, p + t.shape().numel());
+}
+
+// Concurrent forwards share the machine: each takes cores / (forwards in flight) threads.
+std::atomic<int> g_active_forwards{0};
+struct ActiveGuard {
+  int n;
+  ActiveGuard() : n(++g_active_forwards) {}
+  ~ActiveGuard() { --g_active_forwards; }
+};
+
+}  // namespace
+
+CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptions& options, CpuIsa isa)
+    : spec_(spec), options_(options), ks_(kernels_for(isa)) {
+  el_ = local_experts(spec);
+  il_ = local_intermediate(spec);
+  h_ = spec.hidden;
+  hp_ = round_up(h_, kernels::kKAlign);
+  ilp_ = round_up(il_, kernels::kKAlign);
+  w13_ = packed_of(w.w13, w13_map(spec.activation));
+  w2_ = packed_of(w.w2, LaneMap::kPlain);
+  if (w13_->experts != el_ || w13_->outputs != il_ || w13_->cols != h_ || w2_->experts != el_ ||
+      w2_->rows != h_ || w2_->cols != il_)
+    throw_error(ErrorKind::kInvalidArgument, "cpu backend: weight stacks do not match the spec " + spec.summary());
+  // Shared experts: every EP rank sees every token and rank outputs are summed, so only the first EP
+  // rank of each tp group (rank % ep == 0) adds its tp slice of them (weights.hpp).
+  if (spec.shared.count > 0 && spec.parallel.rank % spec.parallel.ep == 0) {
+    is_ = static_cast<int>(w.shared_w2.cols);
+    isp_ = round_up(is_, kernels::kKAlign);
+    const bool gated = w.shared_w13.rows == 2 * static_cast<int64_t>(is_);
+    sw13_ = packed_of(w.shared_w13, gated ? LaneMap::kGatedSplit : LaneMap::kPlain);
+    sw2_ = packed_of(w.shared_w2, LaneMap::kPlain);
+    shared_act_ = gated ? (spec.activation.gated() ? spec.activation.kind : ActivationKind::kSiluAndMul)
+                        : spec.activation.kind;
+    if (spec.shared.gated_by_router) shared_gate_ = copy_f32(w.shared_gate);
+  }
+  if (spec.expert_bias) {
+    w13_bias_ = copy_f32(w.w13_bias);
+    w2_bias_ = copy_f32(w.w2_bias);
+    add_w2_bias_ = tp_rank(spec) == 0;
+  }
+  router_w_ = copy_f32(w.router_weight);
+  if (spec.router_bias) router_b_ = copy_f32(w.router_bias);
+  if (spec.routing.correction_bias) corr_b_ = copy_f32(w.correction_bias);
+  scratch_.resize(static_cast<size_t>(std::max(1, omp_get_num_procs())));
+}
+
+std::string CpuRunner::variant_for(int64_t m) const {
+  const double per_expert = static_cast<double>(m) * spec_.top_k / std::max(1, spec_.num_experts);
+  if (per_expert <= kStreamMaxTokens) return ks_.prefix + "-stream";
+  return ks_.amx ? "amx-bf16-tiles" : ks_.prefix + "-tiled";
+}
+
+void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb, int64_t ldx,
+                          int64_t m, Scratch& s, float* acc) const {
+  const kernels::BlockRef ref = w.block(e, b);
+  const int mi = static_cast<int>(m);
+  if (m <= kStreamMaxTokens) {
+    ks_.stream(ref, x, ldx, mi, acc);
+    return;
+  }
+  if (ks_.amx && m >= 16 && xb != nullptr) {
+    const uint16_t* panel;
+    if (ref.fmt == kernels::PackFmt::kBF16) {
+      panel = reinterpret_cast<const uint16_t*>(ref.data);
+    } else {
+      float* f = s.panel.get(static_cast<size_t>(w.kp * 16));
+      ks_.panel(ref, f);
+      uint16_t* pb = s.panel_bf16.get(static_cast<size_t>(w.kp * 16));
+      kernels::panel_to_bf16_vnni(f, w.kp, pb);
+      panel = pb;
+    }
+    kernels::tile_amx(panel, w.kp, xb, ldx, mi, acc);
+    return;
+  }
+  float* panel = s.panel.get(static_cast<size_t>(w.kp * 16));
+  ks_.panel(ref, panel);
+  ks_.tile(panel, w.kp, x, ldx, mi, acc);
+}
+
+void CpuRunner::forward(const ForwardArgs& args) {
+  const int64_t M = args.hidden.shape.rank > 0 ? args.hidden.shape[0] : 0;
+  if (M == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ActiveGuard active;
+
+  // ---- threads: requested (or all), never more than this forward's share of the cores ----
+  const int procs = std::max(1, omp_get_num_procs());
+  int threads = options_.threads > 0 ? options_.threads : omp_get_max_threads();
+  threads = std::clamp(threads, 1, std::max(1, procs / std::max(1, active.n)));
+  if (omp_in_parallel()) threads = 1;
+  if (static_cast<int>(scratch_.size()) < threads) scratch_.resize(static_cast<size_t>(threads));
+
+  const int E = spec_.num_experts, k = spec_.top_k, H = h_;
+  const DType adt = spec_.act_dtype;
+  const bool on_input = spec_.apply_router_weight_on_input;
+  const bool act_fp8 = spec_.act_quant == ActQuant::kFp8PerTokenGroup;
+
+  // ---- hidden -> f32 [M][hp] ----
+  float* hid = hid_.get(static_cast<size_t>(M * hp_));
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t t = 0; t < M; ++t) {
+    float* d = hid + t * hp_;
+    for (int64_t c = 0; c < H; ++c) d[c] = load_act(args.hidden.data, adt, t * H + c);
+    for (int64_t c = H; c < hp_; ++c) d[c] = 0.0f;
+  }
+
+  // ---- routing ----
+  const int32_t* ids;
+  const float* tw;
+  if (!args.topk_ids.empty()) {
+    ids = args.topk_ids.as<const int32_t>();
+    tw = args.topk_weights.as<const float>();
+  } else {
+    const float* logits;
+    if (!args.router_logits.empty()) {
+      logits = args.router_logits.as<const float>();
+    } else {
+      if (router_w_.empty())
+        throw_error(ErrorKind::kInvalidArgument, "cpu backend: no router_logits, topk ids or router weight given");
+      float* lg = logits_.get(static_cast<size_t>(M * E));
+      const float* rw = router_w_.data();
+      const float* rb = router_b_.empty() ? nullptr : router_b_.data();
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int64_t t = 0; t < M; ++t)
+        for (int e = 0; e < E; ++e) {
+          // Same math as routing::router_logits_host (double, bias first) so expert choices agree.
+          double s = rb ? rb[e] : 0.0;
+          const float* wr = rw + static_cast<int64_t>(e) * H;
+          for (int64_t c = 0; c < H; ++c) s += static_cast<double>(hid[t * hp_ + c]) * wr[c];
+          lg[t * E + e] = static_cast<float>(s);
+        }
+      logits = lg;
+    }
+    int32_t* ti = topi_.get(static_cast<size_t>(M * k));
+    float* tf = topw_.get(static_cast<size_t>(M * k));
+    routing::topk_host(spec_, logits, M, corr_b_.empty() ? nullptr : corr_b_.data(), ti, tf);
+    ids = ti;
+    tw = tf;
+  }
+
+  // ---- dispatch and jobs ----
+  dispatch::build_dispatch(spec_, ids, tw, M, disp_);
+  const int64_t R = disp_.rows();
+  jobs_.clear();
+  for (int e = 0; e < el_; ++e)
+    if (disp_.count(e) > 0) jobs_.push_back(Job{false, e, disp_.offsets[static_cast<size_t>(e)], disp_.count(e)});
+  const bool has_shared = sw13_ != nullptr;
+  if (has_shared) jobs_.push_back(Job{true, 0, R, M});
+  const int64_t rows = R + (has_shared ? M : 0);
+  const int64_t ipmax = std::max(ilp_, isp_);
+
+  items1_.clear();
+  for (size_t j = 0; j < jobs_.size(); ++j) {
+    const int64_t nb = jobs_[j].shared ? sw13_->nblocks : w13_->nblocks;
+    for (int64_t b = 0; b < nb; ++b) items1_.emplace_back(static_cast<int32_t>(j), static_cast<int32_t>(b));
+  }
+
+  // ---- workspaces (grow only) ----
+  float* X = x_.get(static_cast<size_t>((rows + 16) * hp_));
+  float* Hb = hbuf_.get(static_cast<size_t>((rows + 16) * ipmax));
+  int64_t max_m = 1;
+  for (const Job& j : jobs_) max_m = std::max(max_m, j.m);
+  for (int t = 0; t < threads; ++t) {
+    scratch_[static_cast<size_t>(t)].acc.get(static_cast<size_t>(max_m * 16));
+    scratch_[static_cast<size_t>(t)].out.get(static_cast<size_t>(M * 16));
+    const int64_t kpmax = std::max(hp_, ipmax);
+    scratch_[static_cast<size_t>(t)].panel.get(static_cast<size_t>(kpmax * 16));
+    if (ks_.amx) scratch_[static_cast<size_t>(t)].panel_bf16.get(static_cast<size_t>(kpmax * 16));
+  }
+  uint16_t* Xb = ks_.amx ? xb_.get(static_cast<size_t>((rows + 16) * hp_)) : nullptr;
+  uint16_t* Hbb = ks_.amx ? hb_.get(static_cast<size_t>((rows + 16) * ipmax)) : nullptr;
+  float* gate = nullptr;
+  if (has_shared && !shared_gate_.empty()) gate = gate_.get(static_cast<size_t>(M));
+
+  // LoRA
+  const LoraWeights* lw = (args.lora && !args.lora->token_adapter.empty() && args.lora->weights &&
+                           args.lora->weights->adapters > 0)
+                              ? args.lora->weights
+                              : nullptr;
+  const int32_t* tok_adapter = lw ? args.lora->token_adapter.as<const int32_t>() : nullptr;
+  const int64_t R13 = w13_->rows;
+  const int lr = lw ? lw->rank : 0;
+  float* lora1 = lw ? lora1_.get(static_cast<size_t>(R * R13)) : nullptr;
+  float* lora2 = lw ? lora2_.get(static_cast<size_t>(R * H)) : nullptr;
+  float* lt = lw ? lora_t_.get(static_cast<size_t>(R * std::max(1, lr))) : nullptr;
+  int32_t* row_expert = nullptr;
+  if (lw) {
+    row_expert = row_expert_.get(static_cast<size_t>(R));
+    for (int e = 0; e < el_; ++e)
+      for (int32_t r = disp_.offsets[static_cast<size_t>(e)]; r < disp_.offsets[static_cast<size_t>(e + 1)]; ++r)
+        row_expert[r] = e;
+  }
+  auto row_adapter = [&](int64_t row) -> int {
+    return (lw && row < R) ? tok_adapter[disp_.token[static_cast<size_t>(row)]] : -1;
+  };
+
+  const PackedStack& w13 = *w13_;
+  const PackedStack& w2 = *w2_;
+  const int64_t nb2 = w2.nblocks;
+  const float alpha = spec_.activation.swiglu_alpha, limit = spec_.activation.swiglu_limit;
+
+#pragma omp parallel num_threads(threads)
+  {
+    Scratch& s = scratch_[static_cast<size_t>(omp_get_thread_num())];
+
+    // ---- gather ----
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+      float* d = X + row * hp_;
+      if (row < R) {
+        const float* src = hid + static_cast<int64_t>(disp_.token[static_cast<size_t>(row)]) * hp_;
+        const float wgt = on_input ? disp_.weight[static_cast<size_t>(row)] : 1.0f;
+        if (on_input) for (int64_t c = 0; c < hp_; ++c) d[c] = src[c] * wgt;
+        else std::memcpy(d, src, static_cast<size_t>(hp_) * sizeof(float));
+      } else {
+        const int64_t t = row - R;
+        std::memcpy(d, hid + t * hp_, static_cast<size_t>(hp_) * sizeof(float));
+        if (gate) {
+          float g = 0.0f;
+          for (int64_t c = 0; c < H; ++c) g += hid[t * hp_ + c] * shared_gate_[static_cast<size_t>(c)];
+          gate[t] = sigmoid(g);
+        }
+      }
+      if (act_fp8) fake_quantize_act_fp8_per_token_group(d, 1, H);
+      if (Xb) kernels::f32_to_bf16_row(d, hp_, Xb + row * hp_);
+    }
+
+    // ---- gate_up LoRA deltas ----
+    if (lw) {
+#pragma omp for schedule(static)
+      for (int64_t row = 0; row < R; ++row) {
+        const int a = row_adapter(row);
+        if (a < 0) continue;
+        const int e = row_expert[row];
+        const float* A = lw->gate_up_a.as<const float>() + ((static_cast<int64_t>(a) * el_ + e) * lr) * H;
+        const float* B = lw->gate_up_b.as<const float>() + ((static_cast<int64_t>(a) * el_ + e) * R13) * lr;
+        const float* x = X + row * hp_;
+        float* t = lt + row * lr;
+        for (int q = 0; q < lr; ++q) {
+          float acc = 0.0f;
+          for (int64_t c = 0; c < H; ++c) acc += A[q * H + c] * x[c];
+          t[q] = acc;
+        }
+        float* d = lora1 + row * R13;
+        for (int64_t n = 0; n < R13; ++n) {
+          float acc = 0.0f;
+          for (int q = 0; q < lr; ++q) acc += B[n * lr + q] * t[q];
+          d[n] = acc;
+        }
+      }
+    }
+
+    // ---- GEMM1 + bias + LoRA + activation ----
+#pragma omp for schedule(dynamic, 1)
+    for (size_t it = 0; it < items1_.size(); ++it) {
+      const Job& job = jobs_[static_cast<size_t>(items1_[it].first)];
+      const int64_t b = items1_[it].second;
+      const PackedStack& w = job.shared ? *sw13_ : w13;
+      const int64_t e = job.shared ? 0 : job.expert;
+      float* acc = s.acc.v.data();
+      run_block(w, e, b, X + job.row0 * hp_, Xb ? Xb + job.row0 * hp_ : nullptr, hp_, job.m, s, acc);
+      const float* ls = w.lane_scales(e, b);
+      const int32_t* lrow = w.lane_row.data() + b * 16;
+      const float* bias = (!job.shared && !w13_bias_.empty()) ? w13_bias_.data() + e * w.rows : nullptr;
+      const ActivationKind ak = job.shared ? shared_act_ : spec_.activation.kind;
+      const int64_t I = w.outputs;
+      const bool gated = w.map != LaneMap::kPlain;
+      for (int64_t i = 0; i < job.m; ++i) {
+        const int64_t row = job.row0 + i;
+        float v[16];
+        for (int l = 0; l < 16; ++l) {
+          float a = acc[i * 16 + l];
+          if (ls) a *= ls[l];
+          const int32_t r = lrow[l];
+          if (r >= 0) {
+            if (bias) a += bias[r];
+            if (lora1 && row < R && row_adapter(row) >= 0) a += lora1[row * R13 + r];
+          }
+          v[l] = a;
+        }
+        float* hrow = Hb + row * ipmax;
+        if (gated) {
+          for (int j = 0; j < 8; ++j) {
+            const int64_t col = b * 8 + j;
+            if (col < I) hrow[col] = act_gated(ak, v[j], v[8 + j], alpha, limit);
+          }
+        } else {
+          for (int l = 0; l < 16; ++l) {
+            const int64_t col = b * 16 + l;
+            if (col < I) hrow[col] = act_plain(ak, v[l]);
+          }
+        }
+      }
+    }
+
+    // ---- intermediate: padding, fp8 act quant, down LoRA ----
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+      const bool shared_row = row >= R;
+      const int64_t I = shared_row ? is_ : il_, ip = shared_row ? isp_ : ilp_;
+      float* hrow = Hb + row * ipmax;
+      for (int64_t c = I; c < ip; ++c) hrow[c] = 0.0f;
+      if (act_fp8) fake_quantize_act_fp8_per_token_group(hrow, 1, I);
+      if (Hbb) kernels::f32_to_bf16_row(hrow, ip, Hbb + row * ipmax);
+      if (lw && !shared_row) {
+        const int a = row_adapter(row);
+        if (a < 0) continue;
+        const int e = row_expert[row];
+        const float* A = lw->down_a.as<const float>() + ((static_cast<int64_t>(a) * el_ + e) * lr) * I;
+        const float* B = lw->down_b.as<const float>() + ((static_cast<int64_t>(a) * el_ + e) * H) * lr;
+        float* t = lt + row * lr;
+        for (int q = 0; q < lr; ++q) {
+          float acc = 0.0f;
+          for (int64_t c = 0; c < I; ++c) acc += A[q * I + c] * hrow[c];
+          t[q] = acc;
+        }
+        float* d = lora2 + row * H;
+        for (int64_t n = 0; n < H; ++n) {
+          float acc = 0.0f;
+          for (int q = 0; q < lr; ++q) acc += B[n * lr + q] * t[q];
+          d[n] = acc;
+        }
+      }
+    }
+
+    // ---- GEMM2 + bias + LoRA, router-weighted sum over experts, output ----
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < nb2; ++b) {
+      float* outl = s.out.v.data();
+      std::memset(outl, 0, static_cast<size_t>(M) * 16 * sizeof(float));
+      float* acc = s.acc.v.data();
+      for (const Job& job : jobs_) {
+        const PackedStack& w = job.shared ? *sw2_ : w2;
+        const int64_t e = job.shared ? 0 : job.expert;
+        run_block(w, e, b, Hb + job.row0 * ipmax, Hbb ? Hbb + job.row0 * ipmax : nullptr, ipmax, job.m, s, acc);
+        const float* ls = w.lane_scales(e, b);
+        const float* bias = (!job.shared && add_w2_bias_) ? w2_bias_.data() + e * H + b * 16 : nullptr;
+        const int nl = static_cast<int>(std::min<int64_t>(16, H - b * 16));
+        for (int64_t i = 0; i < job.m; ++i) {
+          const int64_t row = job.row0 + i;
+          int64_t t;
+          float wgt;
+          if (job.shared) {
+            t = i;
+            wgt = gate ? gate[i] : 1.0f;
+          } else {
+            t = disp_.token[static_cast<size_t>(row)];
+            wgt = on_input ? 1.0f : disp_.weight[static_cast<size_t>(row)];
+          }
+          const float* lo = (lora2 && !job.shared && row_adapter(row) >= 0) ? lora2 + row * H + b * 16 : nullptr;
+          float* o = outl + t * 16;
+          for (int l = 0; l < nl; ++l) {
+            float y = acc[i * 16 + l];
+            if (ls) y *= ls[l];
+            if (bias) y += bias[l];
+            if (lo) y += lo[l];
+            o[l] += wgt * y;
+          }
+        }
+      }
+      const int nl = static_cast<int>(std::min<int64_t>(16, H - b * 16));
+      for (int64_t t = 0; t < M; ++t)
+        for (int l = 0; l < nl; ++l) store_act(args.output.data, adt, t * H + b * 16 + l, outl[t * 16 + l]);
+    }
+    if (ks_.amx) kernels::amx_release();
+  }
+}
+
+}  // namespace moerun::cpu

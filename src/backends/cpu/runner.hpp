@@ -1,0 +1,85 @@
+// cpu/runner.hpp — the cpu backend's Runner: route -> dispatch -> per-expert fused GEMMs -> combine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/prepack.hpp"
+#include "dispatch/dispatch.hpp"
+#include "moerun/backend.hpp"
+
+namespace moerun::cpu {
+
+// Calls with at most this many tokens per expert take the streaming kernels.
+inline constexpr int kStreamMaxTokens = 4;
+
+// 64-byte aligned allocations (kernels store panels with aligned stores).
+template <typename T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <typename U> Aligned64(const Aligned64<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
+  template <typename U> bool operator==(const Aligned64<U>&) const noexcept { return true; }
+};
+
+// A vector that only grows (the steady-state forward allocates nothing).
+template <typename T>
+struct Grow {
+  std::vector<T, Aligned64<T>> v;
+  T* get(size_t n) {
+    if (v.size() < n) v.resize(n);
+    return v.data();
+  }
+};
+
+class CpuRunner final : public Runner {
+ public:
+  CpuRunner(const MoeSpec& spec, const MoeWeights& weights, const RunnerOptions& options, CpuIsa isa);
+  void forward(const ForwardArgs& args) override;
+  std::string variant_for(int64_t m) const override;
+
+  const KernelSet& kernel_set() const noexcept { return ks_; }
+
+ private:
+  struct Job {
+    bool shared = false;
+    int expert = 0;     // local expert (routed jobs)
+    int64_t row0 = 0;   // first row in the X / H buffers
+    int64_t m = 0;      // rows
+  };
+  struct Scratch {  // one per thread
+    Grow<float> panel, acc, out;
+    Grow<uint16_t> panel_bf16;
+  };
+
+  void run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb, int64_t ldx,
+                 int64_t m, Scratch& s, float* acc) const;
+
+  MoeSpec spec_;
+  RunnerOptions options_;
+  KernelSet ks_;
+  int el_ = 0, il_ = 0, h_ = 0, is_ = 0;
+  int64_t hp_ = 0, ilp_ = 0, isp_ = 0;
+  std::shared_ptr<const PackedStack> w13_, w2_, sw13_, sw2_;
+  ActivationKind shared_act_ = ActivationKind::kSiluAndMul;
+  std::vector<float> w13_bias_, w2_bias_, router_w_, router_b_, corr_b_, shared_gate_;
+  bool add_w2_bias_ = false;
+
+  std::mutex mu_;  // one forward at a time per runner (the workspaces below are shared)
+  dispatch::Dispatch disp_;
+  std::vector<Job> jobs_;
+  std::vector<std::pair<int32_t, int32_t>> items1_;
+  Grow<float> hid_, logits_, topw_, x_, hbuf_, lora1_, lora2_, lora_t_, gate_;
+  Grow<int32_t> topi_, row_expert_;
+  Grow<uint16_t> xb_, hb_;
+  std::vector<Scratch> scratch_;
+};
+
+}  // namespace moerun::cpu

@@ -1,0 +1,348 @@
+// End-to-end tests of the cpu backend against the reference backend: every weight format, activation,
+// routing mode and feature, on every ISA level this machine runs (tests/conformance runs the shared
+// harness on top of this).
+#include <gtest/gtest.h>
+
+#include "moerun/verify.hpp"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/isa.hpp"
+#include "backends/reference/reference_backend.hpp"
+#include "moerun/error.hpp"
+#include "moerun/formats.hpp"
+#include "moerun/platform.hpp"
+#include "moerun/weights.hpp"
+
+namespace moerun {
+namespace {
+
+struct Case {
+  MoeSpec spec;
+  int64_t m = 5;
+  bool give_logits = true;
+  bool skew = false;      // every token picks the same experts (topk given)
+  bool lora = false;
+  int threads = 0;
+};
+
+MoeSpec base_spec() {
+  MoeSpec s;
+  s.name = "test";
+  s.num_experts = 8;
+  s.top_k = 2;
+  s.hidden = 128;
+  s.intermediate = 96;
+  s.weight_format = WeightFormat::kBF16;
+  s.act_dtype = DType::kF32;
+  return s;
+}
+
+struct Result {
+  std::vector<float> out;
+  std::string variant;
+};
+
+HostTensor random_tensor(DType t, Shape shape, uint32_t seed, float amp = 1.0f) {
+  HostTensor h(t, shape);
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-amp, amp);
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    const float v = u(g);
+    if (t == DType::kF32) h.as<float>()[i] = v;
+    else if (t == DType::kBF16) h.as<uint16_t>()[i] = f32_to_bf16(v);
+    else h.as<uint16_t>()[i] = f32_to_fp16(v);
+  }
+  return h;
+}
+
+std::vector<float> to_f32(const HostTensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.shape().numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = load_as_f32(t.data(), t.dtype(), static_cast<int64_t>(i));
+  return v;
+}
+
+Result run_backend(const Backend& b, const Case& c, const MoeWeights& w, const LoraWeights* lw, int repeat = 1) {
+  const MoeSpec& s = c.spec;
+  const Platform p = Platform::detect();
+  RunnerOptions opt;
+  opt.threads = c.threads;
+  auto runner = b.create_runner(s, w, p, opt);
+  HostTensor hidden = random_tensor(s.act_dtype, {c.m, s.hidden}, 11);
+  HostTensor logits = random_tensor(DType::kF32, {c.m, s.num_experts}, 12, 3.0f);
+  HostTensor ids(DType::kI32, {c.m, s.top_k}), tw(DType::kF32, {c.m, s.top_k});
+  HostTensor adapters(DType::kI32, {c.m});
+  for (int64_t t = 0; t < c.m; ++t) {
+    adapters.as<int32_t>()[t] = static_cast<int32_t>(t % 3) - 1;  // -1, 0, 1, ...
+    for (int j = 0; j < s.top_k; ++j) {
+      ids.as<int32_t>()[t * s.top_k + j] = j;
+      tw.as<float>()[t * s.top_k + j] = 0.5f + 0.25f * static_cast<float>(j);
+    }
+  }
+  HostTensor out(s.act_dtype, {c.m, s.hidden});
+  for (int64_t i = 0; i < c.m * s.hidden; ++i) {  // NaN-prefilled: the backend must write everything
+    if (s.act_dtype == DType::kF32) out.as<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+    else out.as<uint16_t>()[i] = 0x7FC0;
+  }
+  ForwardArgs a;
+  a.hidden = hidden.view();
+  if (c.skew) {
+    a.topk_ids = ids.view();
+    a.topk_weights = tw.view();
+  } else if (c.give_logits) {
+    a.router_logits = logits.view();
+  }
+  a.output = out.view();
+  LoraBatch lb;
+  if (lw) {
+    lb.weights = lw;
+    lb.token_adapter = adapters.view();
+    a.lora = &lb;
+  }
+  for (int r = 0; r < repeat; ++r) runner->forward(a);
+  return {to_f32(out), runner->variant_for(c.m)};
+}
+
+// Relative L2 error and max error relative to the reference's largest magnitude.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  double num = 0, den = 0, maxerr = 0, maxref = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << ": non-finite output at " << i;
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+    maxerr = std::max(maxerr, std::fabs(d));
+    maxref = std::max(maxref, std::fabs(static_cast<double>(want[i])));
+  }
+  const double rel = std::sqrt(num / std::max(den, 1e-30));
+  EXPECT_LE(rel, tol) << what << " (max abs err " << maxerr << ", max |ref| " << maxref << ")";
+  EXPECT_LE(maxerr, 10 * tol * maxref + 1e-6) << what << " (rel L2 " << rel << ")";
+}
+
+// The relative L2 tolerance of moerun/verify.hpp (the one place tolerances are stated).
+double tolerance(const MoeSpec& s) { return tolerance_for(s).rel_l2; }
+
+std::vector<CpuIsa> levels() {
+  std::vector<CpuIsa> v;
+  for (CpuIsa i : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAmx})
+    if (cpu::detected_isa() >= i) v.push_back(i);
+  return v;
+}
+
+struct IsaCapGuard {
+  CpuIsa saved = cpu_isa_cap();
+  ~IsaCapGuard() { set_cpu_isa_cap(saved); }
+};
+
+void check_case(const Case& c, const std::string& what) {
+  c.spec.validate();
+  const MoeWeights w = random_weights(c.spec, 42);
+  LoraWeights lw;
+  if (c.lora) lw = random_lora(c.spec, 43);
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  const Result want = run_backend(*ref, c, w, c.lora ? &lw : nullptr);
+  IsaCapGuard guard;
+  for (CpuIsa isa : levels()) {
+    set_cpu_isa_cap(isa);
+    const Result got = run_backend(*cpu, c, w, c.lora ? &lw : nullptr, 2);
+    double tol = tolerance(c.spec);
+    // AMX tiles multiply bf16-rounded activations (2^-9 relative); only large calls take them.
+    if (isa == CpuIsa::kAmx && got.variant == "amx-bf16-tiles") {
+      MoeSpec bf16 = c.spec;
+      bf16.act_dtype = DType::kBF16;
+      tol = std::max(tol, tolerance_for(bf16).rel_l2);
+    }
+    expect_close(got.out, want.out, tol, what + " [" + std::string(to_string(isa)) + ", " + got.variant + "]");
+  }
+}
+
+class CpuBackendFormats : public ::testing::TestWithParam<WeightFormat> {};
+
+TEST_P(CpuBackendFormats, MatchesReferenceAtDecodeAndPrefillSizes) {
+  for (int64_t m : {1, 3, 37, 100}) {  // 100 tokens: 25 per expert, AMX tiles where present
+    Case c;
+    c.spec = base_spec();
+    c.spec.weight_format = GetParam();
+    c.m = m;
+    check_case(c, std::string(to_string(GetParam())) + " m=" + std::to_string(m));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CpuBackendFormats,
+                         ::testing::Values(WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16,
+                                           WeightFormat::kFp8PerTensor, WeightFormat::kFp8PerChannel,
+                                           WeightFormat::kFp8Block, WeightFormat::kMxfp4, WeightFormat::kNvfp4,
+                                           WeightFormat::kInt8PerChannel),
+                         [](const auto& info) {
+                           std::string n(to_string(info.param));
+                           for (char& ch : n) if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+TEST(CpuBackend, EveryActivation) {
+  for (ActivationKind k : {ActivationKind::kSiluAndMul, ActivationKind::kGeluAndMul, ActivationKind::kGeluTanhAndMul,
+                           ActivationKind::kSwigluOai, ActivationKind::kRelu2, ActivationKind::kSilu})
+    for (bool inter : {false, true}) {
+      Case c;
+      c.spec = base_spec();
+      c.spec.activation.kind = k;
+      c.spec.activation.interleaved_gate_up = inter && c.spec.activation.gated();
+      if (inter && !c.spec.activation.gated()) continue;
+      for (int64_t m : {2, 23}) {
+        c.m = m;
+        check_case(c, std::string(to_string(k)) + (inter ? " interleaved" : "") + " m=" + std::to_string(m));
+      }
+    }
+}
+
+TEST(CpuBackend, RoutingModesAndRouterFromWeights) {
+  Case c;
+  c.spec = base_spec();
+  c.spec.num_experts = 16;
+  c.spec.top_k = 4;
+  c.spec.routing.scoring = Scoring::kSigmoid;
+  c.spec.routing.correction_bias = true;
+  c.spec.routing.n_group = 4;
+  c.spec.routing.topk_group = 2;
+  c.spec.routing.routed_scaling_factor = 2.5f;
+  c.m = 9;
+  check_case(c, "sigmoid grouped bias");
+  c.spec = base_spec();
+  c.spec.routing.softmax_after_topk = true;
+  c.spec.router_bias = true;
+  c.give_logits = false;  // router linear from the weights, with its bias
+  check_case(c, "softmax-after-topk, router from weights");
+}
+
+TEST(CpuBackend, BiasesSharedExpertsAndOnInputWeights) {
+  Case c;
+  c.spec = base_spec();
+  c.spec.expert_bias = true;
+  c.spec.activation.kind = ActivationKind::kSwigluOai;
+  c.spec.activation.interleaved_gate_up = true;
+  c.m = 11;
+  check_case(c, "expert bias (gpt-oss style)");
+  c.spec = base_spec();
+  c.spec.shared.count = 2;
+  c.spec.shared.intermediate = 80;
+  c.spec.shared.gated_by_router = true;
+  for (int64_t m : {1, 19}) {
+    c.m = m;
+    check_case(c, "shared experts + gate m=" + std::to_string(m));
+  }
+  c.spec = base_spec();
+  c.spec.top_k = 1;
+  c.spec.apply_router_weight_on_input = true;
+  c.m = 13;
+  check_case(c, "router weight on input");
+}
+
+TEST(CpuBackend, TensorAndExpertParallelShards) {
+  for (int tp : {1, 2})
+    for (int ep : {1, 2})
+      for (int rank = 0; rank < tp * ep; ++rank) {
+        Case c;
+        c.spec = base_spec();
+        c.spec.expert_bias = true;
+        c.spec.parallel.tp = tp;
+        c.spec.parallel.ep = ep;
+        c.spec.parallel.rank = rank;
+        c.spec.shared.count = 1;
+        c.spec.shared.intermediate = 64;
+        c.m = 7;
+        check_case(c, "tp=" + std::to_string(tp) + " ep=" + std::to_string(ep) + " rank=" + std::to_string(rank));
+      }
+}
+
+TEST(CpuBackend, LoraAdapters) {
+  Case c;
+  c.spec = base_spec();
+  c.spec.lora.max_adapters = 2;
+  c.spec.lora.max_rank = 4;
+  c.lora = true;
+  for (int64_t m : {2, 17}) {
+    c.m = m;
+    check_case(c, "lora m=" + std::to_string(m));
+  }
+}
+
+TEST(CpuBackend, Fp8ActivationQuantAndHalfDtypes) {
+  for (WeightFormat f : {WeightFormat::kFp8PerTensor, WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block}) {
+    Case c;
+    c.spec = base_spec();
+    c.spec.hidden = 256;
+    c.spec.intermediate = 160;
+    c.spec.weight_format = f;
+    c.spec.act_quant = ActQuant::kFp8PerTokenGroup;
+    c.m = 6;
+    check_case(c, "act fp8 " + std::string(to_string(f)));
+  }
+  for (DType d : {DType::kBF16, DType::kF16}) {
+    Case c;
+    c.spec = base_spec();
+    c.spec.act_dtype = d;
+    c.m = 10;
+    check_case(c, "act dtype " + std::string(dtype_name(d)));
+  }
+}
+
+TEST(CpuBackend, OddShapesSkewAndThreadCountsAgree) {
+  Case c;
+  c.spec = base_spec();
+  c.spec.hidden = 72;
+  c.spec.intermediate = 40;
+  c.spec.num_experts = 5;
+  c.spec.top_k = 3;
+  c.m = 33;
+  check_case(c, "odd shapes");
+  c.skew = true;  // all tokens on experts 0..k-1: a hot expert must still give right answers
+  check_case(c, "skewed routing");
+  // Results do not depend on the thread count (fixed summation order).
+  c.spec = base_spec();
+  c.m = 29;
+  const MoeWeights w = random_weights(c.spec, 5);
+  auto cpu = make_cpu_backend();
+  c.threads = 1;
+  const Result one = run_backend(*cpu, c, w, nullptr);
+  c.threads = 2;
+  const Result two = run_backend(*cpu, c, w, nullptr);
+  EXPECT_EQ(one.out, two.out);
+}
+
+TEST(CpuBackend, ZeroTokensAndVariantNames) {
+  MoeSpec s = base_spec();
+  const MoeWeights w = random_weights(s, 1);
+  auto runner = make_cpu_backend()->create_runner(s, w, Platform::detect(), {});
+  HostTensor hidden(DType::kF32, {0, s.hidden}), out(DType::kF32, {0, s.hidden}), logits(DType::kF32, {0, s.num_experts});
+  ForwardArgs a;
+  a.hidden = hidden.view();
+  a.router_logits = logits.view();
+  a.output = out.view();
+  EXPECT_NO_THROW(runner->forward(a));
+  const std::string small = runner->variant_for(1), big = runner->variant_for(1000);
+  EXPECT_NE(small.find("stream"), std::string::npos) << small;
+  EXPECT_EQ(small.find("stream"), small.size() - 6);
+  EXPECT_NE(big, small);
+}
+
+TEST(CpuBackend, RefusesForeignLayoutTag) {
+  MoeSpec s = base_spec();
+  MoeWeights w = random_weights(s, 1);
+  w.w2.layout = "cuda-swizzled";
+  try {
+    make_cpu_backend()->create_runner(s, w, Platform::detect(), {});
+    FAIL() << "accepted an unknown layout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace moerun

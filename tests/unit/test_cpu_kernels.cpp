@@ -1,0 +1,331 @@
+// Unit tests of the cpu backend's packing and kernels against a dense f32 loop, on every ISA level this
+// machine runs. Weights are random *encoded* values (every format's bit patterns), decoded here by
+// straightforward scalar code independent of the SIMD decoders.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/prepack.hpp"
+#include "moerun/error.hpp"
+
+namespace moerun::cpu {
+namespace {
+
+using kernels::PackFmt;
+
+float dec_e4m3(uint8_t v) {
+  const int s = v >> 7, e = (v >> 3) & 15, m = v & 7;
+  const float mag = e == 0 ? std::ldexp(static_cast<float>(m) / 8.0f, -6) : std::ldexp(1.0f + m / 8.0f, e - 7);
+  return s ? -mag : mag;
+}
+float dec_e2m1(uint8_t n) {
+  static const float t[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  return (n & 8) ? -t[n & 7] : t[n & 7];
+}
+float dec_bf16(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+float dec_f16(uint16_t h) {
+  const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+  const float mag = e == 0 ? std::ldexp(static_cast<float>(m), -24) : std::ldexp(1.0f + m / 1024.0f, e - 15);
+  return s ? -mag : mag;
+}
+
+// A canonical stack in `f` with random contents, plus its dense f32 values [E][N][K].
+struct Stack {
+  ExpertMatrix m;
+  std::vector<float> dense;
+  std::vector<std::shared_ptr<HostTensor>> own;
+};
+
+Stack make_stack(WeightFormat f, int64_t E, int64_t N, int64_t K, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  Stack s;
+  s.m.format = f;
+  s.m.experts = E;
+  s.m.rows = N;
+  s.m.cols = K;
+  s.dense.assign(static_cast<size_t>(E * N * K), 0.0f);
+  auto tensor = [&](DType t, Shape sh) {
+    auto h = std::make_shared<HostTensor>(t, sh);
+    s.own.push_back(h);
+    return h;
+  };
+  auto e4m3_byte = [&]() {
+    int v;
+    do v = byte(g); while ((v & 0x7F) == 0x7F);
+    return static_cast<uint8_t>(v);
+  };
+  const int64_t n = E * N * K;
+  switch (f) {
+    case WeightFormat::kF32: {
+      auto d = tensor(DType::kF32, {E, N, K});
+      for (int64_t i = 0; i < n; ++i) s.dense[i] = d->as<float>()[i] = u(g);
+      s.m.data = d->view();
+      break;
+    }
+    case WeightFormat::kF16: {
+      auto d = tensor(DType::kF16, {E, N, K});
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h = static_cast<uint16_t>((byte(g) & 0x80) << 8 | (byte(g) % 24 + 4) << 10 | (byte(g) << 2));
+        d->as<uint16_t>()[i] = h;
+        s.dense[i] = dec_f16(h);
+      }
+      s.m.data = d->view();
+      break;
+    }
+    case WeightFormat::kBF16: {
+      auto d = tensor(DType::kBF16, {E, N, K});
+      for (int64_t i = 0; i < n; ++i) {
+        float v = u(g);
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        d->as<uint16_t>()[i] = static_cast<uint16_t>(bits >> 16);
+        s.dense[i] = dec_bf16(static_cast<uint16_t>(bits >> 16));
+      }
+      s.m.data = d->view();
+      break;
+    }
+    case WeightFormat::kFp8PerTensor: case WeightFormat::kFp8PerChannel: case WeightFormat::kFp8Block: {
+      auto d = tensor(DType::kF8E4M3, {E, N, K});
+      for (int64_t i = 0; i < n; ++i) d->as<uint8_t>()[i] = e4m3_byte();
+      std::shared_ptr<HostTensor> sc;
+      if (f == WeightFormat::kFp8PerTensor) sc = tensor(DType::kF32, {E});
+      if (f == WeightFormat::kFp8PerChannel) sc = tensor(DType::kF32, {E, N});
+      if (f == WeightFormat::kFp8Block) sc = tensor(DType::kF32, {E, (N + 127) / 128, (K + 127) / 128});
+      for (int64_t i = 0; i < sc->shape().numel(); ++i) sc->as<float>()[i] = 0.001f + 0.01f * (u(g) + 1.0f);
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t r = 0; r < N; ++r)
+          for (int64_t k = 0; k < K; ++k) {
+            float scale = f == WeightFormat::kFp8PerTensor ? sc->as<float>()[e]
+                          : f == WeightFormat::kFp8PerChannel
+                              ? sc->as<float>()[e * N + r]
+                              : sc->as<float>()[(e * ((N + 127) / 128) + r / 128) * ((K + 127) / 128) + k / 128];
+            const int64_t i = (e * N + r) * K + k;
+            s.dense[i] = dec_e4m3(d->as<uint8_t>()[i]) * scale;
+          }
+      s.m.data = d->view();
+      s.m.scale = sc->view();
+      break;
+    }
+    case WeightFormat::kInt8PerChannel: {
+      auto d = tensor(DType::kI8, {E, N, K});
+      auto sc = tensor(DType::kF32, {E, N});
+      for (int64_t i = 0; i < n; ++i) d->as<int8_t>()[i] = static_cast<int8_t>(byte(g) - 128);
+      for (int64_t i = 0; i < E * N; ++i) sc->as<float>()[i] = 0.001f + 0.01f * (u(g) + 1.0f);
+      for (int64_t i = 0; i < n; ++i) s.dense[i] = d->as<int8_t>()[i] * sc->as<float>()[i / K];
+      s.m.data = d->view();
+      s.m.scale = sc->view();
+      break;
+    }
+    case WeightFormat::kMxfp4: case WeightFormat::kNvfp4: {
+      const int G = f == WeightFormat::kMxfp4 ? 32 : 16;
+      auto d = tensor(DType::kU8, {E, N, K / 2});
+      auto sc = tensor(f == WeightFormat::kMxfp4 ? DType::kU8 : DType::kF8E4M3, {E, N, K / G});
+      std::shared_ptr<HostTensor> gs;
+      for (int64_t i = 0; i < n / 2; ++i) d->as<uint8_t>()[i] = static_cast<uint8_t>(byte(g));
+      for (int64_t i = 0; i < E * N * (K / G); ++i)
+        sc->as<uint8_t>()[i] = f == WeightFormat::kMxfp4 ? static_cast<uint8_t>(120 + byte(g) % 12)
+                                                         : static_cast<uint8_t>(byte(g) & 0x7F) == 0x7F ? 0x38
+                                                                                                        : static_cast<uint8_t>(byte(g) & 0x7F);
+      if (f == WeightFormat::kNvfp4) {
+        gs = tensor(DType::kF32, {E});
+        for (int64_t e = 0; e < E; ++e) gs->as<float>()[e] = 0.01f * (1.5f + u(g));
+      }
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t r = 0; r < N; ++r)
+          for (int64_t k = 0; k < K; ++k) {
+            const uint8_t b = d->as<uint8_t>()[(e * N + r) * (K / 2) + k / 2];
+            const uint8_t nib = (k & 1) ? b >> 4 : b & 15;
+            const uint8_t sb = sc->as<uint8_t>()[(e * N + r) * (K / G) + k / G];
+            const float scale = f == WeightFormat::kMxfp4 ? std::ldexp(1.0f, sb - 127) : dec_e4m3(sb) * gs->as<float>()[e];
+            s.dense[(e * N + r) * K + k] = dec_e2m1(nib) * scale;
+          }
+      s.m.data = d->view();
+      s.m.scale = sc->view();
+      if (gs) s.m.global_scale = gs->view();
+      break;
+    }
+  }
+  for (auto& h : s.own) s.m.keepalive.push_back(h);
+  return s;
+}
+
+struct Level {
+  const char* name;
+  KernelSet ks;
+};
+
+std::vector<Level> levels() {
+  std::vector<Level> out;
+  const CpuIsa top = detected_isa();
+  if (top >= CpuIsa::kAvx2) out.push_back({"avx2", kernels_for(CpuIsa::kAvx2)});
+  if (top >= CpuIsa::kAvx512) out.push_back({"avx512", kernels_for(CpuIsa::kAvx512)});
+  return out;
+}
+
+const WeightFormat kAllFormats[] = {WeightFormat::kF32,          WeightFormat::kF16,           WeightFormat::kBF16,
+                                    WeightFormat::kFp8PerTensor, WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block,
+                                    WeightFormat::kMxfp4,        WeightFormat::kNvfp4,         WeightFormat::kInt8PerChannel};
+
+// acc (kernel, lane scale applied) vs dense for every lane of every block.
+void check_against_dense(const Stack& s, const PackedStack& p, const std::vector<float>& x, int64_t ldx, int m,
+                         const std::string& what,
+                         const std::function<void(const kernels::BlockRef&, float*)>& run) {
+  std::vector<float> acc(static_cast<size_t>(m * 16));
+  for (int64_t e = 0; e < p.experts; ++e)
+    for (int64_t b = 0; b < p.nblocks; ++b) {
+      run(p.block(e, b), acc.data());
+      const float* ls = p.lane_scales(e, b);
+      for (int i = 0; i < m; ++i)
+        for (int l = 0; l < 16; ++l) {
+          const int32_t r = p.lane_row[static_cast<size_t>(b * 16 + l)];
+          double want = 0, mag = 0;
+          if (r >= 0)
+            for (int64_t k = 0; k < p.cols; ++k) {
+              const double t = static_cast<double>(x[static_cast<size_t>(i * ldx + k)]) *
+                               s.dense[static_cast<size_t>((e * p.rows + r) * p.cols + k)];
+              want += t;
+              mag += std::fabs(t);
+            }
+          const double got = acc[static_cast<size_t>(i * 16 + l)] * (ls ? ls[l] : 1.0f);
+          ASSERT_NEAR(got, want, 1e-5 * mag + 1e-30)
+              << what << " expert " << e << " block " << b << " token " << i << " lane " << l << " row " << r;
+        }
+    }
+}
+
+TEST(CpuKernels, EveryFormatEveryPathMatchesDenseLoop) {
+  const auto lv = levels();
+  if (lv.empty()) GTEST_SKIP() << "no AVX2 on this machine";
+  for (WeightFormat f : kAllFormats)
+    for (LaneMap map : {LaneMap::kPlain, LaneMap::kGatedSplit, LaneMap::kGatedInterleaved}) {
+      const int64_t E = 2, N = 2 * 136, K = 320;  // blocks with padding lanes; K groups of 16/32/128 (last partial)
+      Stack s = make_stack(f, E, N, K, 1234u + static_cast<uint32_t>(f));
+      auto p = pack_stack(s.m, map);
+      ASSERT_EQ(p->kp, 320);
+      std::mt19937 g(7);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (const Level& L : lv)
+        for (int m : {1, 2, 3, 4, 5, 7, 13}) {
+          const int64_t ldx = p->kp + 32;
+          std::vector<float> x(static_cast<size_t>(m * ldx), 0.0f);
+          for (int i = 0; i < m; ++i)
+            for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(i * ldx + k)] = u(g);
+          const std::string what = std::string(L.name) + " format " + std::to_string(static_cast<int>(f)) + " map " +
+                                   std::to_string(static_cast<int>(map)) + " m " + std::to_string(m);
+          check_against_dense(s, *p, x, ldx, m, what + " stream", [&](const kernels::BlockRef& b, float* acc) {
+            L.ks.stream(b, x.data(), ldx, m, acc);
+          });
+          std::vector<float> panel(static_cast<size_t>(p->kp * 16) + 16);
+          float* pa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(panel.data()) + 63) & ~uintptr_t{63});
+          check_against_dense(s, *p, x, ldx, m, what + " tile", [&](const kernels::BlockRef& b, float* acc) {
+            L.ks.panel(b, pa);
+            L.ks.tile(pa, p->kp, x.data(), ldx, m, acc);
+          });
+        }
+    }
+}
+
+TEST(CpuKernels, AmxTilesMatchDenseLoopWithinBf16Rounding) {
+  if (detected_isa() < CpuIsa::kAmx) GTEST_SKIP() << "no usable AMX-BF16 here (CPU, XCR0 or permission)";
+  const KernelSet ks = kernels_for(CpuIsa::kAmx);
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
+    Stack s = make_stack(f, 1, 48, 256, 5);
+    auto p = pack_stack(s.m, LaneMap::kPlain);
+    for (int m : {1, 16, 17, 70}) {
+      const int64_t ldx = p->kp;
+      const int rows = (m + 15) / 16 * 16;
+      std::vector<float> x(static_cast<size_t>(rows * ldx), 0.0f);
+      std::mt19937 g(3);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (int i = 0; i < m; ++i)
+        for (int64_t k = 0; k < p->cols; ++k) x[static_cast<size_t>(i * ldx + k)] = u(g);
+      std::vector<uint16_t> xb(x.size());
+      for (int i = 0; i < rows; ++i) kernels::f32_to_bf16_row(x.data() + i * ldx, ldx, xb.data() + i * ldx);
+      std::vector<float> panel(static_cast<size_t>(p->kp * 16) + 16), acc(static_cast<size_t>(m * 16));
+      float* pa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(panel.data()) + 63) & ~uintptr_t{63});
+      std::vector<uint16_t> pb(static_cast<size_t>(p->kp * 16));
+      for (int64_t b = 0; b < p->nblocks; ++b) {
+        ks.panel(p->block(0, b), pa);
+        kernels::panel_to_bf16_vnni(pa, p->kp, pb.data());
+        kernels::tile_amx(pb.data(), p->kp, xb.data(), ldx, m, acc.data());
+        for (int i = 0; i < m; ++i)
+          for (int l = 0; l < 16; ++l) {
+            const int32_t r = p->lane_row[static_cast<size_t>(b * 16 + l)];
+            double want = 0, mag = 0;
+            for (int64_t k = 0; k < p->cols; ++k) {
+              const double t = static_cast<double>(x[static_cast<size_t>(i * ldx + k)]) * s.dense[static_cast<size_t>(r * p->cols + k)];
+              want += t;
+              mag += std::fabs(t);
+            }
+            ASSERT_NEAR(acc[static_cast<size_t>(i * 16 + l)], want, 1e-2 * mag) << "format " << static_cast<int>(f) << " m " << m;
+          }
+      }
+      kernels::amx_release();
+    }
+  }
+}
+
+TEST(CpuKernels, OddKIsPaddedWithZeros) {
+  const auto lv = levels();
+  if (lv.empty()) GTEST_SKIP();
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kInt8PerChannel}) {
+    Stack s = make_stack(f, 1, 19, 37, 99);
+    auto p = pack_stack(s.m, LaneMap::kPlain);
+    EXPECT_EQ(p->kp, 64);
+    std::vector<float> x(static_cast<size_t>(3 * p->kp), 0.0f);
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < 37; ++k) x[static_cast<size_t>(i * p->kp + k)] = 0.1f * (k - i);
+    for (const Level& L : lv)
+      check_against_dense(s, *p, x, p->kp, 3, L.name, [&](const kernels::BlockRef& b, float* acc) {
+        L.ks.stream(b, x.data(), p->kp, 3, acc);
+      });
+  }
+}
+
+TEST(CpuKernels, RefusesUnknownLayout) {
+  Stack s = make_stack(WeightFormat::kBF16, 1, 16, 32, 1);
+  s.m.layout = "someone-elses-layout";
+  try {
+    pack_stack(s.m, LaneMap::kPlain);
+    FAIL() << "accepted an unknown layout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("someone-elses-layout"), std::string::npos);
+  }
+  // A prepared copy is accepted for the same lane map only.
+  Stack t = make_stack(WeightFormat::kBF16, 1, 16, 32, 1);
+  ExpertMatrix prepared = prepared_matrix(pack_stack(t.m, LaneMap::kPlain), t.m);
+  EXPECT_EQ(prepared.layout, "cpu-nb16-v1:plain");
+  EXPECT_NO_THROW(packed_of(prepared, LaneMap::kPlain));
+  EXPECT_THROW(packed_of(prepared, LaneMap::kGatedSplit), Error);
+}
+
+TEST(CpuKernels, WrongScaleShapeIsAFormatError) {
+  Stack s = make_stack(WeightFormat::kFp8PerChannel, 2, 16, 32, 1);
+  HostTensor bad(DType::kF32, {2, 15});
+  s.m.scale = bad.view();
+  EXPECT_THROW(pack_stack(s.m, LaneMap::kPlain), Error);
+}
+
+TEST(CpuKernels, ReportsDetectedIsa) {
+  const IsaFeatures& f = detected_features();
+  std::printf("cpu backend ISA: detected %d (avx2 %d fma %d f16c %d avx512f %d bw %d vl %d bf16 %d amx %d/%d perm %d)\n",
+              static_cast<int>(detected_isa()), f.avx2, f.fma, f.f16c, f.avx512f, f.avx512bw, f.avx512vl,
+              f.avx512_bf16, f.amx_tile, f.amx_bf16, f.amx_permitted);
+  EXPECT_GE(static_cast<int>(detected_isa()), 0);
+}
+
+}  // namespace
+}  // namespace moerun::cpu
