@@ -501,8 +501,9 @@ TEST(CudaBackend, CapabilitiesAreHonest) {
   ASSERT_FALSE(vs.empty());
   EXPECT_EQ(vs.back().name, kCutlass);
   const MoeSpec big = make_spec(8, 2, 512, 256);
-  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, 1024), kCutlass);
-  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, 1), "mma-stream-m16");
+  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 1024), kCutlass);
+  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 48), "mma-stream-m32");
+  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 1), "mma-stream-m16");
 }
 
 }  // namespace

@@ -291,6 +291,8 @@ class CudaBackend final : public Backend {
          "large M: CUTLASS sm90 grouped GEMM (TMA, warp-specialized wgmma, 128x256 tiles, device-side "
          "group sizes) between gather, activation and combine passes; bf16 and fp16"},
     };
+    caps_.variants[1].min_tokens_per_expert = kStreamMaxTpe;
+    caps_.variants[2].min_tokens_per_expert = kStream32MaxTpe;
   }
   std::string_view name() const override { return "cuda"; }
   std::string_view description() const override {
