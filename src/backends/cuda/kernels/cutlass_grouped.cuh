@@ -14,11 +14,13 @@
 //   pass), B the expert's [n, k] weight block (K contiguous, CUTLASS "column-major B"), D row-major.
 //   Global strides must be multiples of 16 bytes: k and n multiples of 8 for 2-byte elements, which
 //   the backend's capabilities (hidden_multiple = intermediate_multiple = 8) already demand.
-//   Tile choice: 128 x 256 x 64, two consumer warpgroups (64 x 256 each), cluster 1x1. Experts hold
-//   32..2048 rows at the M values this variant serves, so 128-row tiles waste little; 256-wide tiles
-//   halve the A re-reads against 128; a cluster along M would idle half its CTAs on a 100-row expert,
-//   and multicast along N would only share the small A tile. The scheduler rasters along M, so the
-//   CTAs running at the same time read the same weight tile (one DRAM read, the rest L2 hits).
+//   Tile choice: 128 x 256 x 64, two consumer warpgroups (64 x 256 each), cluster 1x1, the fastest of
+//   six schedules timed by bench/cuda/tune on the benchmark shapes at M = 1024 and 8192 (the others,
+//   5-45% slower: cooperative 128x256 cluster 2x1 — it rounds each expert's M tiles up to a pair —,
+//   pingpong 64x256 with and without a 1x2 cluster, pingpong 128x128, cooperative 256x128). The
+//   scheduler rasters along M, so the CTAs running at the same time read the same weight tile (one
+//   DRAM read, the rest L2 hits). Known cost: an expert with just over 256 rows pays a third,
+//   nearly empty M tile (bench/results/2026-11-30_6ed8a25_h200/NOTES.md).
 #pragma once
 
 #include <cuda_runtime.h>
