@@ -32,6 +32,7 @@ struct KernelVariant {
   std::string why;                     // one line: what it is good at
   CpuIsa min_cpu_isa = CpuIsa::kScalar;  // cpu backends: the level this variant needs
   double min_tokens_per_expert = 0.0;  // serves calls with M*k/E > this (0: from zero up)
+  std::vector<DType> act_dtypes;       // only for these activation dtypes (empty: any), e.g. a bf16-only path
 };
 
 // Everything the oracle may know about a backend, as data. supports() derives from this alone (plus

@@ -107,6 +107,7 @@ std::string variant_for_tokens(const Capabilities& caps, const MoeSpec& spec, co
     if (v.max_tokens_per_expert != 0.0 && per_expert > v.max_tokens_per_expert) continue;
     if (v.min_tokens_per_expert != 0.0 && per_expert <= v.min_tokens_per_expert) continue;
     if (caps.device == DeviceKind::kCpu && platform.cpu.isa() < v.min_cpu_isa) continue;
+    if (!v.act_dtypes.empty() && std::find(v.act_dtypes.begin(), v.act_dtypes.end(), spec.act_dtype) == v.act_dtypes.end()) continue;
     if (!best || v.min_cpu_isa > best->min_cpu_isa) best = &v;
   }
   return best ? best->name : "";

@@ -146,6 +146,8 @@ struct ActiveGuard {
 
 CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptions& options, CpuIsa isa)
     : spec_(spec), options_(options), ks_(kernels_for(isa)) {
+  // AMX tiles multiply bf16 operands: only layers whose activations are bf16 already lose nothing.
+  if (spec.act_dtype != DType::kBF16) ks_.amx = false;
   el_ = local_experts(spec);
   il_ = local_intermediate(spec);
   h_ = spec.hidden;
