@@ -27,6 +27,11 @@ CpuIsa detected_isa();
 // detected_isa() capped by the process-wide cap; read on each call so tests can step through levels.
 CpuIsa effective_isa();
 
+// Up to this many tokens per expert the AVX2 streaming kernel (v2) beats dequantized panels + 6x16
+// tiles (measured with bench/cpu/cpu_kernel_bench on Zen 1). AVX-512 and AMX keep kStreamMaxTokens.
+inline constexpr int kAvx2StreamMaxTokens = 64;
+inline constexpr int kStreamMaxTokens = 4;
+
 // The kernels one runner uses, fixed when it is created.
 struct KernelSet {
   CpuIsa isa = CpuIsa::kAvx2;
@@ -34,10 +39,17 @@ struct KernelSet {
   void (*stream)(const kernels::BlockRef&, const float*, int64_t, int, float*) = nullptr;
   void (*panel)(const kernels::BlockRef&, float*) = nullptr;
   void (*tile)(const float*, int64_t, const float*, int64_t, int, float*) = nullptr;
+  void (*act)(kernels::Act, const float*, const float*, int, float, float, float*) = nullptr;  // every level: AVX2
   bool amx = false;  // large calls go through bf16 panels and AMX tiles
+  int stream_max_m = 4;  // calls with at most this many tokens take `stream`, larger ones panel + tile
+  std::string variant = "v2";
 };
 
 // Kernels for the given level (kAvx512Bf16 uses the AVX-512 set). Throws Error{kUnsupported} below AVX2.
+// The environment variable MOERUN_CPU_KERNELS=v1 selects the previous AVX2 streaming kernel and
+// crossover (for side-by-side measurement only).
 KernelSet kernels_for(CpuIsa isa);
+// kernels_for with an explicit variant, "v1" or "v2"; throws Error{kInvalidArgument} for another name.
+KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant);
 
 }  // namespace moerun::cpu
