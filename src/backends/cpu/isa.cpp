@@ -102,7 +102,8 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
     case CpuIsa::kAvx2:
       k.prefix = "avx2";
       k.stream = variant == "v1" ? kernels::stream_avx2_v1 : kernels::stream_avx2;
-      k.stream_max_m = variant == "v1" ? 4 : kAvx2StreamMaxTokens;
+      k.stream_max_m = kStreamMaxTokens;
+      k.stream_max_m_cheap = variant == "v1" ? kStreamMaxTokens : kAvx2StreamMaxTokensCheapDecode;
       k.panel = kernels::dequant_panel_avx2;
       k.tile = kernels::tile_avx2;
       return k;

@@ -160,7 +160,7 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
 
 std::string CpuRunner::variant_for(int64_t m) const {
   const double per_expert = static_cast<double>(m) * spec_.top_k / std::max(1, spec_.num_experts);
-  if (per_expert <= ks_.stream_max_m) return ks_.prefix + "-stream";
+  if (per_expert <= ks_.stream_max(w13_->fmt)) return ks_.prefix + "-stream";
   return ks_.amx ? "amx-bf16-tiles" : ks_.prefix + "-tiled";
 }
 
@@ -168,7 +168,7 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
                           int64_t m, Scratch& s, float* acc) const {
   const kernels::BlockRef ref = w.block(e, b);
   const int mi = static_cast<int>(m);
-  if (m <= ks_.stream_max_m) {
+  if (m <= ks_.stream_max(ref.fmt)) {
     ks_.stream(ref, x, ldx, mi, acc);
     return;
   }

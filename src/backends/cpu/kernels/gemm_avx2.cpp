@@ -14,162 +14,7 @@ namespace {
 using avx2::Dec;
 using avx2::group_scale;
 
-// ---- streaming, v2: any token count, weights decoded once per token group -------------------------
-// NOTES: a token group (MT <= 4 tokens) keeps its accumulators in registers (named variables, not
-// arrays: GCC keeps arrays of vectors in memory). More than 4 tokens run as several groups over chunks
-// of kChunkPairs k pairs, so the chunk's packed bytes come from memory once and from L1 for the other
-// groups, and no f32 panel is written (a 256-bit store costs Zen 1 two cycles: the panel path spent
-// 8 cycles per k pair on stores alone). Groups are sized 4, then 3 + 2 or 3 + 3 rather than 4 + 1 or
-// 4 + 2: one or two tokens give too few FMA chains to cover the FMA latency.
-// With MT <= 2 the even and odd k of a pair go to separate accumulators (short FMA chains), and the
-// group scale (fp8 block, mxfp4, nvfp4) is applied once per group to partial sums instead of to every
-// decoded weight; from MT = 3 the scale multiplies the decoded weights (4 multiplies per pair shared
-// by 12-16 FMAs) so that the registers suffice.
-inline constexpr int64_t kChunkPairs = 256;  // 512 k: 16 KiB of bf16 per block, within Zen 1's 32 KiB L1D
-
 #define MOERUN_T4(X) X(0) X(1) X(2) X(3)
-template <PackFmt F, int MT>
-void stream_rows(const BlockRef& b, int64_t pb, int64_t pe, const float* x, int64_t ldx, float* acc, bool accumulate) {
-  constexpr int G = group_size(F);
-  constexpr bool kSplit = MT <= 2;
-  constexpr bool kFold = G != 0 && kSplit;
-  static_assert(kChunkPairs % 64 == 0, "a chunk must hold whole scale groups (64, 16 or 8 pairs)");
-  const int64_t gp = G ? G / 2 : pe - pb;
-  const __m256 z = _mm256_setzero_ps();
-#define DECL(t)                                                                     \
-  __m256 a##t##0 = z, a##t##1 = z, o##t##0 = z, o##t##1 = z;                        \
-  const float* x##t = x + (t) * ldx;                                                \
-  if (MT > (t) && accumulate) {                                                     \
-    a##t##0 = _mm256_loadu_ps(acc + (t) * 16);                                      \
-    a##t##1 = _mm256_loadu_ps(acc + (t) * 16 + 8);                                  \
-  }
-  MOERUN_T4(DECL)
-#undef DECL
-  for (int64_t p0 = pb; p0 < pe; p0 += gp) {
-    const int64_t p1 = std::min(p0 + gp, pe);
-    __m256 s0 = z, s1 = z;
-    if constexpr (G != 0) group_scale<F>(b.gscale, p0 / gp, b.gmul, s0, s1);
-    if constexpr (kFold) {
-      // partial sums of this group: e = k even, q = k odd
-#define PDECL(t) __m256 e##t##0 = z, e##t##1 = z, q##t##0 = z, q##t##1 = z;
-      MOERUN_T4(PDECL)
-#undef PDECL
-      for (int64_t p = p0; p < p1; ++p) {
-        __m256 w[4];
-        Dec<F>::load2(b.data, p, w);
-#define STEP(t)                                                                     \
-        if constexpr (MT > (t)) {                                                   \
-          const __m256 xe = _mm256_broadcast_ss(x##t + 2 * p);                      \
-          const __m256 xo = _mm256_broadcast_ss(x##t + 2 * p + 1);                  \
-          e##t##0 = _mm256_fmadd_ps(w[0], xe, e##t##0);                             \
-          e##t##1 = _mm256_fmadd_ps(w[1], xe, e##t##1);                             \
-          q##t##0 = _mm256_fmadd_ps(w[2], xo, q##t##0);                             \
-          q##t##1 = _mm256_fmadd_ps(w[3], xo, q##t##1);                             \
-        }
-        MOERUN_T4(STEP)
-#undef STEP
-      }
-#define FOLD(t)                                                                     \
-      if constexpr (MT > (t)) {                                                     \
-        a##t##0 = _mm256_fmadd_ps(_mm256_add_ps(e##t##0, q##t##0), s0, a##t##0);    \
-        a##t##1 = _mm256_fmadd_ps(_mm256_add_ps(e##t##1, q##t##1), s1, a##t##1);    \
-      }
-      MOERUN_T4(FOLD)
-#undef FOLD
-    } else {
-      for (int64_t p = p0; p < p1; ++p) {
-        __m256 w[4];
-        Dec<F>::load2(b.data, p, w);
-        if constexpr (G != 0) {
-          w[0] = _mm256_mul_ps(w[0], s0); w[1] = _mm256_mul_ps(w[1], s1);
-          w[2] = _mm256_mul_ps(w[2], s0); w[3] = _mm256_mul_ps(w[3], s1);
-        }
-#define STEP(t)                                                                     \
-        if constexpr (MT > (t)) {                                                   \
-          const __m256 xe = _mm256_broadcast_ss(x##t + 2 * p);                      \
-          const __m256 xo = _mm256_broadcast_ss(x##t + 2 * p + 1);                  \
-          a##t##0 = _mm256_fmadd_ps(w[0], xe, a##t##0);                             \
-          a##t##1 = _mm256_fmadd_ps(w[1], xe, a##t##1);                             \
-          if constexpr (kSplit) {                                                   \
-            o##t##0 = _mm256_fmadd_ps(w[2], xo, o##t##0);                           \
-            o##t##1 = _mm256_fmadd_ps(w[3], xo, o##t##1);                           \
-          } else {                                                                  \
-            a##t##0 = _mm256_fmadd_ps(w[2], xo, a##t##0);                           \
-            a##t##1 = _mm256_fmadd_ps(w[3], xo, a##t##1);                           \
-          }                                                                         \
-        }
-        MOERUN_T4(STEP)
-#undef STEP
-      }
-    }
-  }
-#define STORE(t)                                                                    \
-  if constexpr (MT > (t)) {                                                         \
-    _mm256_storeu_ps(acc + (t) * 16, _mm256_add_ps(a##t##0, o##t##0));              \
-    _mm256_storeu_ps(acc + (t) * 16 + 8, _mm256_add_ps(a##t##1, o##t##1));          \
-  }
-  MOERUN_T4(STORE)
-#undef STORE
-}
-
-template <PackFmt F>
-void stream_group(const BlockRef& b, int64_t pb, int64_t pe, const float* x, int64_t ldx, int mt, float* acc,
-                  bool accumulate) {
-  switch (mt) {
-    case 4: return stream_rows<F, 4>(b, pb, pe, x, ldx, acc, accumulate);
-    case 3: return stream_rows<F, 3>(b, pb, pe, x, ldx, acc, accumulate);
-    case 2: return stream_rows<F, 2>(b, pb, pe, x, ldx, acc, accumulate);
-    case 1: return stream_rows<F, 1>(b, pb, pe, x, ldx, acc, accumulate);
-    default: return;
-  }
-}
-
-// Size of the token group starting at row i of m: 4, except that the last 5 or 6 rows go as 3 + 2 / 3 + 3.
-constexpr int group_rows(int m, int i) {
-  const int left = m - i;
-  if (left == 5 || left == 6) return 3;
-  return left < 4 ? left : 4;
-}
-
-template <PackFmt F>
-void stream_f(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {
-  const int64_t pairs = b.kp / 2;
-  if (m <= 4) return stream_group<F>(b, 0, pairs, x, ldx, m, acc, false);
-  for (int64_t c0 = 0; c0 < pairs; c0 += kChunkPairs) {
-    const int64_t c1 = std::min(c0 + kChunkPairs, pairs);
-    for (int i = 0; i < m;) {
-      const int mt = group_rows(m, i);
-      stream_group<F>(b, c0, c1, x + i * ldx, ldx, mt, acc + i * 16, c0 > 0);
-      i += mt;
-    }
-  }
-}
-
-template <PackFmt F>
-void panel_f(const BlockRef& b, float* panel) {
-  constexpr int G = group_size(F);
-  const int64_t pairs = b.kp / 2;
-  const int64_t gp = G ? G / 2 : pairs;
-  for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
-    __m256 s0, s1;
-    if constexpr (G != 0) group_scale<F>(b.gscale, p0 / gp, b.gmul, s0, s1);
-    const int64_t pe = std::min(p0 + gp, pairs);
-    for (int64_t p = p0; p < pe; ++p) {
-      __m256 w[4];
-      Dec<F>::load2(b.data, p, w);
-      if constexpr (G != 0) {
-        w[0] = _mm256_mul_ps(w[0], s0); w[1] = _mm256_mul_ps(w[1], s1);
-        w[2] = _mm256_mul_ps(w[2], s0); w[3] = _mm256_mul_ps(w[3], s1);
-      }
-      float* o = panel + p * 32;
-      _mm256_store_ps(o, w[0]);
-      _mm256_store_ps(o + 8, w[1]);
-      _mm256_store_ps(o + 16, w[2]);
-      _mm256_store_ps(o + 24, w[3]);
-    }
-  }
-}
-
 // ---- streaming, v1 (kept for side-by-side measurement: MOERUN_CPU_KERNELS=v1): weights decoded once,
 // MT tokens' accumulators in registers ----------------------------
 // NOTES: accumulators are named variables, not arrays: GCC keeps arrays of vectors in memory and stores
@@ -233,6 +78,176 @@ void v1_stream_f(const BlockRef& b, const float* x, int64_t ldx, int m, float* a
     case 2: v1_stream_t<F, 2>(b, x + i * ldx, ldx, acc + i * 16); break;
     case 1: v1_stream_t<F, 1>(b, x + i * ldx, ldx, acc + i * 16); break;
     default: break;
+  }
+}
+
+// ---- streaming, v2: any token count, weights decoded once per token group -------------------------
+// NOTES: a token group (MT <= 4 tokens) keeps its accumulators in registers (named variables, not
+// arrays: GCC keeps arrays of vectors in memory). More than 4 tokens run as several groups over chunks
+// of kChunkPairs k pairs, so the chunk's packed bytes come from memory once and from L1 for the other
+// groups, and no f32 panel is written (a 256-bit store costs Zen 1 two cycles: the panel path spent
+// 8 cycles per k pair on stores alone). Groups are sized 4, then 3 + 2 or 3 + 3 rather than 4 + 1 or
+// 4 + 2: one or two tokens give too few FMA chains to cover the FMA latency.
+// With MT <= 2 the even and odd k of a pair go to separate accumulators (short FMA chains), and the
+// group scale (fp8 block, mxfp4, nvfp4) is applied once per group to partial sums instead of to every
+// decoded weight; from MT = 3 the scale multiplies the decoded weights (4 multiplies per pair shared
+// by 12-16 FMAs) so that the registers suffice.
+inline constexpr int64_t kChunkPairs = 256;  // 512 k: 16 KiB of bf16 per block, within Zen 1's 32 KiB L1D
+
+template <PackFmt F, int MT>
+void stream_rows(const BlockRef& b, int64_t pb, int64_t pe, const float* x, int64_t ldx, float* acc, bool accumulate) {
+  constexpr int G = group_size(F);
+  constexpr bool kSplit = MT <= 2;
+  constexpr bool kFold = G != 0 && kSplit;
+  static_assert(kChunkPairs % 64 == 0, "a chunk must hold whole scale groups (64, 16 or 8 pairs)");
+  const int64_t gp = G ? G / 2 : pe - pb;
+  const __m256 z = _mm256_setzero_ps();
+#define DECL(t) __m256 a##t##0 = z, a##t##1 = z, o##t##0 = z, o##t##1 = z; const float* x##t = x + (t) * ldx;
+  MOERUN_T4(DECL)
+#undef DECL
+  for (int64_t p0 = pb; p0 < pe; p0 += gp) {
+    const int64_t p1 = std::min(p0 + gp, pe);
+    __m256 s0 = z, s1 = z;
+    if constexpr (G != 0) group_scale<F>(b.gscale, p0 / gp, b.gmul, s0, s1);
+    if constexpr (kFold) {
+      // partial sums of this group: e = k even, q = k odd
+#define PDECL(t) __m256 e##t##0 = z, e##t##1 = z, q##t##0 = z, q##t##1 = z;
+      MOERUN_T4(PDECL)
+#undef PDECL
+      for (int64_t p = p0; p < p1; ++p) {
+        __m256 w[4];
+        Dec<F>::load2(b.data, p, w);
+#define STEP(t)                                                                     \
+        if constexpr (MT > (t)) {                                                   \
+          const __m256 xe = _mm256_broadcast_ss(x##t + 2 * p);                      \
+          const __m256 xo = _mm256_broadcast_ss(x##t + 2 * p + 1);                  \
+          e##t##0 = _mm256_fmadd_ps(w[0], xe, e##t##0);                             \
+          e##t##1 = _mm256_fmadd_ps(w[1], xe, e##t##1);                             \
+          q##t##0 = _mm256_fmadd_ps(w[2], xo, q##t##0);                             \
+          q##t##1 = _mm256_fmadd_ps(w[3], xo, q##t##1);                             \
+        }
+        MOERUN_T4(STEP)
+#undef STEP
+      }
+#define FOLD(t)                                                                     \
+      if constexpr (MT > (t)) {                                                     \
+        a##t##0 = _mm256_fmadd_ps(_mm256_add_ps(e##t##0, q##t##0), s0, a##t##0);    \
+        a##t##1 = _mm256_fmadd_ps(_mm256_add_ps(e##t##1, q##t##1), s1, a##t##1);    \
+      }
+      MOERUN_T4(FOLD)
+#undef FOLD
+    } else {
+      for (int64_t p = p0; p < p1; ++p) {
+        __m256 w[4];
+        Dec<F>::load2(b.data, p, w);
+        if constexpr (G != 0) {
+          w[0] = _mm256_mul_ps(w[0], s0); w[1] = _mm256_mul_ps(w[1], s1);
+          w[2] = _mm256_mul_ps(w[2], s0); w[3] = _mm256_mul_ps(w[3], s1);
+        }
+        // k even for every token, then k odd: with MT >= 3 this keeps GCC from rotating the
+        // accumulators through extra register moves (measured 14% at MT = 4)
+#define STEPE(t)                                                                    \
+        if constexpr (MT > (t)) {                                                   \
+          const __m256 xe = _mm256_broadcast_ss(x##t + 2 * p);                      \
+          a##t##0 = _mm256_fmadd_ps(w[0], xe, a##t##0);                             \
+          a##t##1 = _mm256_fmadd_ps(w[1], xe, a##t##1);                             \
+        }
+#define STEPO(t)                                                                    \
+        if constexpr (MT > (t)) {                                                   \
+          const __m256 xo = _mm256_broadcast_ss(x##t + 2 * p + 1);                  \
+          if constexpr (kSplit) {                                                   \
+            o##t##0 = _mm256_fmadd_ps(w[2], xo, o##t##0);                           \
+            o##t##1 = _mm256_fmadd_ps(w[3], xo, o##t##1);                           \
+          } else {                                                                  \
+            a##t##0 = _mm256_fmadd_ps(w[2], xo, a##t##0);                           \
+            a##t##1 = _mm256_fmadd_ps(w[3], xo, a##t##1);                           \
+          }                                                                         \
+        }
+        MOERUN_T4(STEPE)
+        MOERUN_T4(STEPO)
+#undef STEPE
+#undef STEPO
+      }
+    }
+  }
+  // Registers start at zero and the previous chunk's sums are added here: loading them into the
+  // accumulators before the loop made GCC rotate registers through extra moves (14% slower at MT = 4).
+#define STORE(t)                                                                    \
+  if constexpr (MT > (t)) {                                                         \
+    __m256 r0 = kSplit ? _mm256_add_ps(a##t##0, o##t##0) : a##t##0;                 \
+    __m256 r1 = kSplit ? _mm256_add_ps(a##t##1, o##t##1) : a##t##1;                 \
+    if (accumulate) {                                                               \
+      r0 = _mm256_add_ps(r0, _mm256_loadu_ps(acc + (t) * 16));                      \
+      r1 = _mm256_add_ps(r1, _mm256_loadu_ps(acc + (t) * 16 + 8));                  \
+    }                                                                               \
+    _mm256_storeu_ps(acc + (t) * 16, r0);                                           \
+    _mm256_storeu_ps(acc + (t) * 16 + 8, r1);                                       \
+  }
+  MOERUN_T4(STORE)
+#undef STORE
+}
+
+template <PackFmt F>
+void stream_group(const BlockRef& b, int64_t pb, int64_t pe, const float* x, int64_t ldx, int mt, float* acc,
+                  bool accumulate) {
+  switch (mt) {
+    case 4: return stream_rows<F, 4>(b, pb, pe, x, ldx, acc, accumulate);
+    case 3: return stream_rows<F, 3>(b, pb, pe, x, ldx, acc, accumulate);
+    case 2: return stream_rows<F, 2>(b, pb, pe, x, ldx, acc, accumulate);
+    case 1: return stream_rows<F, 1>(b, pb, pe, x, ldx, acc, accumulate);
+    default: return;
+  }
+}
+
+// Size of the token group starting at row i of m: 4, except that the last 5 or 6 rows go as 3 + 2 / 3 + 3.
+constexpr int group_rows(int m, int i) {
+  const int left = m - i;
+  if (left == 5 || left == 6) return 3;
+  return left < 4 ? left : 4;
+}
+
+template <PackFmt F>
+void stream_f(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {
+  const int64_t pairs = b.kp / 2;
+  if (m <= 4) {
+    // Over the whole K, 3 or 4 tokens (and 1 or 2 without group scales) are what v1 did; its loop
+    // compiles to fewer instructions than stream_rows<F, 4> (7% at m = 4 on Zen 1).
+    if (m == 4) return v1_stream_t<F, 4>(b, x, ldx, acc);
+    if (m == 3) return v1_stream_t<F, 3>(b, x, ldx, acc);
+    return stream_group<F>(b, 0, pairs, x, ldx, m, acc, false);
+  }
+  for (int64_t c0 = 0; c0 < pairs; c0 += kChunkPairs) {
+    const int64_t c1 = std::min(c0 + kChunkPairs, pairs);
+    for (int i = 0; i < m;) {
+      const int mt = group_rows(m, i);
+      stream_group<F>(b, c0, c1, x + i * ldx, ldx, mt, acc + i * 16, c0 > 0);
+      i += mt;
+    }
+  }
+}
+
+template <PackFmt F>
+void panel_f(const BlockRef& b, float* panel) {
+  constexpr int G = group_size(F);
+  const int64_t pairs = b.kp / 2;
+  const int64_t gp = G ? G / 2 : pairs;
+  for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
+    __m256 s0, s1;
+    if constexpr (G != 0) group_scale<F>(b.gscale, p0 / gp, b.gmul, s0, s1);
+    const int64_t pe = std::min(p0 + gp, pairs);
+    for (int64_t p = p0; p < pe; ++p) {
+      __m256 w[4];
+      Dec<F>::load2(b.data, p, w);
+      if constexpr (G != 0) {
+        w[0] = _mm256_mul_ps(w[0], s0); w[1] = _mm256_mul_ps(w[1], s1);
+        w[2] = _mm256_mul_ps(w[2], s0); w[3] = _mm256_mul_ps(w[3], s1);
+      }
+      float* o = panel + p * 32;
+      _mm256_store_ps(o, w[0]);
+      _mm256_store_ps(o + 8, w[1]);
+      _mm256_store_ps(o + 16, w[2]);
+      _mm256_store_ps(o + 24, w[3]);
+    }
   }
 }
 
