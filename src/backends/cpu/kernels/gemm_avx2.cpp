@@ -85,9 +85,12 @@ void v1_stream_f(const BlockRef& b, const float* x, int64_t ldx, int m, float* a
 // NOTES: a token group (MT <= 4 tokens) keeps its accumulators in registers (named variables, not
 // arrays: GCC keeps arrays of vectors in memory). More than 4 tokens run as several groups over chunks
 // of kChunkPairs k pairs, so the chunk's packed bytes come from memory once and from L1 for the other
-// groups, and no f32 panel is written (a 256-bit store costs Zen 1 two cycles: the panel path spent
-// 8 cycles per k pair on stores alone). Groups are sized 4, then 3 + 2 or 3 + 3 rather than 4 + 1 or
-// 4 + 2: one or two tokens give too few FMA chains to cover the FMA latency.
+// groups, and no f32 panel is written (Zen 1 stores one 128-bit half per cycle, so a bf16 panel costs
+// about 8 cycles per k pair). Groups are sized 4, then 3 + 2 or 3 + 3 rather than 4 + 1 or 4 + 2: one
+// or two tokens give too few FMA chains to cover the FMA latency. Measured (cpu_kernel_bench, bf16,
+// L1/L2-resident, ns per k pair, this vs panel + 6x16 tiles): m = 6 11.4 vs 14.2, m = 8 15.3 vs 18.4,
+// m = 16 30.4 vs 30.1, m = 32 61 vs 56; for fp8 / fp4 the panel wins from m = 6 on (their decode is
+// paid once per panel there), hence the per-format crossover in isa.hpp.
 // With MT <= 2 the even and odd k of a pair go to separate accumulators (short FMA chains), and the
 // group scale (fp8 block, mxfp4, nvfp4) is applied once per group to partial sums instead of to every
 // decoded weight; from MT = 3 the scale multiplies the decoded weights (4 multiplies per pair shared
