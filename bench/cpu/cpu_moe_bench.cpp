@@ -1,7 +1,10 @@
 // bench/cpu/cpu_moe_bench.cpp — moerun `cpu` vs `reference` vs a oneDNN per-expert baseline, with this
 // machine's limits (memory read bandwidth, FMA peak) measured in the same run.
 //
-//   cpu_moe_bench [--quick] [--json PATH] [--threads N] [--only SHAPE]
+//   cpu_moe_bench [--quick] [--json PATH] [--threads N] [--only SHAPE] [--m 1,64,...] [--compare-v1]
+//
+// --compare-v1 times the cpu backend's previous kernels (MOERUN_CPU_KERNELS=v1) too, call by call
+// alternating with the current ones, and records both (rows "cpu-v1" and "cpu", cpu_speedup_vs_v1).
 //
 // The oneDNN baseline runs every activated expert (and the shared experts) as two bf16 matmuls
 // (f32 where oneDNN has no bf16 matmul for the ISA) with weights reordered once to format_tag::any,
@@ -18,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -57,6 +61,8 @@ struct Opts {
   std::string json_path;
   int threads = 0;
   std::string only;  // run only this shape ("" = all)
+  bool compare_v1 = false;  // also time the cpu backend with MOERUN_CPU_KERNELS=v1, interleaved call by call
+  std::vector<int64_t> ms;  // token counts to run instead of the defaults
   bool want(const std::string& shape) const { return only.empty() || only == shape; }
 };
 
@@ -390,6 +396,37 @@ struct Bench {
     return time_median([&](int call) { auto a = args_for(m, M, call, out); r->forward(a); }, budget);
   }
 
+  // The cpu backend with the current kernels and with v1 (MOERUN_CPU_KERNELS=v1), calls alternating so
+  // that load from other processes hits both alike. Returns {current, v1} median seconds.
+  std::pair<double, double> run_cpu_vs_v1(const Model& m, int64_t M, int th) {
+    RunnerOptions ro;
+    ro.threads = th;
+    const char* prev = std::getenv("MOERUN_CPU_KERNELS");
+    const std::string keep = prev ? prev : "";
+    setenv("MOERUN_CPU_KERNELS", "v1", 1);
+    auto r1 = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro);
+    if (prev) setenv("MOERUN_CPU_KERNELS", keep.c_str(), 1);
+    else unsetenv("MOERUN_CPU_KERNELS");
+    auto r2 = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro);
+    HostTensor out(DType::kBF16, {M, m.spec.hidden});
+    std::vector<double> t1, t2;
+    const double budget = opt.quick ? 0.5 : 1.6, start = now_s();
+    for (int call = 0; (t1.size() < 3 || now_s() - start < budget) && t1.size() < 200; ++call) {
+      // each call's logits differ (fresh experts from memory); which runner goes first alternates, so
+      // neither profits more from what the other left in L3
+      auto a = args_for(m, M, call, out);
+      for (int j = 0; j < 2; ++j) {
+        const bool v2 = (j == 0) == (call % 2 == 0);
+        const double t0 = now_s();
+        (v2 ? r2 : r1)->forward(a);
+        if (call > 0) (v2 ? t2 : t1).push_back(now_s() - t0);
+      }
+    }
+    std::sort(t1.begin(), t1.end());
+    std::sort(t2.begin(), t2.end());
+    return {t2[t2.size() / 2], t1[t1.size() / 2]};
+  }
+
   double run_ref(const Model& m, int64_t M) {
     auto r = make_reference_backend()->create_runner(m.spec, *m.w, Platform::detect(), {});
     HostTensor out(DType::kBF16, {M, m.spec.hidden});
@@ -412,7 +449,17 @@ struct Bench {
       double ref_t = 0;
       if (with_ref && M <= 4) ref_t = run_ref(m, M);
       std::string variant;
-      const double t = run_cpu(m, M, threads, &variant);
+      double t;
+      if (opt.compare_v1) {
+        const auto [t2, t1] = run_cpu_vs_v1(m, M, threads);
+        t = t2;
+        row(m, "cpu-v1", M, threads, t1, "MOERUN_CPU_KERNELS=v1");
+        rows.back()["cpu_speedup_vs_v1"] = t1 / t2;
+        RunnerOptions ro;
+        variant = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro)->variant_for(M);
+      } else {
+        t = run_cpu(m, M, threads, &variant);
+      }
       if (ref_t > 0) row(m, "reference", M, threads, ref_t, "scalar-double");
       row(m, "cpu", M, threads, t, variant, ref_t);
 #ifdef MOERUN_BENCH_DNNL
@@ -438,8 +485,17 @@ int main(int argc, char** argv) {
     else if (a == "--json" && i + 1 < argc) b.opt.json_path = argv[++i];
     else if (a == "--threads" && i + 1 < argc) b.opt.threads = std::atoi(argv[++i]);
     else if (a == "--only" && i + 1 < argc) b.opt.only = argv[++i];
+    else if (a == "--compare-v1") b.opt.compare_v1 = true;
+    else if (a == "--m" && i + 1 < argc) {
+      for (std::string t, l = argv[++i]; !l.empty();) {
+        const size_t c = l.find(',');
+        t = l.substr(0, c);
+        b.opt.ms.push_back(std::atoll(t.c_str()));
+        l = c == std::string::npos ? "" : l.substr(c + 1);
+      }
+    }
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE] [--m 1,64,...] [--compare-v1]\n", argv[0]);
       return 2;
     }
   }
@@ -455,7 +511,8 @@ int main(int argc, char** argv) {
               "(%d threads), %.1f (1 thread)\n",
               b.bw, b.threads, bw1, b.peak, b.threads, peak1);
 
-  const std::vector<int64_t> all_m = b.opt.quick ? std::vector<int64_t>{1, 16, 256} : std::vector<int64_t>{1, 4, 16, 64, 256, 1024};
+  const std::vector<int64_t> all_m = !b.opt.ms.empty() ? b.opt.ms
+                                     : b.opt.quick ? std::vector<int64_t>{1, 16, 256} : std::vector<int64_t>{1, 4, 16, 64, 256, 1024};
   if (b.opt.want("qwen3-30b-a3b")) {
     Model q = make_model("qwen3-30b-a3b", "", WeightFormat::kBF16, 1024);
     b.model_rows(q, all_m, true, true);

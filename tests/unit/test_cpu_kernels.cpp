@@ -3,7 +3,9 @@
 // straightforward scalar code independent of the SIMD decoders.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <random>
 #include <string>
@@ -234,6 +236,78 @@ TEST(CpuKernels, EveryFormatEveryPathMatchesDenseLoop) {
             L.ks.tile(pa, p->kp, x.data(), ldx, m, acc);
           });
         }
+    }
+}
+
+// Both AVX2 streaming variants at token counts that split into several groups (4, 3 + 2, 3 + 3, ...)
+// and at a K that spans several L1 chunks with a partial last chunk and a partial last scale group.
+TEST(CpuKernels, StreamTokenGroupsAndKChunksMatchDenseLoop) {
+  if (detected_isa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
+  for (const char* variant : {"v1", "v2"}) {
+    const KernelSet ks = kernels_for_variant(CpuIsa::kAvx2, variant);
+    for (WeightFormat f : kAllFormats) {
+      const int64_t E = 1, N = 40, K = 1312;  // kp 1312: chunks of 512 k + 288; fp8 blocks 10 x 128 + 32
+      Stack s = make_stack(f, E, N, K, 77u + static_cast<uint32_t>(f));
+      auto p = pack_stack(s.m, LaneMap::kPlain);
+      std::mt19937 g(9);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (int m : {1, 2, 5, 6, 7, 9, 10, 13, 33}) {
+        const int64_t ldx = p->kp + 16;
+        std::vector<float> x(static_cast<size_t>(m * ldx), 0.0f);
+        for (int i = 0; i < m; ++i)
+          for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(i * ldx + k)] = u(g);
+        check_against_dense(s, *p, x, ldx, m, std::string(variant) + " format " + std::to_string(static_cast<int>(f)) +
+                                                   " m " + std::to_string(m),
+                            [&](const kernels::BlockRef& b, float* acc) { ks.stream(b, x.data(), ldx, m, acc); });
+      }
+    }
+  }
+  EXPECT_THROW(kernels_for_variant(CpuIsa::kAvx2, "v3"), Error);
+}
+
+// The vector activations against the scalar formulas in double, over the range where they matter and
+// past the exp clamp.
+TEST(CpuKernels, VectorActivationsMatchScalarFormulas) {
+  if (detected_isa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
+  const KernelSet ks = kernels_for(CpuIsa::kAvx2);
+  std::vector<float> g, u;
+  for (int i = -4000; i <= 4000; ++i) {
+    g.push_back(static_cast<float>(i) * 0.025f);  // [-100, 100]
+    u.push_back(0.5f + 0.001f * static_cast<float>(i % 97));
+  }
+  const int n = static_cast<int>(g.size());
+  auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  struct Case {
+    kernels::Act a;
+    std::function<double(double, double)> f;
+  };
+  const float alpha = 1.702f, limit = 7.0f;
+  const Case cases[] = {
+      {kernels::Act::kSiluMul, [&](double x, double v) { return x * sig(x) * v; }},
+      {kernels::Act::kSilu, [&](double x, double) { return x * sig(x); }},
+      {kernels::Act::kGeluMul, [&](double x, double v) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))) * v; }},
+      {kernels::Act::kGeluTanhMul,
+       [&](double x, double v) { return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))) * v; }},
+      {kernels::Act::kSwigluOai,
+       [&](double x, double v) {
+         x = std::min<double>(x, limit);
+         v = std::clamp<double>(v, -limit, limit);
+         return x * sig(alpha * x) * (v + 1.0);
+       }},
+      {kernels::Act::kRelu2, [&](double x, double) { return x > 0 ? x * x : 0.0; }},
+  };
+  for (const Case& c : cases)
+    for (int len : {n, 5}) {  // a full run and a tail shorter than one vector
+      std::vector<float> out(static_cast<size_t>(len));
+      ks.act(c.a, g.data() + (n - len) / 2, u.data() + (n - len) / 2, len, alpha, limit, out.data());
+      for (int j = 0; j < len; ++j) {
+        const int i = (n - len) / 2 + j;
+        const double want = c.f(g[static_cast<size_t>(i)], u[static_cast<size_t>(i)]);
+        // relative 2e-6, plus float rounding of terms like 1 + erf(x) that cancel (abs 1e-7 |x| (|u| + 1))
+        const double gi = g[static_cast<size_t>(i)], ui = u[static_cast<size_t>(i)];
+        ASSERT_NEAR(out[static_cast<size_t>(j)], want, 2e-6 * std::fabs(want) + 1e-7 * std::fabs(gi) * (std::fabs(ui) + 1.0))
+            << "act " << static_cast<int>(c.a) << " x " << g[static_cast<size_t>(i)];
+      }
     }
 }
 

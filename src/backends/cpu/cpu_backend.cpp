@@ -33,7 +33,8 @@ Capabilities make_caps() {
   c.host_sync = false;
   c.variants = {
       {"avx2-stream", static_cast<double>(cpu::kStreamMaxTokens),
-       "decode: streams each weight byte once, dequantized in registers, tokens broadcast from L1", CpuIsa::kAvx2},
+       "decode: streams each weight byte once, dequantized in registers, tokens broadcast from L1 (bf16/f32 "
+       "weights: up to 16 tokens per expert, groups of 4 over L1-sized K chunks)", CpuIsa::kAvx2},
       {"avx2-tiled", 0.0, "prefill: 16-lane weight panels dequantized once into L2, 6x16 FMA register tiles", CpuIsa::kAvx2,
        static_cast<double>(cpu::kStreamMaxTokens)},
       {"avx512-stream", static_cast<double>(cpu::kStreamMaxTokens), "decode on AVX-512: one zmm per k step", CpuIsa::kAvx512},

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "moerun/error.hpp"
 
@@ -84,14 +85,25 @@ CpuIsa effective_isa() {
 }
 
 KernelSet kernels_for(CpuIsa isa) {
+  const char* v = std::getenv("MOERUN_CPU_KERNELS");
+  return kernels_for_variant(isa, v && *v ? v : "v2");
+}
+
+KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
+  if (variant != "v1" && variant != "v2")
+    throw_error(ErrorKind::kInvalidArgument, "cpu backend: unknown kernel variant '" + variant + "' (knows v1, v2)");
   KernelSet k;
+  k.variant = variant;
+  k.act = kernels::act_avx2;
   k.isa = isa;
   switch (isa) {
     case CpuIsa::kScalar:
       throw_error(ErrorKind::kUnsupported, "cpu backend needs AVX2 + FMA + F16C (this CPU or the ISA cap allows scalar only)");
     case CpuIsa::kAvx2:
       k.prefix = "avx2";
-      k.stream = kernels::stream_avx2;
+      k.stream = variant == "v1" ? kernels::stream_avx2_v1 : kernels::stream_avx2;
+      k.stream_max_m = kStreamMaxTokens;
+      k.stream_max_m_cheap = variant == "v1" ? kStreamMaxTokens : kAvx2StreamMaxTokensCheapDecode;
       k.panel = kernels::dequant_panel_avx2;
       k.tile = kernels::tile_avx2;
       return k;

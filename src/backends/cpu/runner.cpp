@@ -94,34 +94,13 @@ inline void store_act(void* p, DType t, int64_t i, float v) {
 }
 
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
-inline float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
-inline float gelu_tanh(float x) {
-  return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-}
-
-// Gated activations: act(gate) * up, or gpt-oss's clamped swiglu.
-inline float act_gated(ActivationKind k, float g, float u, float alpha, float limit) {
-  switch (k) {
-    case ActivationKind::kSiluAndMul: return silu(g) * u;
-    case ActivationKind::kGeluAndMul: return gelu_erf(g) * u;
-    case ActivationKind::kGeluTanhAndMul: return gelu_tanh(g) * u;
-    case ActivationKind::kSwigluOai:
-      if (limit > 0.0f) {
-        g = std::min(g, limit);
-        u = std::clamp(u, -limit, limit);
-      }
-      return g * sigmoid(alpha * g) * (u + 1.0f);
-    default: return 0.0f;
-  }
-}
-inline float act_plain(ActivationKind k, float x) {
-  switch (k) {
-    case ActivationKind::kRelu2: { const float r = x > 0.0f ? x : 0.0f; return r * r; }
-    case ActivationKind::kSilu: return silu(x);
-    default: return 0.0f;
-  }
-}
+static_assert(static_cast<int>(ActivationKind::kSiluAndMul) == static_cast<int>(kernels::Act::kSiluMul) &&
+                  static_cast<int>(ActivationKind::kGeluAndMul) == static_cast<int>(kernels::Act::kGeluMul) &&
+                  static_cast<int>(ActivationKind::kGeluTanhAndMul) == static_cast<int>(kernels::Act::kGeluTanhMul) &&
+                  static_cast<int>(ActivationKind::kSwigluOai) == static_cast<int>(kernels::Act::kSwigluOai) &&
+                  static_cast<int>(ActivationKind::kRelu2) == static_cast<int>(kernels::Act::kRelu2) &&
+                  static_cast<int>(ActivationKind::kSilu) == static_cast<int>(kernels::Act::kSilu),
+              "kernels::Act mirrors ActivationKind value for value (the epilogue casts one to the other)");
 
 LaneMap w13_map(const Activation& a) {
   if (!a.gated()) return LaneMap::kPlain;
@@ -183,7 +162,7 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
 
 std::string CpuRunner::variant_for(int64_t m) const {
   const double per_expert = static_cast<double>(m) * spec_.top_k / std::max(1, spec_.num_experts);
-  if (per_expert <= kStreamMaxTokens) return ks_.prefix + "-stream";
+  if (per_expert <= ks_.stream_max(w13_->fmt)) return ks_.prefix + "-stream";
   return ks_.amx ? "amx-bf16-tiles" : ks_.prefix + "-tiled";
 }
 
@@ -191,7 +170,7 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
                           int64_t m, Scratch& s, float* acc) const {
   const kernels::BlockRef ref = w.block(e, b);
   const int mi = static_cast<int>(m);
-  if (m <= kStreamMaxTokens) {
+  if (m <= ks_.stream_max(ref.fmt)) {
     ks_.stream(ref, x, ldx, mi, acc);
     return;
   }
@@ -400,33 +379,28 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const int32_t* lrow = w.lane_row.data() + b * 16;
       const float* bias = (!job.shared && !w13_bias_.empty()) ? w13_bias_.data() + e * w.rows : nullptr;
       const ActivationKind ak = job.shared ? shared_act_ : spec_.activation.kind;
+      const kernels::Act ka = static_cast<kernels::Act>(ak);
       const int64_t I = w.outputs;
       const bool gated = w.map != LaneMap::kPlain;
+      const int64_t c0 = gated ? b * 8 : b * 16;
+      const int nc = static_cast<int>(std::min<int64_t>(gated ? 8 : 16, I - c0));
       for (int64_t i = 0; i < job.m; ++i) {
         const int64_t row = job.row0 + i;
-        float v[16];
-        for (int l = 0; l < 16; ++l) {
-          float a = acc[i * 16 + l];
-          if (ls) a *= ls[l];
-          const int32_t r = lrow[l];
-          if (r >= 0) {
-            if (bias) a += bias[r];
-            if (lora1 && row < R && row_adapter(row) >= 0) a += lora1[row * R13 + r];
-          }
-          v[l] = a;
-        }
-        float* hrow = Hb + row * ipmax;
-        if (gated) {
-          for (int j = 0; j < 8; ++j) {
-            const int64_t col = b * 8 + j;
-            if (col < I) hrow[col] = act_gated(ak, v[j], v[8 + j], alpha, limit);
-          }
-        } else {
+        float* v = acc + i * 16;  // scaled in place, then the activation writes the H columns
+        const bool lora_row = lora1 && row < R && row_adapter(row) >= 0;
+        if (ls || bias || lora_row)
           for (int l = 0; l < 16; ++l) {
-            const int64_t col = b * 16 + l;
-            if (col < I) hrow[col] = act_plain(ak, v[l]);
+            float a = v[l];
+            if (ls) a *= ls[l];
+            const int32_t r = lrow[l];
+            if (r >= 0) {
+              if (bias) a += bias[r];
+              if (lora_row) a += lora1[row * R13 + r];
+            }
+            v[l] = a;
           }
-        }
+        float* hrow = Hb + row * ipmax + c0;
+        ks_.act(ka, v, v + 8, nc, alpha, limit, hrow);
       }
     }
 

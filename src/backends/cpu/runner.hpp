@@ -15,9 +15,6 @@
 
 namespace moerun::cpu {
 
-// Calls with at most this many tokens per expert take the streaming kernels.
-inline constexpr int kStreamMaxTokens = 4;
-
 // 64-byte aligned allocations (kernels store panels with aligned stores).
 template <typename T>
 struct Aligned64 {

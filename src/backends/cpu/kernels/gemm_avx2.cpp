@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "backends/cpu/kernels/dequant_avx2.hpp"
 #include "backends/cpu/kernels/kernels.hpp"
@@ -13,14 +14,15 @@ namespace {
 using avx2::Dec;
 using avx2::group_scale;
 
-// ---- streaming: weights decoded once, MT tokens' accumulators in registers ----------------------------
+#define MOERUN_T4(X) X(0) X(1) X(2) X(3)
+// ---- streaming, v1 (kept for side-by-side measurement: MOERUN_CPU_KERNELS=v1): weights decoded once,
+// MT tokens' accumulators in registers ----------------------------
 // NOTES: accumulators are named variables, not arrays: GCC keeps arrays of vectors in memory and stores
 // them every iteration (12 stores per k step halved the tile kernel's speed). With MT <= 2 the even and
 // odd k of a pair go to separate accumulators so each FMA chain is short (latency 4-5 cycles); from
 // MT = 3 there are enough independent chains already.
-#define MOERUN_T4(X) X(0) X(1) X(2) X(3)
 template <PackFmt F, int MT>
-void stream_t(const BlockRef& b, const float* x, int64_t ldx, float* acc) {
+void v1_stream_t(const BlockRef& b, const float* x, int64_t ldx, float* acc) {
   constexpr int G = group_size(F);
   constexpr bool kSplit = MT <= 2;
   const int64_t pairs = b.kp / 2;
@@ -68,14 +70,162 @@ void stream_t(const BlockRef& b, const float* x, int64_t ldx, float* acc) {
 }
 
 template <PackFmt F>
-void stream_f(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {
+void v1_stream_f(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {
   int i = 0;
-  for (; i + 4 <= m; i += 4) stream_t<F, 4>(b, x + i * ldx, ldx, acc + i * 16);
+  for (; i + 4 <= m; i += 4) v1_stream_t<F, 4>(b, x + i * ldx, ldx, acc + i * 16);
   switch (m - i) {
-    case 3: stream_t<F, 3>(b, x + i * ldx, ldx, acc + i * 16); break;
-    case 2: stream_t<F, 2>(b, x + i * ldx, ldx, acc + i * 16); break;
-    case 1: stream_t<F, 1>(b, x + i * ldx, ldx, acc + i * 16); break;
+    case 3: v1_stream_t<F, 3>(b, x + i * ldx, ldx, acc + i * 16); break;
+    case 2: v1_stream_t<F, 2>(b, x + i * ldx, ldx, acc + i * 16); break;
+    case 1: v1_stream_t<F, 1>(b, x + i * ldx, ldx, acc + i * 16); break;
     default: break;
+  }
+}
+
+// ---- streaming, v2: any token count, weights decoded once per token group -------------------------
+// NOTES: a token group (MT <= 4 tokens) keeps its accumulators in registers (named variables, not
+// arrays: GCC keeps arrays of vectors in memory). More than 4 tokens run as several groups over chunks
+// of kChunkPairs k pairs, so the chunk's packed bytes come from memory once and from L1 for the other
+// groups, and no f32 panel is written (Zen 1 stores one 128-bit half per cycle, so a bf16 panel costs
+// about 8 cycles per k pair). Groups are sized 4, then 3 + 2 or 3 + 3 rather than 4 + 1 or 4 + 2: one
+// or two tokens give too few FMA chains to cover the FMA latency. Measured (cpu_kernel_bench, bf16,
+// L1/L2-resident, ns per k pair, this vs panel + 6x16 tiles): m = 6 11.4 vs 14.2, m = 8 15.3 vs 18.4,
+// m = 16 30.4 vs 30.1, m = 32 61 vs 56; for fp8 / fp4 the panel wins from m = 6 on (their decode is
+// paid once per panel there), hence the per-format crossover in isa.hpp.
+// With MT <= 2 the even and odd k of a pair go to separate accumulators (short FMA chains), and the
+// group scale (fp8 block, mxfp4, nvfp4) is applied once per group to partial sums instead of to every
+// decoded weight; from MT = 3 the scale multiplies the decoded weights (4 multiplies per pair shared
+// by 12-16 FMAs) so that the registers suffice.
+inline constexpr int64_t kChunkPairs = 256;  // 512 k: 16 KiB of bf16 per block, within Zen 1's 32 KiB L1D
+
+template <PackFmt F, int MT>
+void stream_rows(const BlockRef& b, int64_t pb, int64_t pe, const float* x, int64_t ldx, float* acc, bool accumulate) {
+  constexpr int G = group_size(F);
+  constexpr bool kSplit = MT <= 2;
+  constexpr bool kFold = G != 0 && kSplit;
+  static_assert(kChunkPairs % 64 == 0, "a chunk must hold whole scale groups (64, 16 or 8 pairs)");
+  const int64_t gp = G ? G / 2 : pe - pb;
+  const __m256 z = _mm256_setzero_ps();
+#define DECL(t) __m256 a##t##0 = z, a##t##1 = z, o##t##0 = z, o##t##1 = z; const float* x##t = x + (t) * ldx;
+  MOERUN_T4(DECL)
+#undef DECL
+  for (int64_t p0 = pb; p0 < pe; p0 += gp) {
+    const int64_t p1 = std::min(p0 + gp, pe);
+    __m256 s0 = z, s1 = z;
+    if constexpr (G != 0) group_scale<F>(b.gscale, p0 / gp, b.gmul, s0, s1);
+    if constexpr (kFold) {
+      // partial sums of this group: e = k even, q = k odd
+#define PDECL(t) __m256 e##t##0 = z, e##t##1 = z, q##t##0 = z, q##t##1 = z;
+      MOERUN_T4(PDECL)
+#undef PDECL
+      for (int64_t p = p0; p < p1; ++p) {
+        __m256 w[4];
+        Dec<F>::load2(b.data, p, w);
+#define STEP(t)                                                                     \
+        if constexpr (MT > (t)) {                                                   \
+          const __m256 xe = _mm256_broadcast_ss(x##t + 2 * p);                      \
+          const __m256 xo = _mm256_broadcast_ss(x##t + 2 * p + 1);                  \
+          e##t##0 = _mm256_fmadd_ps(w[0], xe, e##t##0);                             \
+          e##t##1 = _mm256_fmadd_ps(w[1], xe, e##t##1);                             \
+          q##t##0 = _mm256_fmadd_ps(w[2], xo, q##t##0);                             \
+          q##t##1 = _mm256_fmadd_ps(w[3], xo, q##t##1);                             \
+        }
+        MOERUN_T4(STEP)
+#undef STEP
+      }
+#define FOLD(t)                                                                     \
+      if constexpr (MT > (t)) {                                                     \
+        a##t##0 = _mm256_fmadd_ps(_mm256_add_ps(e##t##0, q##t##0), s0, a##t##0);    \
+        a##t##1 = _mm256_fmadd_ps(_mm256_add_ps(e##t##1, q##t##1), s1, a##t##1);    \
+      }
+      MOERUN_T4(FOLD)
+#undef FOLD
+    } else {
+      for (int64_t p = p0; p < p1; ++p) {
+        __m256 w[4];
+        Dec<F>::load2(b.data, p, w);
+        if constexpr (G != 0) {
+          w[0] = _mm256_mul_ps(w[0], s0); w[1] = _mm256_mul_ps(w[1], s1);
+          w[2] = _mm256_mul_ps(w[2], s0); w[3] = _mm256_mul_ps(w[3], s1);
+        }
+        // k even for every token, then k odd: with MT >= 3 this keeps GCC from rotating the
+        // accumulators through extra register moves (measured 14% at MT = 4)
+#define STEPE(t)                                                                    \
+        if constexpr (MT > (t)) {                                                   \
+          const __m256 xe = _mm256_broadcast_ss(x##t + 2 * p);                      \
+          a##t##0 = _mm256_fmadd_ps(w[0], xe, a##t##0);                             \
+          a##t##1 = _mm256_fmadd_ps(w[1], xe, a##t##1);                             \
+        }
+#define STEPO(t)                                                                    \
+        if constexpr (MT > (t)) {                                                   \
+          const __m256 xo = _mm256_broadcast_ss(x##t + 2 * p + 1);                  \
+          if constexpr (kSplit) {                                                   \
+            o##t##0 = _mm256_fmadd_ps(w[2], xo, o##t##0);                           \
+            o##t##1 = _mm256_fmadd_ps(w[3], xo, o##t##1);                           \
+          } else {                                                                  \
+            a##t##0 = _mm256_fmadd_ps(w[2], xo, a##t##0);                           \
+            a##t##1 = _mm256_fmadd_ps(w[3], xo, a##t##1);                           \
+          }                                                                         \
+        }
+        MOERUN_T4(STEPE)
+        MOERUN_T4(STEPO)
+#undef STEPE
+#undef STEPO
+      }
+    }
+  }
+  // Registers start at zero and the previous chunk's sums are added here: loading them into the
+  // accumulators before the loop made GCC rotate registers through extra moves (14% slower at MT = 4).
+#define STORE(t)                                                                    \
+  if constexpr (MT > (t)) {                                                         \
+    __m256 r0 = kSplit ? _mm256_add_ps(a##t##0, o##t##0) : a##t##0;                 \
+    __m256 r1 = kSplit ? _mm256_add_ps(a##t##1, o##t##1) : a##t##1;                 \
+    if (accumulate) {                                                               \
+      r0 = _mm256_add_ps(r0, _mm256_loadu_ps(acc + (t) * 16));                      \
+      r1 = _mm256_add_ps(r1, _mm256_loadu_ps(acc + (t) * 16 + 8));                  \
+    }                                                                               \
+    _mm256_storeu_ps(acc + (t) * 16, r0);                                           \
+    _mm256_storeu_ps(acc + (t) * 16 + 8, r1);                                       \
+  }
+  MOERUN_T4(STORE)
+#undef STORE
+}
+
+template <PackFmt F>
+void stream_group(const BlockRef& b, int64_t pb, int64_t pe, const float* x, int64_t ldx, int mt, float* acc,
+                  bool accumulate) {
+  switch (mt) {
+    case 4: return stream_rows<F, 4>(b, pb, pe, x, ldx, acc, accumulate);
+    case 3: return stream_rows<F, 3>(b, pb, pe, x, ldx, acc, accumulate);
+    case 2: return stream_rows<F, 2>(b, pb, pe, x, ldx, acc, accumulate);
+    case 1: return stream_rows<F, 1>(b, pb, pe, x, ldx, acc, accumulate);
+    default: return;
+  }
+}
+
+// Size of the token group starting at row i of m: 4, except that the last 5 or 6 rows go as 3 + 2 / 3 + 3.
+constexpr int group_rows(int m, int i) {
+  const int left = m - i;
+  if (left == 5 || left == 6) return 3;
+  return left < 4 ? left : 4;
+}
+
+template <PackFmt F>
+void stream_f(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {
+  const int64_t pairs = b.kp / 2;
+  if (m <= 4) {
+    // Over the whole K, 3 or 4 tokens (and 1 or 2 without group scales) are what v1 did; its loop
+    // compiles to fewer instructions than stream_rows<F, 4> (7% at m = 4 on Zen 1).
+    if (m == 4) return v1_stream_t<F, 4>(b, x, ldx, acc);
+    if (m == 3) return v1_stream_t<F, 3>(b, x, ldx, acc);
+    return stream_group<F>(b, 0, pairs, x, ldx, m, acc, false);
+  }
+  for (int64_t c0 = 0; c0 < pairs; c0 += kChunkPairs) {
+    const int64_t c1 = std::min(c0 + kChunkPairs, pairs);
+    for (int i = 0; i < m;) {
+      const int mt = group_rows(m, i);
+      stream_group<F>(b, c0, c1, x + i * ldx, ldx, mt, acc + i * 16, c0 > 0);
+      i += mt;
+    }
   }
 }
 
@@ -132,7 +282,77 @@ void tile_t(const float* panel, int64_t kp, const float* x, int64_t ldx, float* 
 #undef STORE
 }
 
+// ---- activations ------------------------------------------------------------------------------------
+// exp(x) = 2^n e^r, n = round(x log2 e), r = x - n ln 2 (ln 2 split in two so r is exact to ~1 ulp),
+// |r| <= ln2 / 2; e^r by its Taylor polynomial to r^6 (remainder < 0.35^7 / 5040 = 1.3e-7). x is
+// clamped to [-87, 88] so 2^n stays a normal float (n in [-126, 127]).
+inline __m256 exp_ps(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+inline __m256 sigmoid_ps(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+inline __m256 act8(Act a, __m256 g, __m256 u, float alpha, float limit) {
+  switch (a) {
+    case Act::kSiluMul: return _mm256_mul_ps(_mm256_mul_ps(g, sigmoid_ps(g)), u);
+    case Act::kSilu: return _mm256_mul_ps(g, sigmoid_ps(g));
+    case Act::kGeluTanhMul: {  // 0.5 g (1 + tanh(y)) = g * sigmoid(2y)
+      const __m256 y = _mm256_mul_ps(_mm256_set1_ps(0.79788456080286536f),
+                                     _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), g), _mm256_mul_ps(g, g), g));
+      return _mm256_mul_ps(_mm256_mul_ps(g, sigmoid_ps(_mm256_add_ps(y, y))), u);
+    }
+    case Act::kSwigluOai:
+      if (limit > 0.0f) {
+        const __m256 l = _mm256_set1_ps(limit);
+        g = _mm256_min_ps(g, l);
+        u = _mm256_max_ps(_mm256_min_ps(u, l), _mm256_sub_ps(_mm256_setzero_ps(), l));
+      }
+      return _mm256_mul_ps(_mm256_mul_ps(g, sigmoid_ps(_mm256_mul_ps(_mm256_set1_ps(alpha), g))),
+                           _mm256_add_ps(u, _mm256_set1_ps(1.0f)));
+    case Act::kRelu2: {
+      const __m256 r = _mm256_max_ps(g, _mm256_setzero_ps());
+      return _mm256_mul_ps(r, r);
+    }
+    case Act::kGeluMul: break;  // scalar (erf)
+  }
+  return _mm256_setzero_ps();
+}
+
 }  // namespace
+
+void act_avx2(Act a, const float* g, const float* u, int n, float alpha, float limit, float* out) {
+  if (a == Act::kGeluMul) {
+    for (int j = 0; j < n; ++j) out[j] = 0.5f * g[j] * (1.0f + std::erf(g[j] * 0.70710678118654752f)) * u[j];
+    return;
+  }
+  const bool gt = gated(a);
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(out + j, act8(a, _mm256_loadu_ps(g + j), gt ? _mm256_loadu_ps(u + j) : _mm256_setzero_ps(), alpha, limit));
+  if (j < n) {
+    float gb[8] = {}, ub[8] = {}, ob[8];
+    for (int t = 0; t < n - j; ++t) {
+      gb[t] = g[j + t];
+      if (gt) ub[t] = u[j + t];
+    }
+    _mm256_storeu_ps(ob, act8(a, _mm256_loadu_ps(gb), _mm256_loadu_ps(ub), alpha, limit));
+    for (int t = 0; t < n - j; ++t) out[j + t] = ob[t];
+  }
+}
 
 void stream_avx2(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {
   switch (b.fmt) {
@@ -144,6 +364,19 @@ void stream_avx2(const BlockRef& b, const float* x, int64_t ldx, int m, float* a
     case PackFmt::kInt8: return stream_f<PackFmt::kInt8>(b, x, ldx, m, acc);
     case PackFmt::kMxfp4: return stream_f<PackFmt::kMxfp4>(b, x, ldx, m, acc);
     case PackFmt::kNvfp4: return stream_f<PackFmt::kNvfp4>(b, x, ldx, m, acc);
+  }
+}
+
+void stream_avx2_v1(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {
+  switch (b.fmt) {
+    case PackFmt::kF32: return v1_stream_f<PackFmt::kF32>(b, x, ldx, m, acc);
+    case PackFmt::kF16: return v1_stream_f<PackFmt::kF16>(b, x, ldx, m, acc);
+    case PackFmt::kBF16: return v1_stream_f<PackFmt::kBF16>(b, x, ldx, m, acc);
+    case PackFmt::kFp8: return v1_stream_f<PackFmt::kFp8>(b, x, ldx, m, acc);
+    case PackFmt::kFp8Block: return v1_stream_f<PackFmt::kFp8Block>(b, x, ldx, m, acc);
+    case PackFmt::kInt8: return v1_stream_f<PackFmt::kInt8>(b, x, ldx, m, acc);
+    case PackFmt::kMxfp4: return v1_stream_f<PackFmt::kMxfp4>(b, x, ldx, m, acc);
+    case PackFmt::kNvfp4: return v1_stream_f<PackFmt::kNvfp4>(b, x, ldx, m, acc);
   }
 }
 

@@ -62,13 +62,26 @@ struct BlockRef {
 };
 
 // ---- AVX2 + FMA + F16C (gemm_avx2.cpp) ----
-// Streaming path for few tokens: reads each weight byte once per call, tokens in registers (m any,
-// best for m <= 4). acc is [m][16].
+// Streaming path: reads each weight byte from memory once per call and never writes a panel; tokens
+// run in groups of up to 4 with accumulators in registers, over L1-sized K chunks when m > 4. acc is
+// [m][16]; any m >= 0.
 void stream_avx2(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc);
+// The previous streaming kernel (groups of 4 over the whole K, scale applied to every weight), kept for
+// side-by-side measurement (MOERUN_CPU_KERNELS=v1, bench/cpu/cpu_kernel_bench).
+void stream_avx2_v1(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc);
 // Dequantizes the whole block into an f32 panel [kp][16] (group scales applied).
 void dequant_panel_avx2(const BlockRef& b, float* panel);
 // acc[m][16] = x[m][kp] @ panel[kp][16]: 6x16 register tiles.
 void tile_avx2(const float* panel, int64_t kp, const float* x, int64_t ldx, int m, float* acc);
+
+// Activations of the GEMM1 epilogue (moerun's ActivationKind, mirrored so kernels need no moerun types).
+enum class Act : uint8_t { kSiluMul, kGeluMul, kGeluTanhMul, kSwigluOai, kRelu2, kSilu };
+constexpr bool gated(Act a) noexcept { return a != Act::kRelu2 && a != Act::kSilu; }
+// out[j] = act(g[j], u[j]) (gated; swiglu-oai clamps with limit > 0 and uses alpha) or act(g[j]) (u
+// unused), j < n. silu, sigmoid and tanh use a vector exp (degree-6 polynomial after range reduction,
+// within 2e-7 relative of std::exp on [-87, 88], arguments clamped there); gelu-erf stays scalar.
+// out may alias g or u.
+void act_avx2(Act a, const float* g, const float* u, int n, float alpha, float limit, float* out);
 
 // ---- AVX-512F/BW/VL (gemm_avx512.cpp) ----
 void stream_avx512(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc);

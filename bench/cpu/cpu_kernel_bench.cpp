@@ -1,0 +1,181 @@
+// bench/cpu/cpu_kernel_bench.cpp — the cpu backend's AVX2 kernels alone, per packed format: memory
+// streaming at m = 1 (GB/s of packed bytes), cache-resident streaming at m = 1..8 and panel + tile at
+// larger m (ns per k pair and GFLOP/s). Used to judge one kernel change side by side with the previous
+// kernel set ("v1", kept callable through kernels_for_variant) in the same process.
+//
+//   cpu_kernel_bench [--variants v1,v2] [--formats bf16,fp8-block,...] [--reps N]
+//
+// Each number is the median over --reps alternating rounds (variant A, variant B, A, B, ...), so that
+// load from other processes on a shared machine hits both variants alike.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/prepack.hpp"
+#include "moerun/formats.hpp"
+
+using namespace moerun;
+using namespace moerun::cpu;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string t;
+  while (std::getline(ss, t, ',')) out.push_back(t);
+  return out;
+}
+
+struct Fmt {
+  const char* name;
+  WeightFormat f;
+};
+const Fmt kFormats[] = {{"bf16", WeightFormat::kBF16},       {"fp8-block", WeightFormat::kFp8Block},
+                        {"fp8-channel", WeightFormat::kFp8PerChannel}, {"int8", WeightFormat::kInt8PerChannel},
+                        {"mxfp4", WeightFormat::kMxfp4},     {"nvfp4", WeightFormat::kNvfp4}};
+
+// One expert [N, K] packed, replicated `copies` times so the whole set exceeds the caches.
+struct Set {
+  std::shared_ptr<const PackedStack> p;
+  std::shared_ptr<uint8_t> data, gs;
+  int copies = 0;
+  size_t bytes_per_copy = 0;
+  kernels::BlockRef block(int c, int64_t b) const {
+    kernels::BlockRef r = p->block(0, b);
+    r.data = data.get() + static_cast<size_t>(c) * p->nblocks * p->block_bytes + static_cast<size_t>(b) * p->block_bytes;
+    if (gs) r.gscale = gs.get() + static_cast<size_t>(c) * p->nblocks * p->gs_block_bytes + static_cast<size_t>(b) * p->gs_block_bytes;
+    return r;
+  }
+};
+
+std::shared_ptr<uint8_t> alloc(size_t n) {
+  void* q = std::aligned_alloc(64, (n + 63) / 64 * 64);
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(q), [](uint8_t* x) { std::free(x); });
+}
+
+Set make_set(WeightFormat f, int64_t N, int64_t K, size_t min_bytes) {
+  std::mt19937 g(11);
+  std::normal_distribution<float> n(0.0f, 0.03f);
+  std::vector<float> w(static_cast<size_t>(N * K));
+  for (float& v : w) v = n(g);
+  ExpertMatrix m = quantize_experts(f, w.data(), 1, N, K);
+  Set s;
+  s.p = pack_stack(m, LaneMap::kPlain);
+  const size_t db = s.p->block_bytes * s.p->nblocks, gb = s.p->gs_block_bytes * s.p->nblocks;
+  s.bytes_per_copy = db + gb;
+  s.copies = static_cast<int>(std::max<size_t>(1, (min_bytes + s.bytes_per_copy - 1) / s.bytes_per_copy));
+  s.data = alloc(db * s.copies);
+  if (gb) s.gs = alloc(gb * s.copies);
+  for (int c = 0; c < s.copies; ++c) {
+    std::memcpy(s.data.get() + c * db, s.p->data.get(), db);
+    if (gb) std::memcpy(s.gs.get() + c * gb, s.p->gscale.get(), gb);
+  }
+  return s;
+}
+
+// The fastest of the rounds: on a shared, loaded machine the minimum is the round least disturbed by
+// other processes (each round is short, about a millisecond, to fit in one scheduler slice).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[0];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> variants = {"v1", "v2"}, formats;
+  int reps = 41;
+  std::vector<int> ms = {1, 2, 3, 4, 5, 6, 8, 12, 16, 64};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--variants" && i + 1 < argc) variants = split(argv[++i]);
+    else if (a == "--formats" && i + 1 < argc) formats = split(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--m" && i + 1 < argc) { ms.clear(); for (auto& t : split(argv[++i])) ms.push_back(std::atoi(t.c_str())); }
+    else {
+      std::fprintf(stderr, "usage: %s [--variants v1,v2] [--formats bf16,...] [--reps N] [--m 1,4,...]\n", argv[0]);
+      return 2;
+    }
+  }
+  std::vector<KernelSet> ks;
+  for (const auto& v : variants) ks.push_back(kernels_for_variant(CpuIsa::kAvx2, v));
+  const int64_t N = 1536, K = 2048;
+  std::vector<float> x(static_cast<size_t>(64 * K));
+  std::mt19937 g(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& v : x) v = nd(g);
+  std::vector<float> acc(64 * 16);
+  std::vector<float, std::allocator<float>> panel_raw(static_cast<size_t>(K * 16 + 16));
+  float* panel = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(panel_raw.data()) + 63) & ~uintptr_t{63});
+
+  std::printf("%-12s %-22s", "format", "case");
+  for (const auto& v : variants) std::printf(" %16s", v.c_str());
+  std::printf("   (min of %d; mem: GB/s of packed bytes; cached: ns per k pair per block; last: ratio)\n", reps);
+  for (const Fmt& F : kFormats) {
+    if (!formats.empty() && std::find(formats.begin(), formats.end(), F.name) == formats.end()) continue;
+    Set s = make_set(F.f, N, K, 96u << 20);
+    const int64_t nb = s.p->nblocks, pairs = s.p->kp / 2;
+    // memory-resident, m = 1
+    {
+      std::vector<std::vector<double>> t(ks.size());
+      for (int r = 0; r < reps; ++r)
+        for (size_t v = 0; v < ks.size(); ++v) {
+          const double t0 = now_s();
+          for (int c = 0; c < s.copies; ++c)
+            for (int64_t b = 0; b < nb; ++b) ks[v].stream(s.block(c, b), x.data(), K, 1, acc.data());
+          t[v].push_back(now_s() - t0);
+        }
+      std::printf("%-12s %-22s", F.name, "mem m=1");
+      for (size_t v = 0; v < ks.size(); ++v)
+        std::printf(" %10.2f GB/s ", static_cast<double>(s.bytes_per_copy) * s.copies / median(t[v]) / 1e9);
+      if (ks.size() == 2) std::printf(" %.2fx", median(t[0]) / median(t[1]));
+      std::printf("\n");
+    }
+    // cache-resident: the first 4 blocks of one copy, repeated
+    const int64_t cb = 2;
+    for (int m : ms) {
+      std::vector<std::vector<double>> t(ks.size());
+      const int iters = std::max(1, 16 / m);
+      for (int r = 0; r < reps; ++r)
+        for (size_t v = 0; v < ks.size(); ++v) {
+          const KernelSet& k = ks[v];
+          const bool stream = m <= k.stream_max(s.p->fmt);
+          const double t0 = now_s();
+          for (int it = 0; it < iters; ++it)
+            for (int64_t b = 0; b < cb; ++b) {
+              if (stream) {
+                k.stream(s.block(0, b), x.data(), K, m, acc.data());
+              } else {
+                k.panel(s.block(0, b), panel);
+                k.tile(panel, s.p->kp, x.data(), K, m, acc.data());
+              }
+            }
+          t[v].push_back((now_s() - t0) / (static_cast<double>(iters) * cb * pairs) * 1e9);
+        }
+      char label[64];
+      std::snprintf(label, sizeof label, "cached m=%d", m);
+      std::printf("%-12s %-22s", F.name, label);
+      for (size_t v = 0; v < ks.size(); ++v) {
+        const double ns = median(t[v]);
+        std::printf(" %6.2f ns %4.1fGF", ns, 2.0 * 2 * 16 * m / ns);
+      }
+      if (ks.size() == 2) std::printf(" %.2fx", median(t[0]) / median(t[1]));
+      std::printf("\n");
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
