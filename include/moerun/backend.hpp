@@ -122,6 +122,10 @@ class Backend {
   virtual void extra_checks(const MoeSpec& spec, const Platform& platform, Support& out) const {
     (void)spec; (void)platform; (void)out;
   }
+  // The kernel variant a call with m tokens would take on this platform. Default: the rule of
+  // Capabilities::variants (variant_for_tokens); a backend whose rule depends on more (the weight
+  // format, say) answers itself, with the same code its runner uses.
+  virtual std::string variant(const MoeSpec& spec, const Platform& platform, int64_t m) const;
   // Prepares the weights (re-layout, packing) and returns a runner. Called only for a spec that
   // supports() accepted on this platform; must not fail for such a spec except for device errors.
   // The runner may keep references into `weights`: the caller keeps them alive as long as the runner.

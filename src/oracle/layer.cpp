@@ -66,7 +66,7 @@ MoeLayer::MoeLayer(MoeSpec spec, std::shared_ptr<const MoeWeights> weights, cons
 
 std::string MoeLayer::variant_for(int64_t m) const {
   std::string v = runner_->variant_for(m);
-  return v.empty() ? variant_for_tokens(plan_.chosen->capabilities(), spec_, platform_, m) : v;
+  return v.empty() ? plan_.chosen->variant(spec_, platform_, m) : v;
 }
 
 void MoeLayer::forward(const ForwardArgs& args) {

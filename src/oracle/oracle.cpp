@@ -95,7 +95,7 @@ Selection select(const MoeSpec& spec, const Platform& platform, const Policy& po
         c.priority = p.priority;
         c.priority_reason = p.reason;
       }
-    c.variant = variant_for_tokens(e.backend->capabilities(), spec, platform, options.tokens);
+    c.variant = e.backend->variant(spec, platform, options.tokens);
     sel.trace.push_back(std::move(c));
     backends.push_back(e.backend);
   }

@@ -17,6 +17,10 @@ std::string sm_name(int sm) { return "sm" + std::to_string(sm); }
 
 }  // namespace
 
+std::string Backend::variant(const MoeSpec& spec, const Platform& platform, int64_t m) const {
+  return variant_for_tokens(capabilities(), spec, platform, m);
+}
+
 std::vector<FormatSupport> every_format() {
   std::vector<FormatSupport> v;
   for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kFp8PerTensor,

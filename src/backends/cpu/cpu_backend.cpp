@@ -56,6 +56,10 @@ class CpuBackend final : public Backend {
            "dequantized in the kernels";
   }
   const Capabilities& capabilities() const override { return caps_; }
+  std::string variant(const MoeSpec& spec, const Platform& platform, int64_t m) const override {
+    if (platform.cpu.isa() < CpuIsa::kAvx2) return "";
+    return cpu::variant_name(spec, cpu::kernels_for_spec(spec, platform.cpu.isa()), cpu::pack_fmt_for(spec.weight_format), m);
+  }
   std::unique_ptr<Runner> create_runner(const MoeSpec& spec, const MoeWeights& weights, const Platform& platform,
                                         const RunnerOptions& options) const override {
     // The kernels run on this machine: its usable level, never above the platform the plan was made for.

@@ -115,7 +115,7 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
       k.tile = kernels::tile_avx512;
       return k;
     case CpuIsa::kAmx:
-      k.prefix = "amx";
+      k.prefix = "avx512";  // decode and non-bf16 prefill run the AVX-512 kernels; `amx` adds the tiles
       k.stream = kernels::stream_avx512;
       k.panel = kernels::dequant_panel_avx512;
       k.tile = kernels::tile_avx512;

@@ -124,9 +124,7 @@ struct ActiveGuard {
 }  // namespace
 
 CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptions& options, CpuIsa isa)
-    : spec_(spec), options_(options), ks_(kernels_for(isa)) {
-  // AMX tiles multiply bf16 operands: only layers whose activations are bf16 already lose nothing.
-  if (spec.act_dtype != DType::kBF16) ks_.amx = false;
+    : spec_(spec), options_(options), ks_(kernels_for_spec(spec, isa)) {
   el_ = local_experts(spec);
   il_ = local_intermediate(spec);
   h_ = spec.hidden;
@@ -160,11 +158,20 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
   scratch_.resize(static_cast<size_t>(std::max(1, omp_get_num_procs())));
 }
 
-std::string CpuRunner::variant_for(int64_t m) const {
-  const double per_expert = static_cast<double>(m) * spec_.top_k / std::max(1, spec_.num_experts);
-  if (per_expert <= ks_.stream_max(w13_->fmt)) return ks_.prefix + "-stream";
-  return ks_.amx ? "amx-bf16-tiles" : ks_.prefix + "-tiled";
+std::string variant_name(const MoeSpec& spec, const KernelSet& ks, kernels::PackFmt fmt, int64_t m) {
+  const double per_expert = static_cast<double>(m) * spec.top_k / std::max(1, spec.num_experts);
+  if (per_expert <= ks.stream_max(fmt)) return ks.prefix + "-stream";
+  return ks.amx ? "amx-bf16-tiles" : ks.prefix + "-tiled";
 }
+
+KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
+  KernelSet ks = kernels_for(isa);
+  // AMX tiles multiply bf16 operands: only layers whose activations are bf16 already lose nothing.
+  if (spec.act_dtype != DType::kBF16) ks.amx = false;
+  return ks;
+}
+
+std::string CpuRunner::variant_for(int64_t m) const { return variant_name(spec_, ks_, w13_->fmt, m); }
 
 void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb, int64_t ldx,
                           int64_t m, Scratch& s, float* acc) const {

@@ -36,6 +36,11 @@ struct Grow {
   }
 };
 
+// The kernels a layer gets at an ISA level (AMX tiles only for bf16 activations), and the variant a
+// call with m tokens takes: shared by the runner and by CpuBackend::variant (what explain shows).
+KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa);
+std::string variant_name(const MoeSpec& spec, const KernelSet& ks, kernels::PackFmt fmt, int64_t m);
+
 class CpuRunner final : public Runner {
  public:
   CpuRunner(const MoeSpec& spec, const MoeWeights& weights, const RunnerOptions& options, CpuIsa isa);
