@@ -11,7 +11,7 @@ const std::vector<Preference>& builtin_preferences() {
        "bench/results/2026-11-30_6ed8a25_h200 (cuda vs cublas vs torch, side by side on H200)"},
       {"cublas", 50, {DeviceKind::kCuda}, {},
        "cuBLAS grouped GEMM: vendor-tuned but one host sync per call (not graph-safe)",
-       "bench/results/2026-11-30_682123a_h200 (cublas-full rows: slower than cuda on every row)"},
+       "bench/results/2026-11-30_6ed8a25_h200 (cublas-full vs cuda-eager-full: cublas slower on every row)"},
       {"cpu", 20, {}, {},
        "vectorised CPU kernels with on-the-fly dequantization and threads; far faster than reference",
        "bench/results/2026-11-30_8f645e6_cpu-amd-epyc-zen1 (cpu vs reference vs oneDNN, side by side)"},
