@@ -268,9 +268,11 @@ int main(int argc, char** argv) {
       CK(cudaGraphExecDestroy(gf));
       CK(cudaGraphExecDestroy(ge));
       // Every GEMM variant forced, expert stage as graph replay (the data behind the thresholds).
-      for (const char* cfg : {"mma-stream-m16", "mma-stream-m32", "mma-tile-m64", "mma-tile-m128",
-                              "cutlass-sm90-grouped"}) {
+      for (const char* cfg : {"mma-stream-m16", "mma-stream-m16-n32", "mma-stream-m32", "mma-tile-m64",
+                              "mma-tile-m128", "cutlass-sm90-grouped"}) {
         if (!forced) break;
+        const bool stream_cfg = std::strncmp(cfg, "mma-stream", 10) == 0;
+        if (stream_cfg && double(M) * sd.k / sd.e > 64) continue;  // decode tiles at prefill: minutes, no news
         setenv("MOERUN_CUDA_GEMM", cfg, 1);
         cudaGraphExec_t gx = graph_of(expert);
         vs.push_back({std::string("forced:") + cfg, timer.median_ms([&] { CK(cudaGraphLaunch(gx, s)); }, M >= 1024 ? 5 : 15)});

@@ -191,6 +191,32 @@ TEST_P(GpuConformance, SmallEveryActivationAndTileShape) {
     }
 }
 
+// More (token, slot) rows than one alignment block takes (kAlignSingleBlockRows): the two-grid
+// alignment, one runner over several calls (its counters must be left at zero for the next call),
+// random and hot-expert routing, calls below the threshold in between.
+TEST_P(GpuConformance, SmallAlignManyRows) {
+  REQUIRE_GPU();
+  const MoeSpec s = make_spec(32, 4, 64, 32);
+  const Platform plat = sm90_platform();
+  auto be = backend_named(GetParam());
+  const MoeWeights w = random_weights(s, 77);
+  auto runner = be->create_runner(s, w, plat, {});
+  auto ref = make_reference_backend()->create_runner(s, w, plat, {});
+  uint64_t seed = 700;
+  for (int64_t m : {700, 2500, 3, 2500, 513, 1200})
+    for (Route r : {Route::kTopkGiven, Route::kHotExpert}) {
+      const Inputs in = make_inputs(s, m, ++seed, r);
+      HostTensor out(s.act_dtype, {m, s.hidden}), want(s.act_dtype, {m, s.hidden});
+      poison(out);
+      runner->forward(host_args(in, out));
+      ref->forward(host_args(in, want));
+      int64_t bad = 0;
+      const double err = rel_error(out, want, m * s.hidden, &bad);
+      EXPECT_EQ(bad, 0) << "m=" << m;
+      EXPECT_LT(err, tolerance_for(s).rel_l2) << "m=" << m << " variant " << runner->variant_for(m);
+    }
+}
+
 TEST_P(GpuConformance, SmallEmptyExpertsAndFp16) {
   REQUIRE_GPU();
   check_case(GetParam(), make_spec(64, 2, 128, 64), 5, 1, Route::kLogits);
@@ -314,6 +340,28 @@ TEST(CudaCutlass, SmallWithSharedExpertForced) {
   check_case("cuda", s, 45, 36, Route::kLogits, 0.0f, kCutlass);
   s.shared.gated_by_router = false;
   check_case("cuda", s, 130, 37, Route::kLogits, 0.0f, kCutlass);
+}
+
+// The 16 x 32 decode tiles (2 warps, 8 stages): gated split and interleaved, non-gated, biases, fp16,
+// shared experts, odd sizes, one and several tokens per expert.
+TEST(CudaBackend, SmallStreamN32Forced) {
+  REQUIRE_GPU();
+  ForceGemm force("mma-stream-m16-n32");
+  for (ActivationKind a : {ActivationKind::kSiluAndMul, ActivationKind::kSwigluOai, ActivationKind::kRelu2})
+    for (int64_t m : {1, 7, 40}) {
+      MoeSpec s = make_spec(8, 2, 264, 136, a);
+      if (a == ActivationKind::kSwigluOai) {
+        s.activation.interleaved_gate_up = true;
+        s.expert_bias = true;
+      }
+      SCOPED_TRACE(std::string(to_string(a)) + " m=" + std::to_string(m));
+      check_case("cuda", s, m, 600 + m, Route::kLogits, 0.0f, "mma-stream-m16-n32");
+    }
+  MoeSpec f = make_spec(16, 4, 136, 40, ActivationKind::kGeluAndMul, WeightFormat::kF16);
+  f.shared.count = 1;
+  f.shared.intermediate = 72;
+  f.shared.gated_by_router = true;
+  check_case("cuda", f, 9, 650, Route::kLogits, 0.0f, "mma-stream-m16-n32");
 }
 
 // The mma.sync tile kernel is no longer chosen by the rule (CUTLASS serves large M); keep it covered.
@@ -503,7 +551,7 @@ TEST(CudaBackend, CapabilitiesAreHonest) {
   const MoeSpec big = make_spec(8, 2, 512, 256);
   EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 1024), kCutlass);
   EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 48), "mma-stream-m32");
-  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 1), "mma-stream-m16");
+  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 1), "mma-stream-m16-n32");
 }
 
 }  // namespace

@@ -16,7 +16,9 @@ using namespace cuda_kernels;
 
 // Kernel variant by tokens per expert (m * k / E); the same rule feeds Capabilities::variants.
 // Thresholds from the H200 sweeps (bench/results/2026-11-30_*_h200: 4 model shapes, M 1..8192, every
-// variant forced): stream-m16 wins up to ~8 tokens per expert, stream-m32 up to ~12, and above that
+// variant forced): the 16-row stream tiles win up to ~8 tokens per expert (16x32 tiles over 16x64 since
+// 2026-11-30_b*: deepseek-v3 M=1 0.206 vs 0.230 ms, mixtral M=1 0.215 vs 0.234, M=16 0.651 vs 0.697,
+// within 2% elsewhere), stream-m32 up to ~12, and above that
 // the CUTLASS sm90 grouped GEMM (wgmma + TMA) wins or ties everywhere measured (deepseek-v3 at 12-16
 // tokens per expert: 5.46 vs 5.78 ms, 5.51 vs 6.00 ms; qwen3 at 16-24 is the exception, m32 ahead by
 // 1-5%); at >= 64 it is 1.3-2.3x the mma.sync tiles, which top out near 250 TFLOP/s. tile-m64 and
@@ -55,7 +57,7 @@ Path path_for_tpe(double tpe, bool cutlass_ok) {
   bool forced = false;
   const Path f = forced_path(cutlass_ok, &forced);
   if (forced) return f;
-  if (tpe <= kStreamMaxTpe) return {false, GemmConfig::kStreamM16};
+  if (tpe <= kStreamMaxTpe) return {false, GemmConfig::kStreamM16N32};
   if (tpe <= kStream32MaxTpe) return {false, GemmConfig::kStreamM32};
   if (!cutlass_ok) return {false, GemmConfig::kTileM64};
   return {true, GemmConfig::kTileM64};
@@ -283,8 +285,8 @@ class CudaBackend final : public Backend {
     caps_.cuda_graph_safe = true;
     caps_.host_sync = false;
     caps_.variants = {
-        {gemm_config_name(GemmConfig::kStreamM16), kStreamMaxTpe,
-         "decode: 16-row tiles stream each activated expert's weights once, 6-stage cp.async"},
+        {gemm_config_name(GemmConfig::kStreamM16N32), kStreamMaxTpe,
+         "decode: 16x32 tiles (2 warps, 8-stage cp.async) stream each activated expert's weights once"},
         {gemm_config_name(GemmConfig::kStreamM32), kStream32MaxTpe,
          "32x64 tiles, 5-stage cp.async: a few tokens per expert, weights still streamed once"},
         {kCutlassVariant, 0.0,

@@ -154,6 +154,7 @@ cuda_kernels::AlignOutput DeviceMoe::align_out() const {
   a.tile_expert = tile_e.as<int32_t>();
   a.tile_row0 = tile_r.as<int32_t>();
   a.num_tiles = ntiles.as<int32_t>();
+  a.workspace = align_ws.as<int32_t>();
   return a;
 }
 
@@ -182,6 +183,8 @@ void DeviceMoe::reserve(int64_t m, cudaStream_t s, size_t scratch_bytes) {
   tile_e.reserve(cuda_kernels::max_tiles(rows, E_, 16) * 4);
   tile_r.reserve(cuda_kernels::max_tiles(rows, E_, 16) * 4);
   ntiles.reserve(4);
+  const size_t aws = cuda_kernels::align_workspace_bytes(static_cast<int64_t>(rows), E_);
+  if (aws && align_ws.reserve(aws)) MOERUN_CUDA_CHECK(cudaMemset(align_ws.get(), 0, aws));  // zero on first use
   inter_buf.reserve(rows * I_ * es);
   rows_buf.reserve(rows * H_ * 4);
   if (Is_ > 0) {

@@ -288,6 +288,7 @@ using ShapeStreamM16 = TileShape<16, 64, 1, 4, 6>;
 using ShapeStreamM32 = TileShape<32, 64, 1, 4, 5>;
 using ShapeTileM64 = TileShape<64, 128, 2, 2, 4>;
 using ShapeTileM128 = TileShape<128, 128, 2, 4, 3>;
+using ShapeStreamM16N32 = TileShape<16, 32, 1, 2, 8>;
 
 template <typename T, typename S>
 cudaError_t launch_shape(const GroupedGemmParams& p, cudaStream_t stream) {
@@ -315,6 +316,7 @@ cudaError_t launch_grouped_gemm_t(GemmConfig c, const GroupedGemmParams& p, cuda
     case GemmConfig::kStreamM32: return launch_shape<T, ShapeStreamM32>(p, stream);
     case GemmConfig::kTileM64: return launch_shape<T, ShapeTileM64>(p, stream);
     case GemmConfig::kTileM128: return launch_shape<T, ShapeTileM128>(p, stream);
+    case GemmConfig::kStreamM16N32: return launch_shape<T, ShapeStreamM16N32>(p, stream);
   }
   return cudaErrorInvalidValue;
 }

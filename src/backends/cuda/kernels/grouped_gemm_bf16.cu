@@ -1,4 +1,4 @@
-// cuda/kernels/grouped_gemm_bf16.cu — the bf16 instantiations of the grouped GEMM (4 tile shapes).
+// cuda/kernels/grouped_gemm_bf16.cu — the bf16 instantiations of the grouped GEMM (5 tile shapes).
 #include "grouped_gemm.cuh"
 
 namespace moerun::cuda_kernels {
@@ -9,6 +9,7 @@ int gemm_block_m(GemmConfig c) {
     case GemmConfig::kStreamM32: return ShapeStreamM32::BM;
     case GemmConfig::kTileM64: return ShapeTileM64::BM;
     case GemmConfig::kTileM128: return ShapeTileM128::BM;
+    case GemmConfig::kStreamM16N32: return ShapeStreamM16N32::BM;
   }
   return 0;
 }
@@ -19,6 +20,7 @@ const char* gemm_config_name(GemmConfig c) {
     case GemmConfig::kStreamM32: return "mma-stream-m32";
     case GemmConfig::kTileM64: return "mma-tile-m64";
     case GemmConfig::kTileM128: return "mma-tile-m128";
+    case GemmConfig::kStreamM16N32: return "mma-stream-m16-n32";
   }
   return "unknown";
 }

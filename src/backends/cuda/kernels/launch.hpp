@@ -52,14 +52,30 @@ struct AlignOutput {
   int32_t* tile_expert = nullptr;   // [max_tiles(m*k, E, block_m)]
   int32_t* tile_row0 = nullptr;     // [max_tiles]: first row of the tile inside its expert's segment
   int32_t* num_tiles = nullptr;     // [1]
+  // Scratch of the multi-block path: align_workspace_bytes(rows, E) bytes, zero when first used
+  // (every call leaves it zero again). Null is fine when that size is 0.
+  int32_t* workspace = nullptr;
 };
+
+// Calls with up to this many (token, slot) rows align in one block; larger ones in blocks of
+// kAlignRowsPerBlock rows.
+inline constexpr int64_t kAlignSingleBlockRows = 2048;
+inline constexpr int64_t kAlignRowsPerBlock = 2048;
+inline int64_t align_blocks(int64_t rows) {
+  return rows <= kAlignSingleBlockRows ? 1 : (rows + kAlignRowsPerBlock - 1) / kAlignRowsPerBlock;
+}
+inline size_t align_workspace_bytes(int64_t rows, int experts) {
+  const int64_t b = align_blocks(rows);
+  return b <= 1 ? 0 : static_cast<size_t>(experts + 1 + b * experts) * sizeof(int32_t);
+}
 
 // Upper bound of the tile count for `rows` rows over E experts in tiles of block_m rows.
 inline int64_t max_tiles(int64_t rows, int64_t experts, int block_m) {
   return (rows + block_m - 1) / block_m + (experts < rows ? experts : rows);
 }
 
-// One block; ids [m*k] must be in [0, E) (E <= kMaxRoutingExperts).
+// ids [m*k] must be in [0, E) (E <= kMaxRoutingExperts). One block up to kAlignSingleBlockRows rows,
+// then two grids that need out.workspace.
 cudaError_t launch_align(const int32_t* ids, const float* weights, int64_t m, int top_k, int experts,
                          int block_m, const AlignOutput& out, cudaStream_t stream);
 
@@ -102,8 +118,10 @@ enum class GemmConfig : int {
   kTileM64 = 1,    // 64 x 128 tiles, 4 stages
   kTileM128 = 2,   // 128 x 128 tiles, 3 stages
   kStreamM32 = 3,  // 32 x 64 tiles, 5 stages: a few tokens per expert, still one pass over weights
+  kStreamM16N32 = 4,  // 16 x 32 tiles, 2 warps, 8 stages: decode with few experts' weights to stream
+                      // (twice the blocks of kStreamM16, so the SMs share the bytes more evenly)
 };
-inline constexpr int kNumGemmConfigs = 4;
+inline constexpr int kNumGemmConfigs = 5;
 int gemm_block_m(GemmConfig c);
 const char* gemm_config_name(GemmConfig c);
 

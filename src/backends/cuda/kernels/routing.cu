@@ -5,8 +5,11 @@
 //   Routing runs one warp per token with the token's scores in shared memory. Choices follow
 //   routing::topk_host exactly: NaN logits choose as -inf and weigh 0 (1/k each when every logit of
 //   the token is NaN); ties go to the lower expert id (and the lower group id).
-//   Alignment runs in one block: histogram, warp scan, tile table, then a fill with per-expert
-//   cursors. Rows inside an expert's segment are in no particular order; every row's result depends
+//   Alignment of a small call runs in one block: histogram, warp scan, tile table, then a fill with
+//   per-expert cursors. Above kAlignSingleBlockRows rows one block cannot keep up (65536 rows took
+//   270 us of a 1.6 ms forward on the H200), so a grid counts (block histograms reserving runs of
+//   each expert's rows through global atomics; the last block scans) and a second grid fills.
+//   Rows inside an expert's segment are in no particular order; every row's result depends
 //   on its own data only and is written to its (token, slot) place, so outputs are deterministic.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -179,19 +182,11 @@ __global__ void router_linear_kernel(const T* __restrict__ hidden, int64_t m, in
 
 constexpr int kAlignThreads = 1024;
 
-__global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* __restrict__ ids,
-                                                              const float* __restrict__ weights,
-                                                              int64_t rows, int top_k, int E,
-                                                              int block_m, AlignOutput out) {
-  __shared__ int count[kMaxRoutingExperts];
-  __shared__ int offset[kMaxRoutingExperts + 1];
-  __shared__ int tile_off[kMaxRoutingExperts + 1];
-  __shared__ int cursor[kMaxRoutingExperts];
-  for (int e = threadIdx.x; e < E; e += blockDim.x) { count[e] = 0; cursor[e] = 0; }
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) atomicAdd(&count[ids[i]], 1);
-  __syncthreads();
-  // Exclusive scans of counts and tile counts: warp 0, each lane a contiguous run of experts.
+// From the per-expert row counts (shared memory, E entries): the exclusive scans of rows and tiles
+// (warp 0, each lane a contiguous run of experts), then seg_offsets, the tile table and num_tiles.
+// offset / tile_off: shared arrays of E + 1 entries. Called by every thread of one block.
+__device__ void write_alignment_tables(const int* count, int E, int block_m, int* offset, int* tile_off,
+                                       const AlignOutput& out) {
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     const int per = (E + 31) / 32;
@@ -221,6 +216,22 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* __r
       out.tile_row0[tile_off[e] + j] = j * block_m;
     }
   }
+}
+
+// Small calls: everything in one block (histogram, scans, tables, then a fill with per-expert cursors).
+__global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* __restrict__ ids,
+                                                              const float* __restrict__ weights,
+                                                              int64_t rows, int top_k, int E,
+                                                              int block_m, AlignOutput out) {
+  __shared__ int count[kMaxRoutingExperts];
+  __shared__ int offset[kMaxRoutingExperts + 1];
+  __shared__ int tile_off[kMaxRoutingExperts + 1];
+  __shared__ int cursor[kMaxRoutingExperts];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) { count[e] = 0; cursor[e] = 0; }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) atomicAdd(&count[ids[i]], 1);
+  __syncthreads();
+  write_alignment_tables(count, E, block_m, offset, tile_off, out);
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
     const int e = ids[i];
     const int pos = offset[e] + atomicAdd(&cursor[e], 1);
@@ -230,34 +241,103 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* __r
   }
 }
 
+// Large calls, pass 1 of 2 (one block per kAlignRowsPerBlock rows): a block histogram, whose counts
+// each reserve a run inside the expert's global count (atomicAdd returns the run's start, kept in
+// base[block][e]); the last block to finish scans the totals into the tables and zeroes the counters
+// for the next call. ws = [E] counts | [1] finished blocks | [blocks * E] bases, zero on entry.
+__global__ void __launch_bounds__(kAlignThreads) align_count_kernel(const int32_t* __restrict__ ids, int64_t rows,
+                                                                    int E, int block_m, int32_t* ws,
+                                                                    AlignOutput out) {
+  __shared__ int count[kMaxRoutingExperts];
+  __shared__ int offset[kMaxRoutingExperts + 1];
+  __shared__ int tile_off[kMaxRoutingExperts + 1];
+  __shared__ bool last;
+  int32_t* total = ws;
+  int32_t* finished = ws + E;
+  int32_t* base = ws + E + 1 + static_cast<int64_t>(blockIdx.x) * E;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
+  __syncthreads();
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * kAlignRowsPerBlock;
+  const int64_t hi = min(rows, lo + kAlignRowsPerBlock);
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) atomicAdd(&count[ids[i]], 1);
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) base[e] = count[e] ? atomicAdd(&total[e], count[e]) : 0;
+  __threadfence();  // the totals are visible before this block counts itself finished
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(finished, 1) == static_cast<int>(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = atomicExch(&total[e], 0);
+  if (threadIdx.x == 0) *finished = 0;
+  __syncthreads();
+  write_alignment_tables(count, E, block_m, offset, tile_off, out);
+}
+
+// Pass 2: each block places its rows at seg_offsets[e] + its run start + a block-local cursor.
+__global__ void __launch_bounds__(kAlignThreads) align_fill_kernel(const int32_t* __restrict__ ids,
+                                                                   const float* __restrict__ weights, int64_t rows,
+                                                                   int top_k, int E, const int32_t* __restrict__ ws,
+                                                                   AlignOutput out) {
+  __shared__ int start[kMaxRoutingExperts];
+  __shared__ int cursor[kMaxRoutingExperts];
+  const int32_t* base = ws + E + 1 + static_cast<int64_t>(blockIdx.x) * E;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    start[e] = out.seg_offsets[e] + base[e];
+    cursor[e] = 0;
+  }
+  __syncthreads();
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * kAlignRowsPerBlock;
+  const int64_t hi = min(rows, lo + kAlignRowsPerBlock);
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    const int e = ids[i];
+    const int pos = start[e] + atomicAdd(&cursor[e], 1);
+    out.token_of_row[pos] = static_cast<int32_t>(i / top_k);
+    out.slot_of_row[pos] = static_cast<int32_t>(i);
+    out.weight_of_row[pos] = weights[i];
+  }
+}
+
+// Grid (tokens, column chunks): kCombineThreads threads x 4 columns per block, so a decode call with
+// one token still spreads its k rows over several SMs (one block per token took 10 us at h = 2048).
+constexpr int kCombineThreads = 128;
+constexpr int kCombineCols = kCombineThreads * 4;
+
 template <typename TH, typename TO>
-__global__ void combine_kernel(const float* __restrict__ rows, int top_k, int h,
-                               const float* __restrict__ shared, const float* __restrict__ shared_gate,
-                               const TH* __restrict__ hidden, TO* __restrict__ out) {
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const float* __restrict__ rows, int top_k, int h,
+                                                                  const float* __restrict__ shared,
+                                                                  const float* __restrict__ shared_gate,
+                                                                  const TH* __restrict__ hidden, TO* __restrict__ out) {
   const int64_t t = blockIdx.x;
   float gate = 1.0f;
-  if (shared && shared_gate) {
-    __shared__ float part[32];
+  if (shared && shared_gate) {  // every block of the token computes the gate (h reads, cheap)
+    __shared__ float part[kCombineThreads / 32];
     float acc = 0.0f;
     for (int i = threadIdx.x; i < h; i += blockDim.x) acc += to_f32(hidden[t * h + i]) * shared_gate[i];
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = acc;
     __syncthreads();
-    if (threadIdx.x < 32) {
-      float v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
-      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-      if (threadIdx.x == 0) part[0] = v;
-    }
-    __syncthreads();
-    gate = 1.0f / (1.0f + expf(-part[0]));
+    float v = 0.0f;
+    for (int w = 0; w < kCombineThreads / 32; ++w) v += part[w];
+    gate = 1.0f / (1.0f + expf(-v));
   }
-  const float* base = rows + t * top_k * h;
-  for (int i = threadIdx.x; i < h; i += blockDim.x) {
-    float acc = 0.0f;
-    for (int s = 0; s < top_k; ++s) acc += base[static_cast<int64_t>(s) * h + i];
-    if (shared) acc += gate * shared[t * h + i];
-    out[t * h + i] = from_f32<TO>(acc);
+  const int c = blockIdx.y * kCombineCols + threadIdx.x * 4;  // h is a multiple of 8: whole float4s
+  if (c >= h) return;
+  const float* base = rows + t * top_k * h + c;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int s = 0; s < top_k; ++s) {
+    const float4 v = *reinterpret_cast<const float4*>(base + static_cast<int64_t>(s) * h);
+    acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
   }
+  if (shared) {
+    const float4 v = *reinterpret_cast<const float4*>(shared + t * h + c);
+    acc.x += gate * v.x; acc.y += gate * v.y; acc.z += gate * v.z; acc.w += gate * v.w;
+  }
+  TO* o = out + t * h + c;
+  o[0] = from_f32<TO>(acc.x);
+  o[1] = from_f32<TO>(acc.y);
+  o[2] = from_f32<TO>(acc.z);
+  o[3] = from_f32<TO>(acc.w);
 }
 
 template <typename T>
@@ -351,7 +431,18 @@ cudaError_t launch_router_linear(Elem elem, const void* hidden, int64_t m, int h
 cudaError_t launch_align(const int32_t* ids, const float* weights, int64_t m, int top_k, int experts,
                          int block_m, const AlignOutput& out, cudaStream_t stream) {
   if (experts > kMaxRoutingExperts) return cudaErrorInvalidValue;
-  align_kernel<<<1, kAlignThreads, 0, stream>>>(ids, weights, m * top_k, top_k, experts, block_m, out);
+  const int64_t rows = m * top_k;
+  const int64_t blocks = align_blocks(rows);
+  if (blocks <= 1) {
+    align_kernel<<<1, kAlignThreads, 0, stream>>>(ids, weights, rows, top_k, experts, block_m, out);
+    return cudaGetLastError();
+  }
+  if (!out.workspace || blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  const unsigned grid = static_cast<unsigned>(blocks);
+  align_count_kernel<<<grid, kAlignThreads, 0, stream>>>(ids, rows, experts, block_m, out.workspace, out);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  align_fill_kernel<<<grid, kAlignThreads, 0, stream>>>(ids, weights, rows, top_k, experts, out.workspace, out);
   return cudaGetLastError();
 }
 
@@ -363,7 +454,9 @@ cudaError_t launch_combine(const float* rows, int64_t m, int top_k, int h, const
     using TH = decltype(htag);
     return by_elem(out_elem, [&](auto otag) {
       using TO = decltype(otag);
-      combine_kernel<TH, TO><<<static_cast<unsigned>(m), 256, 0, stream>>>(
+      if (h % 4 != 0 || m > 0x7fffffff) return cudaErrorInvalidValue;
+      const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>((h + kCombineCols - 1) / kCombineCols));
+      combine_kernel<TH, TO><<<grid, kCombineThreads, 0, stream>>>(
           rows, top_k, h, shared, shared_gate, static_cast<const TH*>(hidden), static_cast<TO*>(out));
       return cudaGetLastError();
     });
