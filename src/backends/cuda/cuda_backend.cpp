@@ -134,6 +134,7 @@ class CudaRunner final : public Runner {
     g2.rows_out = d_.rows_buf.as<float>();
     g2.slot_of_row = al.slot_of_row;
     g2.weight_of_row = al.weight_of_row;
+    g2.weights_before_wait = true;  // the tile table came from the alignment, before gate_up
     MOERUN_CUDA_CHECK(launch_grouped_gemm(el, cfg, g2, s));
 
     const float* shared = nullptr;
@@ -163,6 +164,7 @@ class CudaRunner final : public Runner {
       s2.k = d_.shared_inter();
       s2.down = true;
       s2.rows_out = d_.sout.as<float>();
+      s2.weights_before_wait = true;  // one segment: no tile table
       MOERUN_CUDA_CHECK(launch_grouped_gemm(el, sc, s2, s));
       shared = d_.sout.as<float>();
     }

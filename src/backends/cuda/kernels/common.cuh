@@ -5,10 +5,49 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <utility>
 
 #include "launch.hpp"
 
 namespace moerun::cuda_kernels {
+
+// ---- programmatic dependent launch (PDL, sm_90) ----------------------------------------------------
+//
+// The decode chain (routing, alignment, two grouped GEMMs, combine) is launched with the
+// programmatic-stream-serialization attribute: a kernel's blocks may be scheduled while its
+// predecessor is still running, so launch latency and the first wave's ramp hide behind the
+// predecessor's tail (and the down GEMM fetches its first weight tiles before waiting). Contract of
+// every kernel launched through launch_pdl: call pdl_wait() on every path before touching anything
+// the stream's earlier work wrote (and before returning, so that its completion still implies its
+// predecessor's); pdl_trigger() only lets the next kernel be scheduled, never lets it read early.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+// MOERUN_CUDA_PDL=0 launches the same kernels without the attribute (side-by-side measurement).
+inline bool pdl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("MOERUN_CUDA_PDL");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+template <typename... KArgs, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
 
 template <typename T> __device__ __forceinline__ float to_f32(T v);
 template <> __device__ __forceinline__ float to_f32<float>(float v) { return v; }

@@ -103,12 +103,17 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
   T* smem = reinterpret_cast<T*>(smem_raw);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int tile_n = blockIdx.y;
+  const bool early_b = p.weights_before_wait;
+  if (!early_b) pdl_wait();
 
   // ---- which rows: the tile table (device) or consecutive tiles of one segment ----
   int expert, row0, seg_start, seg_rows;
   if (p.seg_offsets) {
     const int tile = blockIdx.x;
-    if (tile >= *p.num_tiles) return;
+    if (tile >= *p.num_tiles) {
+      if (early_b) pdl_wait();
+      return;
+    }
     expert = p.tile_expert[tile];
     row0 = p.tile_row0[tile];
     seg_start = p.seg_offsets[expert];
@@ -118,7 +123,10 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
     row0 = blockIdx.x * S::BM;
     seg_start = 0;
     seg_rows = p.rows;
-    if (row0 >= seg_rows) return;
+    if (row0 >= seg_rows) {
+      if (early_b) pdl_wait();
+      return;
+    }
   }
   const bool gated = !p.down && act_gated(p.act);
   const int K = p.k;
@@ -156,7 +164,7 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
     b_dst[i] = (S::BM * S::BK + r * S::BK + ((ch ^ (r & 7)) * 8)) * 2;
   }
 
-  auto load_stage = [&](int stage, int kt) {
+  auto load_a = [&](int stage, int kt) {
     const int k0 = kt * S::BK;
     const uint32_t base = smem_base + stage * S::kStageElems * 2;
 #pragma unroll
@@ -164,11 +172,19 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
       const bool ok = a_ok[i] && k0 + a_ch[i] * 8 < K;
       cp_async16(base + a_dst[i], ok ? a_src[i] + k0 : A, ok);
     }
+  };
+  auto load_b = [&](int stage, int kt) {
+    const int k0 = kt * S::BK;
+    const uint32_t base = smem_base + stage * S::kStageElems * 2;
 #pragma unroll
     for (int i = 0; i < S::kBChunksPerThread; ++i) {
       const bool ok = b_ok[i] && k0 + b_ch[i] * 8 < K;
       cp_async16(base + b_dst[i], ok ? b_src[i] + k0 : B, ok);
     }
+  };
+  auto load_stage = [&](int stage, int kt) {
+    load_a(stage, kt);
+    load_b(stage, kt);
   };
 
   // ---- main loop ----
@@ -182,10 +198,25 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
 
   const int wm0 = (warp / S::WARPS_N) * S::WM, wn0 = (warp % S::WARPS_N) * S::WN;
   const int KT = (K + S::BK - 1) / S::BK;
+  if (early_b) {
+    // The first STAGES-1 weight tiles as one extra copy group while the previous kernel finishes;
+    // the main loop's wait counts stay right: group kt + 1 (not kt) holds stage kt's activations.
 #pragma unroll
-  for (int s = 0; s < S::STAGES - 1; ++s) {
-    if (s < KT) load_stage(s, s);
+    for (int s = 0; s < S::STAGES - 1; ++s)
+      if (s < KT) load_b(s, s);
     cp_async_commit();
+    pdl_wait();
+#pragma unroll
+    for (int s = 0; s < S::STAGES - 1; ++s) {
+      if (s < KT) load_a(s, s);
+      cp_async_commit();
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < S::STAGES - 1; ++s) {
+      if (s < KT) load_stage(s, s);
+      cp_async_commit();
+    }
   }
   for (int kt = 0; kt < KT; ++kt) {
     cp_async_wait<S::STAGES - 2>();
@@ -224,6 +255,7 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
     }
   }
   cp_async_wait<0>();
+  pdl_trigger();  // the next kernel may be scheduled; it still waits for this one to finish
   __syncthreads();
 
   // ---- epilogue: accumulators through shared memory, then fused activation or weighted scatter ----
@@ -305,8 +337,7 @@ cudaError_t launch_shape(const GroupedGemmParams& p, cudaStream_t stream) {
   if (p.grid_tiles <= 0 || ntiles <= 0) return cudaSuccess;
   if (ntiles > 65535 || p.grid_tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
   const dim3 grid(static_cast<unsigned>(p.grid_tiles), static_cast<unsigned>(ntiles));
-  grouped_gemm_kernel<T, S><<<grid, S::kThreads, S::kSmem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_pdl(grouped_gemm_kernel<T, S>, grid, dim3(S::kThreads), S::kSmem, stream, p);
 }
 
 template <typename T>

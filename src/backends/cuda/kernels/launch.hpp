@@ -110,6 +110,11 @@ struct GroupedGemmParams {
   float* rows_out = nullptr;    // down: rows_out[slot_of_row[r] * n + col] = w[r] * (acc + bias)
   const int32_t* slot_of_row = nullptr;
   const float* weight_of_row = nullptr;  // null: weight 1
+  // The kernel is launched as a programmatic dependent of the previous one. With this set it reads
+  // the tile table and starts fetching B before waiting for that kernel, which is only right when
+  // the tile table (and B) were written before the previous kernel started (the down GEMM after
+  // gate_up; a single-segment GEMM). Otherwise it waits first.
+  bool weights_before_wait = false;
 };
 
 // Tile configurations (the kernel variants shown by Capabilities::variants).

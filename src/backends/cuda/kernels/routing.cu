@@ -45,6 +45,8 @@ __device__ __forceinline__ void warp_argmax(float& v, int& i) {
 __global__ void routing_kernel(RoutingParams p, const float* __restrict__ logits, int64_t m,
                                int32_t* __restrict__ ids, float* __restrict__ weights) {
   extern __shared__ float smem[];
+  pdl_wait();
+  pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRoutingWarps + warp;
   if (t >= m) return;  // whole warps leave; the kernel uses no block barrier
@@ -169,6 +171,8 @@ template <typename T>
 __global__ void router_linear_kernel(const T* __restrict__ hidden, int64_t m, int h,
                                      const float* __restrict__ w, const float* __restrict__ bias,
                                      int e, float* __restrict__ logits) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t gw = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (gw >= m * e) return;
@@ -227,6 +231,8 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* __r
   __shared__ int offset[kMaxRoutingExperts + 1];
   __shared__ int tile_off[kMaxRoutingExperts + 1];
   __shared__ int cursor[kMaxRoutingExperts];
+  pdl_wait();
+  pdl_trigger();
   for (int e = threadIdx.x; e < E; e += blockDim.x) { count[e] = 0; cursor[e] = 0; }
   __syncthreads();
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) atomicAdd(&count[ids[i]], 1);
@@ -255,6 +261,8 @@ __global__ void __launch_bounds__(kAlignThreads) align_count_kernel(const int32_
   int32_t* total = ws;
   int32_t* finished = ws + E;
   int32_t* base = ws + E + 1 + static_cast<int64_t>(blockIdx.x) * E;
+  pdl_wait();
+  pdl_trigger();
   for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
   __syncthreads();
   const int64_t lo = static_cast<int64_t>(blockIdx.x) * kAlignRowsPerBlock;
@@ -282,6 +290,8 @@ __global__ void __launch_bounds__(kAlignThreads) align_fill_kernel(const int32_t
   __shared__ int start[kMaxRoutingExperts];
   __shared__ int cursor[kMaxRoutingExperts];
   const int32_t* base = ws + E + 1 + static_cast<int64_t>(blockIdx.x) * E;
+  pdl_wait();
+  pdl_trigger();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     start[e] = out.seg_offsets[e] + base[e];
     cursor[e] = 0;
@@ -308,6 +318,8 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const float* _
                                                                   const float* __restrict__ shared,
                                                                   const float* __restrict__ shared_gate,
                                                                   const TH* __restrict__ hidden, TO* __restrict__ out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   float gate = 1.0f;
   if (shared && shared_gate) {  // every block of the token computes the gate (h reads, cheap)
@@ -412,8 +424,8 @@ cudaError_t launch_routing(const RoutingParams& p, const float* logits, int64_t 
     return cudaErrorInvalidValue;
   const size_t smem = kRoutingWarps * (2 * p.num_experts + kMaxRoutingTopK) * sizeof(float);
   const int64_t blocks = (m + kRoutingWarps - 1) / kRoutingWarps;
-  routing_kernel<<<static_cast<unsigned>(blocks), kRoutingWarps * 32, smem, stream>>>(p, logits, m, ids, weights);
-  return cudaGetLastError();
+  return launch_pdl(routing_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kRoutingWarps * 32), smem, stream, p,
+                    logits, m, ids, weights);
 }
 
 cudaError_t launch_router_linear(Elem elem, const void* hidden, int64_t m, int h, const float* w,
@@ -423,8 +435,8 @@ cudaError_t launch_router_linear(Elem elem, const void* hidden, int64_t m, int h
   const unsigned blocks = static_cast<unsigned>((warps * 32 + 255) / 256);
   return by_elem(elem, [&](auto tag) {
     using T = decltype(tag);
-    router_linear_kernel<T><<<blocks, 256, 0, stream>>>(static_cast<const T*>(hidden), m, h, w, bias, e, logits);
-    return cudaGetLastError();
+    return launch_pdl(router_linear_kernel<T>, dim3(blocks), dim3(256), 0, stream, static_cast<const T*>(hidden), m, h,
+                      w, bias, e, logits);
   });
 }
 
@@ -434,16 +446,16 @@ cudaError_t launch_align(const int32_t* ids, const float* weights, int64_t m, in
   const int64_t rows = m * top_k;
   const int64_t blocks = align_blocks(rows);
   if (blocks <= 1) {
-    align_kernel<<<1, kAlignThreads, 0, stream>>>(ids, weights, rows, top_k, experts, block_m, out);
-    return cudaGetLastError();
+    return launch_pdl(align_kernel, dim3(1), dim3(kAlignThreads), 0, stream, ids, weights, rows, top_k, experts,
+                      block_m, out);
   }
   if (!out.workspace || blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const unsigned grid = static_cast<unsigned>(blocks);
-  align_count_kernel<<<grid, kAlignThreads, 0, stream>>>(ids, rows, experts, block_m, out.workspace, out);
-  const cudaError_t e = cudaGetLastError();
+  const cudaError_t e = launch_pdl(align_count_kernel, dim3(grid), dim3(kAlignThreads), 0, stream, ids, rows, experts,
+                                   block_m, out.workspace, out);
   if (e != cudaSuccess) return e;
-  align_fill_kernel<<<grid, kAlignThreads, 0, stream>>>(ids, weights, rows, top_k, experts, out.workspace, out);
-  return cudaGetLastError();
+  return launch_pdl(align_fill_kernel, dim3(grid), dim3(kAlignThreads), 0, stream, ids, weights, rows, top_k, experts,
+                    static_cast<const int32_t*>(out.workspace), out);
 }
 
 cudaError_t launch_combine(const float* rows, int64_t m, int top_k, int h, const float* shared,
@@ -456,9 +468,8 @@ cudaError_t launch_combine(const float* rows, int64_t m, int top_k, int h, const
       using TO = decltype(otag);
       if (h % 4 != 0 || m > 0x7fffffff) return cudaErrorInvalidValue;
       const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>((h + kCombineCols - 1) / kCombineCols));
-      combine_kernel<TH, TO><<<grid, kCombineThreads, 0, stream>>>(
-          rows, top_k, h, shared, shared_gate, static_cast<const TH*>(hidden), static_cast<TO*>(out));
-      return cudaGetLastError();
+      return launch_pdl(combine_kernel<TH, TO>, grid, dim3(kCombineThreads), 0, stream, rows, top_k, h, shared,
+                        shared_gate, static_cast<const TH*>(hidden), static_cast<TO*>(out));
     });
   });
 }
