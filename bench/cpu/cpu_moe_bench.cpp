@@ -1,7 +1,13 @@
 // bench/cpu/cpu_moe_bench.cpp — moerun `cpu` vs `reference` vs a oneDNN per-expert baseline, with this
-// machine's limits (memory read bandwidth, FMA peak) measured in the same run.
+// machine's limits (memory read bandwidth, FMA peaks, AMX bf16 tile peak) measured in the same run.
 //
 //   cpu_moe_bench [--quick] [--json PATH] [--threads N] [--only SHAPE] [--m 1,64,...] [--compare-v1]
+//                 [--budget S] [--stream-sweep 4,8,16,...]
+//
+// --budget S: seconds of timed calls per row (default 0.8, 0.25 with --quick; at least 3 calls).
+// --stream-sweep N,...: instead of the usual rows, time the bf16 qwen3-30b-a3b and deepseek-v2-lite layers
+// (--only narrows) at --m (default 16,64,256) once per stream/tile crossover N, set through the cpu
+// backend's MOERUN_CPU_STREAM_MAX_TOKENS=N before each runner is created (rows "cpu-sweep").
 //
 // --compare-v1 times the cpu backend's previous kernels (MOERUN_CPU_KERNELS=v1) too, call by call
 // alternating with the current ones, and records both (rows "cpu-v1" and "cpu", cpu_speedup_vs_v1).
@@ -14,7 +20,11 @@
 // Per row: median time of many forwards, each with a different set of router logits so that the
 // activated experts (and their weights) change between calls and come from memory, not cache; bytes
 // are the distinct activated experts' weight bytes (as stored) averaged over those logit sets;
-// floor = max(bytes / bandwidth, flops / fma_peak); roofline % = floor / time.
+// floor = max(bytes / bandwidth, flops / peak); roofline % = floor / time. The peak is the one of the
+// instructions the row's variant runs: the AMX bf16 tile peak for "amx-bf16-tiles" (and for oneDNN where
+// the CPU has AMX), the AVX2 FMA peak for "avx2-*" variants, the AVX-512 FMA peak (AVX2 where the CPU has
+// no AVX-512) otherwise. Each row records the peak it used ("peak", "peak_gflops"). The JSON is rewritten
+// after every model, so a run cut short still leaves the rows it finished.
 #include <omp.h>
 
 #include <algorithm>
@@ -37,6 +47,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/reference/reference_backend.hpp"
+#include "cpu/peaks/isa_peaks.hpp"
 #include "dispatch/dispatch.hpp"
 #include "moerun/formats.hpp"
 #include "moerun/platform.hpp"
@@ -63,6 +74,9 @@ struct Opts {
   std::string only;  // run only this shape ("" = all)
   bool compare_v1 = false;  // also time the cpu backend with MOERUN_CPU_KERNELS=v1, interleaved call by call
   std::vector<int64_t> ms;  // token counts to run instead of the defaults
+  double budget = -1;  // seconds of timed calls per row (< 0: 0.8, or 0.25 with --quick)
+  std::vector<int> sweep;  // --stream-sweep crossovers (MOERUN_CPU_STREAM_MAX_TOKENS values)
+  double row_budget() const { return budget >= 0 ? budget : quick ? 0.25 : 0.8; }
   bool want(const std::string& shape) const { return only.empty() || only == shape; }
 };
 
@@ -115,6 +129,55 @@ double measure_fma_peak_gflops(int threads) {
     best = std::max(best, static_cast<double>(threads) * iters * 10 * 16 / dt / 1e9);
   }
   return best;
+}
+
+// What a row's floor is computed from, measured for one thread count. A peak of 0 means absent (the CPU or
+// the OS does not have it).
+struct Limits {
+  double bw = 0;          // read bandwidth, GB/s
+  double fma_avx2 = 0;    // fp32 GFLOP/s, 256-bit FMA
+  double fma_avx512 = 0;  // fp32 GFLOP/s, 512-bit FMA
+  moerun_bench::AmxPeak amx;  // bf16 GFLOP/s, tdpbf16ps
+
+  json to_json() const {
+    auto opt = [](double v) { return v > 0 ? json(v) : json(nullptr); };
+    return {{"read_bandwidth_gbs", bw},
+            {"fma_fp32_peak_gflops", fma_avx2},
+            {"avx512_fma_fp32_peak_gflops", opt(fma_avx512)},
+            {"amx_bf16_peak_gflops", opt(amx.gflops)},
+            {"amx_bf16_peak_gflops_2x2", opt(amx.gflops_2x2)},
+            {"amx_bf16_peak_gflops_1x6", opt(amx.gflops_1x6)}};
+  }
+};
+
+bool cpu_has_avx512() {
+  const cpu::IsaFeatures& f = cpu::detected_features();
+  return f.avx512f && f.os_zmm;
+}
+bool cpu_has_amx() {  // detected_features() also asked Linux for the tile data permission
+  const cpu::IsaFeatures& f = cpu::detected_features();
+  return f.amx_tile && f.amx_bf16 && f.os_amx && f.amx_permitted;
+}
+
+Limits measure_limits(int threads, bool quick) {
+  Limits l;
+  l.bw = measure_bandwidth_gbs(threads, quick ? (512ull << 20) : (1ull << 30));
+  l.fma_avx2 = measure_fma_peak_gflops(threads);
+  if (cpu_has_avx512()) l.fma_avx512 = moerun_bench::avx512_fma_peak_gflops(threads);
+  if (cpu_has_amx()) l.amx = moerun_bench::amx_bf16_peak(threads, quick ? 0.2 : 0.3);
+  return l;
+}
+
+// The peak a row's floor uses: {name, GFLOP/s}. See the header comment.
+std::pair<std::string, double> peak_for(const Limits& l, const std::string& backend, const std::string& variant) {
+  const bool has512 = l.fma_avx512 > 0;
+  const std::pair<std::string, double> vec = has512 ? std::pair<std::string, double>{"avx512-fma", l.fma_avx512}
+                                                     : std::pair<std::string, double>{"avx2-fma", l.fma_avx2};
+  const auto starts = [&](const char* p) { return variant.rfind(p, 0) == 0; };
+  if (backend.rfind("onednn", 0) == 0) return l.amx.gflops > 0 ? std::pair<std::string, double>{"amx-bf16", l.amx.gflops} : vec;
+  if (starts("amx") && variant.find("tiles") != std::string::npos && l.amx.gflops > 0) return {"amx-bf16", l.amx.gflops};
+  if (starts("avx2")) return {"avx2-fma", l.fma_avx2};
+  return vec;
 }
 
 // ---- a model under test ------------------------------------------------------------------------------
@@ -354,14 +417,18 @@ struct DnnlBaseline {
 
 struct Bench {
   Opts opt;
-  double bw = 0, peak = 0;  // GB/s, GFLOP/s with opt threads
+  Limits lim, lim1;  // with opt threads, with 1 thread
   int threads = 1;
   json rows = json::array();
+  bool warned_sweep = false;
 
+  // peak_variant: the variant whose instructions set the peak (default `variant`).
   void row(const Model& m, const std::string& backend, int64_t M, int th, double t, const std::string& variant,
-           double ref_t = 0) {
+           double ref_t = 0, const std::string& peak_variant = "") {
     const Cost c = cost(m, M);
-    const double floor = std::max(c.bytes / (bw * 1e9), c.flops / (peak * 1e9));
+    const Limits& l = th == 1 ? lim1 : lim;
+    const auto [peak_name, peak] = peak_for(l, backend, peak_variant.empty() ? variant : peak_variant);
+    const double floor = std::max(c.bytes / (l.bw * 1e9), c.flops / (peak * 1e9));
     json r = {{"shape", m.name},
               {"note", m.note},
               {"format", std::string(to_string(m.spec.weight_format))},
@@ -375,13 +442,15 @@ struct Bench {
               {"gbps", c.bytes / t / 1e9},
               {"tflops", c.flops / t / 1e12},
               {"floor_ms", floor * 1e3},
+              {"peak", peak_name},
+              {"peak_gflops", peak},
               {"roofline_pct", 100.0 * floor / t}};
     if (ref_t > 0) r["speedup_vs_reference"] = ref_t / t;
     rows.push_back(r);
-    std::printf("%-18s %-14s %-28s M=%-5lld th=%d %9.3f ms %7.2f GB/s %7.3f TF/s floor %8.3f ms  %5.1f%%%s\n",
+    std::printf("%-18s %-14s %-28s M=%-5lld th=%-2d %9.3f ms %7.2f GB/s %7.3f TF/s floor %8.3f ms (%-10s) %5.1f%%%s\n",
                 m.name.c_str(), std::string(to_string(m.spec.weight_format)).c_str(),
                 (backend + (variant.empty() ? "" : "/" + variant)).c_str(), static_cast<long long>(M), th, t * 1e3,
-                c.bytes / t / 1e9, c.flops / t / 1e12, floor * 1e3, 100.0 * floor / t,
+                c.bytes / t / 1e9, c.flops / t / 1e12, floor * 1e3, peak_name.c_str(), 100.0 * floor / t,
                 ref_t > 0 ? (" x" + std::to_string(ref_t / t) + " vs ref").c_str() : "");
     std::fflush(stdout);
   }
@@ -392,7 +461,7 @@ struct Bench {
     auto r = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro);
     HostTensor out(DType::kBF16, {M, m.spec.hidden});
     if (variant) *variant = r->variant_for(M);
-    const double budget = opt.quick ? 0.25 : 0.8;
+    const double budget = opt.row_budget();
     return time_median([&](int call) { auto a = args_for(m, M, call, out); r->forward(a); }, budget);
   }
 
@@ -410,7 +479,7 @@ struct Bench {
     auto r2 = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro);
     HostTensor out(DType::kBF16, {M, m.spec.hidden});
     std::vector<double> t1, t2;
-    const double budget = opt.quick ? 0.5 : 1.6, start = now_s();
+    const double budget = 2 * opt.row_budget(), start = now_s();
     for (int call = 0; (t1.size() < 3 || now_s() - start < budget) && t1.size() < 200; ++call) {
       // each call's logits differ (fresh experts from memory); which runner goes first alternates, so
       // neither profits more from what the other left in L3
@@ -453,10 +522,10 @@ struct Bench {
       if (opt.compare_v1) {
         const auto [t2, t1] = run_cpu_vs_v1(m, M, threads);
         t = t2;
-        row(m, "cpu-v1", M, threads, t1, "MOERUN_CPU_KERNELS=v1");
-        rows.back()["cpu_speedup_vs_v1"] = t1 / t2;
         RunnerOptions ro;
         variant = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro)->variant_for(M);
+        row(m, "cpu-v1", M, threads, t1, "MOERUN_CPU_KERNELS=v1", 0, variant);
+        rows.back()["cpu_speedup_vs_v1"] = t1 / t2;
       } else {
         t = run_cpu(m, M, threads, &variant);
       }
@@ -466,14 +535,61 @@ struct Bench {
       if (dn) {
         HostTensor out(DType::kBF16, {M, m.spec.hidden});
         omp_set_num_threads(threads);
-        const double td = time_median([&](int call) { dn->forward(m, M, call, out); }, opt.quick ? 0.25 : 0.8);
+        const double td = time_median([&](int call) { dn->forward(m, M, call, out); }, opt.row_budget());
         row(m, dn->label, M, threads, td, "");
         rows.back()["cpu_speedup_vs_onednn"] = td / t;
       }
 #endif
     }
   }
+
+  // The stream/tile crossover sweep: one runner per MOERUN_CPU_STREAM_MAX_TOKENS value (the variable is
+  // set while it is created and used), timed at each M.
+  void stream_sweep(const Model& m, const std::vector<int64_t>& ms) {
+    const char* prev = std::getenv("MOERUN_CPU_STREAM_MAX_TOKENS");
+    const std::string keep = prev ? prev : "";
+    for (int n : opt.sweep) {
+      setenv("MOERUN_CPU_STREAM_MAX_TOKENS", std::to_string(n).c_str(), 1);
+      RunnerOptions ro;
+      ro.threads = threads;
+      const double t0 = now_s();
+      auto r = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro);
+      std::fprintf(stderr, "  runner (n = %d): %.1f s\n", n, now_s() - t0);
+      for (int64_t M : ms) {
+        const std::string variant = r->variant_for(M);
+        HostTensor out(DType::kBF16, {M, m.spec.hidden});
+        const double t = time_median([&](int call) { auto a = args_for(m, M, call, out); r->forward(a); }, opt.row_budget());
+        row(m, "cpu-sweep", M, threads, t, variant);
+        // The runner names its variant from the mean tokens per expert (runner.cpp variant_name): when the
+        // variant does not follow n, this build of the backend does not read the variable.
+        const double per_expert = static_cast<double>(M) * m.spec.top_k / std::max(1, m.spec.num_experts);
+        const bool stream = variant.find("stream") != std::string::npos;
+        const bool honoured = stream == (per_expert <= n);
+        rows.back()["stream_max_tokens"] = n;
+        rows.back()["tokens_per_expert"] = per_expert;
+        rows.back()["stream_env_honoured"] = honoured;
+        if (!honoured && !warned_sweep) {
+          warned_sweep = true;
+          std::printf("WARNING: variant %s at %.1f tokens/expert with MOERUN_CPU_STREAM_MAX_TOKENS=%d: this cpu backend "
+                      "seems not to read the variable (sweep rows marked stream_env_honoured=false)\n",
+                      variant.c_str(), per_expert, n);
+        }
+      }
+    }
+    if (prev) setenv("MOERUN_CPU_STREAM_MAX_TOKENS", keep.c_str(), 1);
+    else unsetenv("MOERUN_CPU_STREAM_MAX_TOKENS");
+  }
 };
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  for (std::string l = s; !l.empty();) {
+    const size_t c = l.find(',');
+    v.push_back(std::atoll(l.substr(0, c).c_str()));
+    l = c == std::string::npos ? "" : l.substr(c + 1);
+  }
+  return v;
+}
 
 }  // namespace
 
@@ -486,16 +602,15 @@ int main(int argc, char** argv) {
     else if (a == "--threads" && i + 1 < argc) b.opt.threads = std::atoi(argv[++i]);
     else if (a == "--only" && i + 1 < argc) b.opt.only = argv[++i];
     else if (a == "--compare-v1") b.opt.compare_v1 = true;
-    else if (a == "--m" && i + 1 < argc) {
-      for (std::string t, l = argv[++i]; !l.empty();) {
-        const size_t c = l.find(',');
-        t = l.substr(0, c);
-        b.opt.ms.push_back(std::atoll(t.c_str()));
-        l = c == std::string::npos ? "" : l.substr(c + 1);
-      }
-    }
-    else {
-      std::fprintf(stderr, "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE] [--m 1,64,...] [--compare-v1]\n", argv[0]);
+    else if (a == "--m" && i + 1 < argc) b.opt.ms = parse_list(argv[++i]);
+    else if (a == "--budget" && i + 1 < argc) b.opt.budget = std::atof(argv[++i]);
+    else if (a == "--stream-sweep" && i + 1 < argc) {
+      for (int64_t n : parse_list(argv[++i])) b.opt.sweep.push_back(static_cast<int>(n));
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE] [--m 1,64,...] [--compare-v1] "
+                   "[--budget S] [--stream-sweep 4,8,16,...]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -503,13 +618,60 @@ int main(int argc, char** argv) {
   b.threads = b.opt.threads > 0 ? b.opt.threads : omp_get_num_procs();
   const Platform p = Platform::detect();
   std::printf("platform: %s; cpu backend ISA %s\n", p.summary().c_str(), std::string(to_string(cpu::effective_isa())).c_str());
-  b.bw = measure_bandwidth_gbs(b.threads, b.opt.quick ? (512ull << 20) : (1ull << 30));
-  const double bw1 = measure_bandwidth_gbs(1, b.opt.quick ? (512ull << 20) : (1ull << 30));
-  b.peak = measure_fma_peak_gflops(b.threads);
-  const double peak1 = measure_fma_peak_gflops(1);
-  std::printf("limits: read bandwidth %.1f GB/s (%d threads), %.1f GB/s (1 thread); AVX2 FMA fp32 peak %.1f GFLOP/s "
-              "(%d threads), %.1f (1 thread)\n",
-              b.bw, b.threads, bw1, b.peak, b.threads, peak1);
+  b.lim = measure_limits(b.threads, b.opt.quick);
+  b.lim1 = b.threads == 1 ? b.lim : measure_limits(1, b.opt.quick);
+  const auto gf = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+    return v > 0 ? std::string(buf) : std::string("absent");
+  };
+  std::printf("limits (%d threads / 1 thread): read bandwidth %.1f / %.1f GB/s; fp32 FMA peak AVX2 %.1f / %.1f, "
+              "AVX-512 %s / %s GFLOP/s; AMX bf16 tile peak %s / %s GFLOP/s\n",
+              b.threads, b.lim.bw, b.lim1.bw, b.lim.fma_avx2, b.lim1.fma_avx2, gf(b.lim.fma_avx512).c_str(),
+              gf(b.lim1.fma_avx512).c_str(), gf(b.lim.amx.gflops).c_str(), gf(b.lim1.amx.gflops).c_str());
+  std::fflush(stdout);
+
+  const auto write_json = [&] {
+    if (b.opt.json_path.empty()) return;
+    json limits = b.lim.to_json();
+    const json one = b.lim1.to_json();
+    for (const auto& [k, v] : one.items()) limits[k + "_1thread"] = v;
+    json j = {{"bench", "cpu_moe_bench"},
+              {"platform", p.summary()},
+              {"cpu_model", p.cpu.model},
+              {"cpu_isa_used", std::string(to_string(cpu::effective_isa()))},
+              {"threads", b.threads},
+              {"quick", b.opt.quick},
+              {"budget_s", b.opt.row_budget()},
+#ifdef MOERUN_BENCH_DNNL
+              {"onednn", true},
+#else
+              {"onednn", false},
+#endif
+              {"limits", limits},
+              {"method", "median of repeated forwards, router logits rotated over 8 random sets; bytes = distinct "
+                         "activated experts' stored weight bytes; floor = max(bytes/bw, flops/peak), peak per row: "
+                         "amx-bf16 (tdpbf16ps) for AMX tile variants and oneDNN on AMX CPUs, avx2-fma for avx2-* "
+                         "variants, else avx512-fma (avx2-fma without AVX-512)"},
+              {"elapsed_s", now_s() - t_start},
+              {"rows", b.rows}};
+    if (!b.opt.sweep.empty()) j["stream_sweep"] = b.opt.sweep;
+    std::ofstream(b.opt.json_path) << j.dump(2) << "\n";
+  };
+
+  if (!b.opt.sweep.empty()) {
+    const std::vector<int64_t> ms = !b.opt.ms.empty() ? b.opt.ms : std::vector<int64_t>{16, 64, 256};
+    const int64_t mmax = *std::max_element(ms.begin(), ms.end());
+    for (const char* shape : {"qwen3-30b-a3b", "deepseek-v2-lite"}) {
+      if (!b.opt.want(shape)) continue;
+      Model m = make_model(shape, "", WeightFormat::kBF16, mmax);
+      b.stream_sweep(m, ms);
+      write_json();
+    }
+    std::printf("total %.1f s\n", now_s() - t_start);
+    write_json();
+    return 0;
+  }
 
   const std::vector<int64_t> all_m = !b.opt.ms.empty() ? b.opt.ms
                                      : b.opt.quick ? std::vector<int64_t>{1, 16, 256} : std::vector<int64_t>{1, 4, 16, 64, 256, 1024};
@@ -522,45 +684,35 @@ int main(int argc, char** argv) {
       const double t1 = b.run_cpu(q, M, 1, &v);
       b.row(q, "cpu", M, 1, t1, v);
     }
+    write_json();
   }
   if (b.opt.want("qwen3-30b-a3b")) {  // quantized formats at decode (M = 1), plus prefill M=256 for each
     for (WeightFormat f : {WeightFormat::kFp8Block, WeightFormat::kMxfp4, WeightFormat::kNvfp4, WeightFormat::kInt8PerChannel}) {
       Model q = make_model("qwen3-30b-a3b", "", f, 256);
       b.model_rows(q, b.opt.quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 256}, false, false);
+      write_json();
     }
   }
   if (!b.opt.quick) {
     if (b.opt.want("deepseek-v2-lite")) {
       Model d = make_model("deepseek-v2-lite", "2 shared experts", WeightFormat::kBF16, 1024);
       b.model_rows(d, all_m, false, true);
+      write_json();
     }
     for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kBF16}) {
       if (!b.opt.want("gpt-oss-20b")) break;
       Model g = make_model("gpt-oss-20b", "swiglu-oai, interleaved, biases", f, 1024);
       b.model_rows(g, all_m, false, f == WeightFormat::kBF16);
+      write_json();
     }
     if (b.opt.want("mixtral-8x7b")) {
       Model x = make_model("mixtral-8x7b", "scaled: I = 14336/4 = 3584 (fits the 24 GiB box with oneDNN's f32 copy)",
                            WeightFormat::kBF16, 1024, [](MoeSpec& s) { s.intermediate = 3584; });
       b.model_rows(x, {1, 16, 256}, false, true);
+      write_json();
     }
   }
   std::printf("total %.1f s\n", now_s() - t_start);
-
-  if (!b.opt.json_path.empty()) {
-    json j = {{"bench", "cpu_moe_bench"},
-              {"platform", p.summary()},
-              {"cpu_model", p.cpu.model},
-              {"cpu_isa_used", std::string(to_string(cpu::effective_isa()))},
-              {"threads", b.threads},
-              {"quick", b.opt.quick},
-              {"limits",
-               {{"read_bandwidth_gbs", b.bw}, {"read_bandwidth_gbs_1thread", bw1}, {"fma_fp32_peak_gflops", b.peak},
-                {"fma_fp32_peak_gflops_1thread", peak1}}},
-              {"method", "median of repeated forwards, router logits rotated over 8 random sets; bytes = distinct "
-                         "activated experts' stored weight bytes; floor = max(bytes/bw, flops/peak)"},
-              {"rows", b.rows}};
-    std::ofstream(b.opt.json_path) << j.dump(2) << "\n";
-  }
+  write_json();
   return 0;
 }

@@ -1,40 +1,113 @@
 #!/usr/bin/env python3
-"""Markdown table of a cpu_moe_bench JSON: time, % of roofline and speedup vs the oneDNN baseline (and vs
-the previous kernels, MOERUN_CPU_KERNELS=v1, when the run used --compare-v1).
+"""Markdown tables of a cpu_moe_bench JSON: time, % of roofline (and the peak its floor used), speedup vs
+the oneDNN baseline when the run had one (and vs the previous kernels, MOERUN_CPU_KERNELS=v1, when the run
+used --compare-v1); for a --stream-sweep run, the crossover sweep (rows: shape x M, columns: the
+MOERUN_CPU_STREAM_MAX_TOKENS value n, cells: ms, the fastest in bold).
 
-usage: table.py cpu.json
+usage: table.py cpu.json [more.json ...]
 """
 import json
 import sys
 
 
-def main():
-    d = json.load(open(sys.argv[1]))
+def gf(v):
+    return "absent" if v is None else f"{v:.0f} GFLOP/s"
+
+
+def limits_line(d):
     lim = d["limits"]
-    print(f"{d['cpu_model']} ({d['cpu_isa_used']}), {d['threads']} thread(s): read {lim['read_bandwidth_gbs']:.1f} GB/s, "
-          f"fp32 FMA peak {lim['fma_fp32_peak_gflops']:.0f} GFLOP/s (measured in the same run)\n")
+    s = (f"{d['cpu_model']} ({d['cpu_isa_used']}), {d['threads']} thread(s): read {lim['read_bandwidth_gbs']:.1f} GB/s, "
+         f"fp32 FMA peak AVX2 {lim['fma_fp32_peak_gflops']:.0f} GFLOP/s")
+    if "avx512_fma_fp32_peak_gflops" in lim:  # older JSON has the AVX2 peak only
+        s += (f", AVX-512 {gf(lim['avx512_fma_fp32_peak_gflops'])}, "
+              f"AMX bf16 tile peak {gf(lim['amx_bf16_peak_gflops'])}")
+    s += " (measured in the same run)"
+    if d.get("onednn") is False:
+        s += "; no oneDNN in this build: baseline column absent"
+    return s + "\n"
+
+
+def main_table(d):
     rows = d["rows"]
-    base = {(r["shape"], r["format"], r["m"]): r for r in rows if r["backend"].startswith("onednn")}
-    ref = {(r["shape"], r["format"], r["m"]): r for r in rows if r["backend"] == "reference"}
-    v1 = {(r["shape"], r["format"], r["m"]): r for r in rows if r["backend"] == "cpu-v1"}  # --compare-v1
-    print("| shape | format | M | variant | cpu ms | GB/s | % of roofline | vs oneDNN | vs reference |" + (" v1 ms | vs v1 |" if v1 else ""))
-    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|" if v1 else ""))
+    key = lambda r: (r["shape"], r["format"], r["m"], r["threads"])
+    base = {key(r): r for r in rows if r["backend"].startswith("onednn")}
+    ref = {key(r): r for r in rows if r["backend"] == "reference"}
+    v1 = {key(r): r for r in rows if r["backend"] == "cpu-v1"}  # --compare-v1
+    cpu = [r for r in rows if r["backend"] == "cpu"]
+    if not cpu:
+        return
+    has_base = bool(base)
+    head = "| shape | format | M | threads | variant | cpu ms | GB/s | % of roofline | peak |"
+    sep = "|---|---|---|---|---|---|---|---|---|"
+    if has_base:
+        head += " oneDNN ms | oneDNN % of roofline | vs oneDNN |"
+        sep += "---|---|---|"
+    head += " vs reference |"
+    sep += "---|"
+    if v1:
+        head += " v1 ms | vs v1 |"
+        sep += "---|---|"
+    print(head)
+    print(sep)
     seen = set()
-    for r in rows:
-        if r["backend"] != "cpu":
-            continue
-        k = (r["shape"], r["format"], r["m"])
-        again = k in seen  # the thread-scaling repeats: timed alone, not paired with a v1 row
+    for r in cpu:
+        k = key(r)
+        again = k in seen  # a thread-scaling repeat (--threads 1): timed alone, not paired
         seen.add(k)
-        b = f"{base[k]['time_ms'] / r['time_ms']:.2f}x" if k in base else "–"
-        f = f"{ref[k]['time_ms'] / r['time_ms']:.0f}x" if k in ref else "–"
-        line = (f"| {r['shape']} | {r['format']} | {r['m']} | {r.get('variant', '')} | {r['time_ms']:.2f} | {r['gbps']:.1f} | "
-                f"{r['roofline_pct']:.0f}% | {b} | {f} |")
+        line = (f"| {r['shape']} | {r['format']} | {r['m']} | {r['threads']} | {r.get('variant', '')} | {r['time_ms']:.2f} | "
+                f"{r['gbps']:.1f} | {r['roofline_pct']:.0f}% | {r.get('peak', 'fma')} |")
+        if has_base:
+            b = None if again else base.get(k)
+            line += (f" {b['time_ms']:.2f} | {b['roofline_pct']:.0f}% ({b.get('peak', 'fma')}) | {b['time_ms'] / r['time_ms']:.2f}x |"
+                     if b else " – | – | – |")
+        line += f" {ref[k]['time_ms'] / r['time_ms']:.0f}x |" if k in ref and not again else " – |"
         if v1:
-            o = v1.get(k)
-            same_threads = o is not None and o["threads"] == r["threads"] and not again
-            line += f" {o['time_ms']:.2f} | {o['time_ms'] / r['time_ms']:.2f}x |" if same_threads else " – | – |"
+            o = None if again else v1.get(k)
+            line += f" {o['time_ms']:.2f} | {o['time_ms'] / r['time_ms']:.2f}x |" if o else " – | – |"
         print(line)
+    print()
+
+
+def sweep_table(d):
+    rows = [r for r in d["rows"] if r["backend"] == "cpu-sweep"]
+    if not rows:
+        return
+    ns = sorted({r["stream_max_tokens"] for r in rows})
+    cells = {}
+    for r in rows:
+        cells.setdefault((r["shape"], r["m"], r["threads"]), {})[r["stream_max_tokens"]] = r
+    print(f"Stream/tile crossover sweep (MOERUN_CPU_STREAM_MAX_TOKENS = n; ms, fastest in bold; "
+          f"s = stream variant, t = tiles):\n")
+    print("| shape | M | threads | tokens/expert | " + " | ".join(f"n={n}" for n in ns) + " |")
+    print("|---|---|---|---|" + "---|" * len(ns))
+    ignored = False
+    for (shape, m, th), by_n in cells.items():
+        best = min(r["time_ms"] for r in by_n.values())
+        out = []
+        for n in ns:
+            r = by_n.get(n)
+            if r is None:
+                out.append("–")
+                continue
+            kind = "s" if "stream" in r.get("variant", "") else "t"
+            c = f"{r['time_ms']:.2f} {kind}"
+            out.append(f"**{c}**" if r["time_ms"] == best else c)
+            ignored |= r.get("stream_env_honoured") is False
+        tpe = next(iter(by_n.values())).get("tokens_per_expert", 0)
+        print(f"| {shape} | {m} | {th} | {tpe:.1f} | " + " | ".join(out) + " |")
+    if ignored:
+        print("\nNote: some variants did not follow n: the backend of this run did not read MOERUN_CPU_STREAM_MAX_TOKENS.")
+    print()
+
+
+def main():
+    for path in sys.argv[1:]:
+        d = json.load(open(path))
+        if len(sys.argv) > 2:
+            print(f"### {path}\n")
+        print(limits_line(d))
+        main_table(d)
+        sweep_table(d)
 
 
 if __name__ == "__main__":
