@@ -3,7 +3,7 @@
 # and racecheck on small cases, then the benchmark sweep (torch baseline first). Logs and JSON go to
 # $OUT (default ./out).
 # Knobs: GPU_CHECK_QUICK=1 short benchmark; GPU_CHECK_SKIP_BENCH=1 no benchmark; GPU_CHECK_SKIP_CPU=1
-# no CPU suite; GPU_CHECK_PREBUILT=<dir> use moerun_gpu_tests, cuda_moe_bench (and moerun_tests) from
+# no CPU suite; GPU_CHECK_SKIP_XEON=1 no CPU benchmark on the host's Xeon (tools/xeon-bench.sh); GPU_CHECK_PREBUILT=<dir> use moerun_gpu_tests, cuda_moe_bench (and moerun_tests) from
 # <dir> when they run on this machine (built elsewhere for sm_90a), else build; BENCH_ARGS / TORCH_ARGS extra
 # arguments for cuda_moe_bench / torch_baseline.py (e.g. "--ms 1024,8192"); GPU_CHECK_SANITIZERS
 # the compute-sanitizer runs (default "memcheck racecheck racecheck-m64").
@@ -49,6 +49,11 @@ if [ "${GPU_CHECK_SKIP_CPU:-0}" != 1 ]; then
   fi
   timeout 150 "$CPU_TESTS" --gtest_brief=1 >> "$OUT/tests.log" 2>&1; echo "cpu tests rc=$?" | tee -a "$OUT/summary.log"
   grep -E "^\[  (PASSED|FAILED)|tests ran" "$OUT/tests.log" | tail -5 | tee -a "$OUT/summary.log"
+fi
+if [ "${GPU_CHECK_SKIP_XEON:-0}" != 1 ]; then
+  log xeon cpu bench
+  timeout 330 bash tools/xeon-bench.sh $B "$OUT/xeon" > "$OUT/xeon-bench.out" 2>&1
+  echo "xeon bench rc=$?" | tee -a "$OUT/summary.log"
 fi
 log sanitizer
 for run in ${GPU_CHECK_SANITIZERS:-memcheck racecheck racecheck-m64}; do

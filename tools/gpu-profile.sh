@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One device call: build cuda_moe_bench and record a per-kernel time breakdown with Nsight Systems for
+# One device call: build cuda_moe_bench and record a per-kernel time breakdown with Nsight Compute for
 # a few (shape, M) cases, so the time of each pass of the forward (routing, alignment, gather, GEMMs,
-# activation, combine) can be read off. Output: $OUT/prof_<shape>_<M>.txt (cuda_gpu_kern_sum).
+# activation, combine) can be read off. Output: $OUT/prof_<shape>_<M>.csv and a printed table.
 #   PROFILE_CASES="qwen3-30b-a3b:1 deepseek-v3:8192" tools/gpu-profile.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,21 +16,21 @@ if [ ! -x $B/bench/cuda_moe_bench ]; then
   cmake --build $B -j16 --target cuda_moe_bench >> "$OUT/profile_build.log" 2>&1 ||
     { echo "build FAILED"; grep -E "error" "$OUT/profile_build.log" | head -30; exit 1; }
 fi
-NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
-[ -n "$NSYS" ] || { echo "no nsys on this machine"; exit 2; }
+# Nsight Compute (the device has no Nsight Systems): each kernel of one forward timed alone (ncu
+# serializes kernels and flushes caches, at base clocks), enough to see which pass costs what.
 for c in ${PROFILE_CASES:-qwen3-30b-a3b:1 qwen3-30b-a3b:8192 deepseek-v3:8192 mixtral-8x7b:1024}; do
   shape=${c%%:*}; m=${c##*:}
-  "$NSYS" profile --trace=cuda --cuda-graph-trace=node -f true -o "$OUT/p_${shape}_$m" \
-    $B/bench/cuda_moe_bench --no-forced --shapes "$shape" --ms "$m" > "$OUT/prof_${shape}_$m.log" 2>&1
-  "$NSYS" stats --report cuda_gpu_kern_sum --format csv "$OUT/p_${shape}_$m.nsys-rep" > "$OUT/prof_${shape}_$m.txt" 2>&1
-  rm -f "$OUT/p_${shape}_$m.nsys-rep" "$OUT/p_${shape}_$m.sqlite"
-  echo "== $shape M=$m"; grep -E "^ *[0-9]" "$OUT/prof_${shape}_$m.txt" | head -3 >/dev/null
-  python3 - "$OUT/prof_${shape}_$m.txt" <<'PY'
+  echo "== $shape M=$m"
+  timeout 120 ncu --metrics gpu__time_duration.sum --csv -k "regex:routing|align|grouped|combine|gather|activation|device_kernel|fill_group" \
+    --launch-skip ${PROFILE_SKIP:-0} --launch-count ${PROFILE_COUNT:-12} \
+    $B/bench/cuda_moe_bench --no-forced --shapes "$shape" --ms "$m" 2>/dev/null > "$OUT/prof_${shape}_$m.csv"
+  python3 - "$OUT/prof_${shape}_$m.csv" <<'PY'
 import csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 8]
-hdr = rows[0]; rows = rows[1:]
-i_t, i_n, i_avg, i_name = hdr.index("Total Time (ns)"), hdr.index("Instances"), hdr.index("Avg (ns)"), hdr.index("Name")
-for r in rows[:14]:
-    print(f"{float(r[i_t])/1e6:9.3f} ms total {int(r[i_n]):6d} x {float(r[i_avg])/1e3:9.2f} us  {r[i_name][:110]}")
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+if not rows: sys.exit("no ncu rows")
+h = rows[0]; ik, iv, iu = h.index("Kernel Name"), h.index("Metric Value"), h.index("Metric Unit")
+scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+for r in rows[1:]:
+    print(f"{float(r[iv].replace(',', '')) * scale.get(r[iu], 1.0):10.2f} us  {r[ik][:110]}")
 PY
 done
