@@ -6,6 +6,7 @@
 #include "moerun/verify.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -13,6 +14,8 @@
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/isa.hpp"
+#include "backends/cpu/prepack.hpp"
+#include "backends/cpu/runner.hpp"
 #include "backends/reference/reference_backend.hpp"
 #include "moerun/error.hpp"
 #include "moerun/formats.hpp"
@@ -130,7 +133,7 @@ double tolerance(const MoeSpec& s) { return tolerance_for(s).rel_l2; }
 
 std::vector<CpuIsa> levels() {
   std::vector<CpuIsa> v;
-  for (CpuIsa i : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAmx})
+  for (CpuIsa i : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx})
     if (cpu::detected_isa() >= i) v.push_back(i);
   return v;
 }
@@ -172,6 +175,19 @@ TEST_P(CpuBackendFormats, MatchesReferenceAtDecodeAndPrefillSizes) {
     c.spec.weight_format = GetParam();
     c.m = m;
     check_case(c, std::string(to_string(GetParam())) + " m=" + std::to_string(m));
+  }
+}
+
+// bf16 layers: at kAvx512Bf16 and kAmx decode calls of bf16, fp8 and fp4 weights take the bf16 streaming
+// kernel (avx512bf16-stream), the others and larger calls the f32 / AMX paths.
+TEST_P(CpuBackendFormats, MatchesReferenceWithBf16Activations) {
+  for (int64_t m : {1, 3, 16, 37}) {
+    Case c;
+    c.spec = base_spec();
+    c.spec.act_dtype = DType::kBF16;
+    c.spec.weight_format = GetParam();
+    c.m = m;
+    check_case(c, std::string(to_string(GetParam())) + " bf16 act m=" + std::to_string(m));
   }
 }
 
@@ -330,6 +346,76 @@ TEST(CpuBackend, ZeroTokensAndVariantNames) {
   EXPECT_NE(small.find("stream"), std::string::npos) << small;
   EXPECT_EQ(small.find("stream"), small.size() - 6);
   EXPECT_NE(big, small);
+}
+
+// Which streaming kernel a layer's decode calls name (and take): no kernel runs, so every level is checked
+// on any machine.
+TEST(CpuBackend, Bf16LayersNameTheBf16StreamingKernel) {
+  MoeSpec s = base_spec();  // 8 experts, top 2: m tokens = m / 4 per expert
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kFp8PerChannel,
+                         WeightFormat::kFp8Block, WeightFormat::kMxfp4, WeightFormat::kNvfp4, WeightFormat::kInt8PerChannel})
+    for (DType act : {DType::kF32, DType::kF16, DType::kBF16})
+      for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
+        s.weight_format = f;
+        s.act_dtype = act;
+        const cpu::KernelSet ks = cpu::kernels_for_spec(s, isa);
+        const cpu::kernels::PackFmt pf = cpu::pack_fmt_for(f);
+        const bool bf16 = act == DType::kBF16 && isa >= CpuIsa::kAvx512Bf16 && f != WeightFormat::kF32 &&
+                          f != WeightFormat::kF16 && f != WeightFormat::kInt8PerChannel;
+        const std::string what = std::string(to_string(f)) + " " + std::string(dtype_name(act)) + " " + std::string(to_string(isa));
+        EXPECT_EQ(ks.stream_bf16 != nullptr, act == DType::kBF16 && isa >= CpuIsa::kAvx512Bf16) << what;
+        EXPECT_EQ(ks.uses_bf16_stream(pf), bf16) << what;
+        const std::string v = cpu::variant_name(s, ks, pf, 1);
+        if (bf16) EXPECT_EQ(v, "avx512bf16-stream") << what;
+        else EXPECT_EQ(v, ks.prefix + "-stream") << what;
+        EXPECT_EQ(cpu::variant_name(s, ks, pf, 4000).find("stream"), std::string::npos) << what;
+      }
+}
+
+// MOERUN_CPU_STREAM_MAX_TOKENS moves the stream/tile crossover of every format and level; invalid
+// values leave the defaults.
+TEST(CpuBackend, StreamMaxTokensKnob) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_STREAM_MAX_TOKENS"); }
+  } guard;
+  unsetenv("MOERUN_CPU_STREAM_MAX_TOKENS");
+  const cpu::KernelSet def = cpu::kernels_for(CpuIsa::kAvx2);
+  EXPECT_EQ(def.stream_max(cpu::kernels::PackFmt::kFp8), cpu::kAvx2StreamMaxTokens);
+  EXPECT_EQ(def.stream_max(cpu::kernels::PackFmt::kBF16), cpu::kAvx2StreamMaxTokensCheapDecode);
+  EXPECT_EQ(cpu::stream_max_tokens_override(), -1);
+  for (const char* n : {"0", "7", "64"}) {
+    setenv("MOERUN_CPU_STREAM_MAX_TOKENS", n, 1);
+    EXPECT_EQ(cpu::stream_max_tokens_override(), std::atoi(n));
+    for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx})
+      for (const char* variant : {"v1", "v2"}) {
+        MoeSpec s = base_spec();
+        s.act_dtype = DType::kBF16;
+        cpu::KernelSet ks = cpu::kernels_for_variant(isa, variant);
+        for (cpu::kernels::PackFmt f : {cpu::kernels::PackFmt::kF32, cpu::kernels::PackFmt::kBF16, cpu::kernels::PackFmt::kFp8,
+                                   cpu::kernels::PackFmt::kInt8, cpu::kernels::PackFmt::kMxfp4})
+          EXPECT_EQ(ks.stream_max(f), std::atoi(n)) << n << " " << to_string(isa) << " " << variant;
+        ks = cpu::kernels_for_spec(s, isa);
+        EXPECT_EQ(ks.stream_max(cpu::kernels::PackFmt::kNvfp4), std::atoi(n));
+      }
+  }
+  for (const char* bad : {"", "-1", "abc", "4x", "1e3", "99999999999999999999", " 4", "65537"}) {
+    setenv("MOERUN_CPU_STREAM_MAX_TOKENS", bad, 1);
+    EXPECT_EQ(cpu::stream_max_tokens_override(), -1) << "'" << bad << "'";
+    const cpu::KernelSet ks = cpu::kernels_for(CpuIsa::kAvx2);
+    EXPECT_EQ(ks.stream_max(cpu::kernels::PackFmt::kFp8), def.stream_max(cpu::kernels::PackFmt::kFp8)) << bad;
+    EXPECT_EQ(ks.stream_max(cpu::kernels::PackFmt::kBF16), def.stream_max(cpu::kernels::PackFmt::kBF16)) << bad;
+  }
+  // A layer still runs and matches the reference with the knob forcing either path.
+  for (const char* n : {"0", "1000"}) {
+    setenv("MOERUN_CPU_STREAM_MAX_TOKENS", n, 1);
+    Case c;
+    c.spec = base_spec();
+    c.spec.weight_format = WeightFormat::kFp8Block;
+    c.spec.hidden = 256;
+    c.spec.intermediate = 128;
+    c.m = 40;
+    check_case(c, std::string("MOERUN_CPU_STREAM_MAX_TOKENS=") + n);
+  }
 }
 
 TEST(CpuBackend, RefusesForeignLayoutTag) {

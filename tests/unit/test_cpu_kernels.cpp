@@ -351,6 +351,94 @@ TEST(CpuKernels, AmxTilesMatchDenseLoopWithinBf16Rounding) {
   }
 }
 
+// The AVX512-BF16 streaming kernel against the f32 streaming kernel (stream_avx512) on the same
+// bf16-valued x, every packed format (e4m3 codes include the subnormals; make_stack draws no NaN), token
+// counts that use every register group (1, 2, 3, 5, 8 and 8 + 5), and an odd K (fp4: a multiple of its
+// scale group). Both accumulate products exactly representable in f32 (bf16 x bf16, or bf16 x f32 on the
+// kernel's f32 fallback) in f32: they differ only in summation order and in where group scales apply.
+// Both are also checked against the dense double loop.
+TEST(CpuKernels, Avx512Bf16StreamMatchesF32StreamOnBf16Activations) {
+  if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 + AVX512-VBMI here";
+  const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
+  ASSERT_NE(ks.stream_bf16, nullptr);
+  for (WeightFormat f : kAllFormats) {
+    const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
+    const int64_t E = 1, N = 40, K = fp4 ? 352 : 331;  // kp 352: fp8 blocks 128 + 128 + 75 (padded to 96)
+    Stack s = make_stack(f, E, N, K, 4242u + static_cast<uint32_t>(f));
+    auto p = pack_stack(s.m, LaneMap::kPlain);
+    ASSERT_EQ(p->kp, 352);
+    std::mt19937 g(11);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int m : {1, 2, 3, 5, 8, 13}) {
+      const int64_t ldx = p->kp + 32;
+      std::vector<float> x(static_cast<size_t>(m * ldx), 0.0f);
+      for (int i = 0; i < m; ++i)
+        for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(i * ldx + k)] = u(g);
+      std::vector<uint16_t> xb(x.size());
+      for (int i = 0; i < m; ++i) kernels::f32_to_bf16_row(x.data() + i * ldx, ldx, xb.data() + i * ldx);
+      for (size_t j = 0; j < x.size(); ++j) x[j] = dec_bf16(xb[j]);  // the f32 kernel sees the same values
+      const std::string what = "format " + std::string(to_string(f)) + " m " + std::to_string(m);
+      std::vector<float> want(static_cast<size_t>(m * 16)), got(want.size());
+      for (int64_t b = 0; b < p->nblocks; ++b) {
+        const kernels::BlockRef ref = p->block(0, b);
+        ks.stream(ref, x.data(), ldx, m, want.data());
+        ks.stream_bf16(ref, xb.data(), ldx, m, got.data());
+        for (int i = 0; i < m; ++i)
+          for (int l = 0; l < 16; ++l) {
+            const int32_t r = p->lane_row[static_cast<size_t>(b * 16 + l)];
+            double mag = 0;  // sum of |x w| (the packed scale of the lane is not applied to acc)
+            if (r >= 0)
+              for (int64_t k = 0; k < K; ++k)
+                mag += std::fabs(static_cast<double>(x[static_cast<size_t>(i * ldx + k)]) *
+                                 s.dense[static_cast<size_t>(r * K + k)]);
+            const float* ls = p->lane_scales(0, b);
+            if (ls) mag /= ls[l];
+            ASSERT_NEAR(got[static_cast<size_t>(i * 16 + l)], want[static_cast<size_t>(i * 16 + l)], 4e-6 * mag + 1e-30)
+                << what << " block " << b << " token " << i << " lane " << l;
+          }
+      }
+      check_against_dense(s, *p, x, ldx, m, what + " bf16 stream", [&](const kernels::BlockRef& b, float* acc) {
+        ks.stream_bf16(b, xb.data(), ldx, m, acc);
+      });
+    }
+  }
+}
+
+// Every e4m3 code (NaN aside) and every e2m1 nibble through the bf16 kernel: a one-hot x selects the
+// weight of one k, so acc is exactly the decoded weight (times its group scale), compared bit for bit
+// with the f32 kernel.
+TEST(CpuKernels, Avx512Bf16StreamDecodesEveryCodeExactly) {
+  if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 + AVX512-VBMI here";
+  const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
+  for (WeightFormat f : {WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block, WeightFormat::kMxfp4, WeightFormat::kNvfp4,
+                         WeightFormat::kBF16}) {
+    Stack s = make_stack(f, 1, 16, 256, 99u + static_cast<uint32_t>(f));
+    const bool fp8 = f == WeightFormat::kFp8PerChannel || f == WeightFormat::kFp8Block;
+    if (fp8)  // codes 0..255 except the NaNs, twice over
+      for (int64_t i = 0; i < 16 * 256; ++i) {
+        uint8_t c = static_cast<uint8_t>(i + i / 256);
+        if ((c & 0x7F) == 0x7F) c = static_cast<uint8_t>(c ^ 1);
+        s.m.data.as<uint8_t>()[i] = c;
+      }
+    auto p = pack_stack(s.m, LaneMap::kPlain);
+    const int64_t ldx = p->kp;
+    std::vector<uint16_t> xb(static_cast<size_t>(ldx), 0);
+    std::vector<float> x(static_cast<size_t>(ldx), 0.0f);
+    std::vector<float> want(16), got(16);
+    for (int64_t k = 0; k < p->cols; ++k) {
+      std::fill(xb.begin(), xb.end(), uint16_t{0});
+      std::fill(x.begin(), x.end(), 0.0f);
+      xb[static_cast<size_t>(k)] = 0x3F80;  // 1.0
+      x[static_cast<size_t>(k)] = 1.0f;
+      ks.stream(p->block(0, 0), x.data(), ldx, 1, want.data());
+      ks.stream_bf16(p->block(0, 0), xb.data(), ldx, 1, got.data());
+      for (int l = 0; l < 16; ++l)
+        ASSERT_EQ(got[static_cast<size_t>(l)], want[static_cast<size_t>(l)])
+            << to_string(f) << " k " << k << " lane " << l;
+    }
+  }
+}
+
 TEST(CpuKernels, OddKIsPaddedWithZeros) {
   const auto lv = levels();
   if (lv.empty()) GTEST_SKIP();

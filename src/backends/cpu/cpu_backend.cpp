@@ -37,13 +37,18 @@ Capabilities make_caps() {
        "weights: up to 16 tokens per expert, groups of 4 over L1-sized K chunks)", CpuIsa::kAvx2},
       {"avx2-tiled", 0.0, "prefill: 16-lane weight panels dequantized once into L2, 6x16 FMA register tiles", CpuIsa::kAvx2,
        static_cast<double>(cpu::kStreamMaxTokens)},
-      {"avx512-stream", static_cast<double>(cpu::kStreamMaxTokens), "decode on AVX-512: one zmm per k step", CpuIsa::kAvx512},
+      {"avx512-stream", static_cast<double>(cpu::kAvx512StreamMaxTokens), "decode on AVX-512: one zmm per k step", CpuIsa::kAvx512},
       {"avx512-tiled", 0.0, "prefill on AVX-512: 12x16 FMA register tiles on f32 panels", CpuIsa::kAvx512,
-       static_cast<double>(cpu::kStreamMaxTokens)},
+       static_cast<double>(cpu::kAvx512StreamMaxTokens)},
+      // bf16 layers only, and (the backend's variant() says so per format) bf16, fp8 and fp4 weights:
+      // f32, f16 and int8 weights stay on avx512-stream.
+      {"avx512bf16-stream", static_cast<double>(cpu::kAvx512Bf16StreamMaxTokens),
+       "decode with bf16 activations: bf16/fp8/fp4 weights decoded to bf16 pairs by byte shuffles, one VDPBF16PS "
+       "per 32 weights", CpuIsa::kAvx512Bf16, 0.0, {DType::kBF16}},
       // AMX multiplies bf16 operands: exact for bf16 activations, a precision loss for f16/f32 ones (measured
       // 2e-3..6e-3 relative on the H200 host's Xeon), so only bf16 layers take it.
       {"amx-bf16-tiles", 0.0, "prefill on AMX: bf16 VNNI panels, 4 x 16x16 f32 accumulator tiles", CpuIsa::kAmx,
-       static_cast<double>(cpu::kStreamMaxTokens), {DType::kBF16}},
+       static_cast<double>(cpu::kAvx512Bf16StreamMaxTokens), {DType::kBF16}},
   };
   return c;
 }

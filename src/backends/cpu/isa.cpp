@@ -52,6 +52,7 @@ IsaFeatures detect() {
   f.avx512dq = (b >> 17) & 1;
   f.avx512bw = (b >> 30) & 1;
   f.avx512vl = (b >> 31) & 1;
+  f.avx512vbmi = (c >> 1) & 1;
   f.amx_bf16 = (d >> 22) & 1;
   f.amx_tile = (d >> 24) & 1;
   const unsigned sub = a;
@@ -75,8 +76,9 @@ CpuIsa detected_isa() {
   if (!(f.avx2 && f.fma && f.f16c && f.os_ymm)) return CpuIsa::kScalar;
   const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.os_zmm;
   if (!avx512) return CpuIsa::kAvx2;
-  if (f.avx512_bf16 && f.amx_tile && f.amx_bf16 && f.os_amx && f.amx_permitted) return CpuIsa::kAmx;
-  if (f.avx512_bf16) return CpuIsa::kAvx512Bf16;
+  const bool bf16 = f.avx512_bf16 && f.avx512vbmi;  // the bf16 streaming kernel needs both (isa.hpp)
+  if (bf16 && f.amx_tile && f.amx_bf16 && f.os_amx && f.amx_permitted) return CpuIsa::kAmx;
+  if (bf16) return CpuIsa::kAvx512Bf16;
   return CpuIsa::kAvx512;
 }
 
@@ -84,14 +86,26 @@ CpuIsa effective_isa() {
   return static_cast<CpuIsa>(std::min(static_cast<int>(detected_isa()), static_cast<int>(cpu_isa_cap())));
 }
 
+int stream_max_tokens_override() {
+  const char* v = std::getenv("MOERUN_CPU_STREAM_MAX_TOKENS");
+  if (!v || !*v) return -1;
+  long n = 0;
+  for (const char* c = v; *c; ++c) {
+    if (*c < '0' || *c > '9') return -1;
+    n = n * 10 + (*c - '0');
+    if (n > kStreamMaxTokensLimit) return -1;
+  }
+  return static_cast<int>(n);
+}
+
 KernelSet kernels_for(CpuIsa isa) {
   const char* v = std::getenv("MOERUN_CPU_KERNELS");
   return kernels_for_variant(isa, v && *v ? v : "v2");
 }
 
-KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
-  if (variant != "v1" && variant != "v2")
-    throw_error(ErrorKind::kInvalidArgument, "cpu backend: unknown kernel variant '" + variant + "' (knows v1, v2)");
+namespace {
+
+KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
   KernelSet k;
   k.variant = variant;
   k.act = kernels::act_avx2;
@@ -102,27 +116,54 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
     case CpuIsa::kAvx2:
       k.prefix = "avx2";
       k.stream = variant == "v1" ? kernels::stream_avx2_v1 : kernels::stream_avx2;
-      k.stream_max_m = kStreamMaxTokens;
-      k.stream_max_m_cheap = variant == "v1" ? kStreamMaxTokens : kAvx2StreamMaxTokensCheapDecode;
+      k.stream_max_m = kAvx2StreamMaxTokens;
+      k.stream_max_m_cheap = variant == "v1" ? kAvx2StreamMaxTokens : kAvx2StreamMaxTokensCheapDecode;
+      k.stream_max_m_bf16 = kAvx2StreamMaxTokens;  // unused: no stream_bf16 at this level
       k.panel = kernels::dequant_panel_avx2;
       k.tile = kernels::tile_avx2;
       return k;
     case CpuIsa::kAvx512:
+      k.prefix = "avx512";
+      k.stream = kernels::stream_avx512;
+      k.stream_max_m = kAvx512StreamMaxTokens;
+      k.stream_max_m_cheap = kAvx512StreamMaxTokensCheapDecode;
+      k.stream_max_m_bf16 = kAvx512StreamMaxTokens;  // unused: no stream_bf16 at this level
+      k.panel = kernels::dequant_panel_avx512;
+      k.tile = kernels::tile_avx512;
+      return k;
     case CpuIsa::kAvx512Bf16:
       k.prefix = "avx512";
       k.stream = kernels::stream_avx512;
+      k.stream_bf16 = kernels::stream_avx512bf16;
+      k.stream_max_m = kAvx512StreamMaxTokens;
+      k.stream_max_m_cheap = kAvx512StreamMaxTokensCheapDecode;
+      k.stream_max_m_bf16 = kAvx512Bf16StreamMaxTokens;
       k.panel = kernels::dequant_panel_avx512;
       k.tile = kernels::tile_avx512;
       return k;
     case CpuIsa::kAmx:
       k.prefix = "avx512";  // decode and non-bf16 prefill run the AVX-512 kernels; `amx` adds the tiles
       k.stream = kernels::stream_avx512;
+      k.stream_bf16 = kernels::stream_avx512bf16;
+      k.stream_max_m = kAmxStreamMaxTokens;
+      k.stream_max_m_cheap = kAmxStreamMaxTokensCheapDecode;
+      k.stream_max_m_bf16 = kAvx512Bf16StreamMaxTokens;
       k.panel = kernels::dequant_panel_avx512;
       k.tile = kernels::tile_avx512;
       k.amx = true;
       return k;
   }
   throw_error(ErrorKind::kInternal, "cpu backend: unhandled CpuIsa " + std::to_string(static_cast<int>(isa)));
+}
+
+}  // namespace
+
+KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
+  if (variant != "v1" && variant != "v2")
+    throw_error(ErrorKind::kInvalidArgument, "cpu backend: unknown kernel variant '" + variant + "' (knows v1, v2)");
+  KernelSet k = kernels_default(isa, variant);
+  if (const int n = stream_max_tokens_override(); n >= 0) k.stream_max_m = k.stream_max_m_cheap = k.stream_max_m_bf16 = n;
+  return k;
 }
 
 }  // namespace moerun::cpu

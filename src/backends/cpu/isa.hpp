@@ -4,6 +4,15 @@
 // opmask/ZMM for AVX-512, XTILECFG/XTILEDATA for AMX) AND, for AMX on Linux, the process was granted
 // the tile data permission (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), requested here once).
 // The result is then capped by moerun's process-wide ISA cap (MOERUN_CPU_ISA / set_cpu_isa_cap).
+// kAvx512Bf16 (and kAmx) also require AVX512-VBMI: the bf16 streaming kernel decodes weights with vpermb
+// / vpermi2b. Every CPU with AMX has it; Cooper Lake (AVX512-BF16 without VBMI) counts as kAvx512.
+//
+// Stream/tile crossover: a call of one expert with at most KernelSet::stream_max(fmt) tokens takes the
+// streaming kernel, a larger one dequantized panels + register tiles (or AMX tiles). The defaults per
+// level are the k...StreamMaxTokens constants below. For benchmarks and tuning only, the environment
+// variable MOERUN_CPU_STREAM_MAX_TOKENS=<n> (a decimal integer, 0 <= n <= 65536) replaces the crossover
+// by n for every format and level (0: never stream); any other value is ignored. It is read each time a
+// kernel set is made (kernels_for / kernels_for_variant), i.e. when a runner is created.
 #pragma once
 
 #include <string>
@@ -16,6 +25,7 @@ namespace moerun::cpu {
 struct IsaFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512_bf16 = false;
+  bool avx512vbmi = false;
   bool amx_tile = false, amx_bf16 = false;
   bool os_ymm = false, os_zmm = false, os_amx = false, amx_permitted = false;
 };
@@ -27,32 +37,56 @@ CpuIsa detected_isa();
 // detected_isa() capped by the process-wide cap; read on each call so tests can step through levels.
 CpuIsa effective_isa();
 
-// Up to this many tokens per expert the AVX2 streaming kernel (v2) beats dequantized panels + 6x16
-// tiles, measured with bench/cpu/cpu_kernel_bench on Zen 1: for bf16 and f32 weights (decoded by a
-// shift or not at all) up to 16 tokens; for formats decoded through a conversion instruction (f16, fp8,
-// int8, fp4: Zen 1 converts 8 floats per ~2.5 cycles) the panel amortizes the decode from 5 tokens on.
-// AVX-512 and AMX keep kStreamMaxTokens for every format.
+// Stream/tile crossovers (tokens per expert and call; see the header comment).
+// AVX2: measured with bench/cpu/cpu_kernel_bench on Zen 1: the streaming kernel (v2) beats dequantized
+// panels + 6x16 tiles for bf16 and f32 weights (decoded by a shift or not at all) up to 16 tokens; for
+// formats decoded through a conversion instruction (f16, fp8, int8, fp4: Zen 1 converts 8 floats per
+// ~2.5 cycles) the panel amortizes the decode from 5 tokens on.
+// AVX-512, AVX512-BF16 and AMX: placeholders (the AVX2 value), to be retuned from a sweep on the Xeon
+// with MOERUN_CPU_STREAM_MAX_TOKENS. kAvx512Bf16StreamMaxTokens applies where the bf16 streaming kernel
+// runs (bf16 activations; bf16, fp8 and fp4 weights) at kAvx512Bf16 and kAmx; kAmxStreamMaxTokens is
+// the crossover to AMX tiles for the other formats of a bf16 layer at kAmx.
+inline constexpr int kStreamMaxTokens = 4;  // the common default (and the AVX2 value for costly decodes)
+inline constexpr int kAvx2StreamMaxTokens = kStreamMaxTokens;
 inline constexpr int kAvx2StreamMaxTokensCheapDecode = 16;
-inline constexpr int kStreamMaxTokens = 4;
+inline constexpr int kAvx512StreamMaxTokens = 4;
+inline constexpr int kAvx512StreamMaxTokensCheapDecode = 4;
+inline constexpr int kAvx512Bf16StreamMaxTokens = 4;
+inline constexpr int kAmxStreamMaxTokens = 4;
+inline constexpr int kAmxStreamMaxTokensCheapDecode = 4;
+inline constexpr int kStreamMaxTokensLimit = 65536;  // largest value MOERUN_CPU_STREAM_MAX_TOKENS accepts
+
+// MOERUN_CPU_STREAM_MAX_TOKENS parsed: n, or -1 when unset or invalid (then the defaults hold).
+int stream_max_tokens_override();
 
 // The kernels one runner uses, fixed when it is created.
 struct KernelSet {
   CpuIsa isa = CpuIsa::kAvx2;
-  std::string prefix;  // "avx2", "avx512", "amx"
+  std::string prefix;  // "avx2", "avx512"
   void (*stream)(const kernels::BlockRef&, const float*, int64_t, int, float*) = nullptr;
+  // kAvx512Bf16 and kAmx: the bf16-activation streaming kernel (null below, and for layers whose
+  // activations are not bf16: kernels_for_spec); used for the formats kernels::bf16_stream_native accepts.
+  void (*stream_bf16)(const kernels::BlockRef&, const uint16_t*, int64_t, int, float*) = nullptr;
   void (*panel)(const kernels::BlockRef&, float*) = nullptr;
   void (*tile)(const float*, int64_t, const float*, int64_t, int, float*) = nullptr;
   void (*act)(kernels::Act, const float*, const float*, int, float, float, float*) = nullptr;  // every level: AVX2
   bool amx = false;  // large calls go through bf16 panels and AMX tiles
   int stream_max_m = 4;  // calls with at most this many tokens take `stream`, larger ones panel + tile
   int stream_max_m_cheap = 4;  // the same for bf16 and f32 weights
+  int stream_max_m_bf16 = 4;  // the same where stream_bf16 runs
+  // Whether a call with format f and bf16 activations at hand takes stream_bf16 (when it streams).
+  bool uses_bf16_stream(kernels::PackFmt f) const noexcept {
+    return stream_bf16 != nullptr && kernels::bf16_stream_native(f);
+  }
   int stream_max(kernels::PackFmt f) const noexcept {
+    if (uses_bf16_stream(f)) return stream_max_m_bf16;
     return (f == kernels::PackFmt::kBF16 || f == kernels::PackFmt::kF32) ? stream_max_m_cheap : stream_max_m;
   }
   std::string variant = "v2";
 };
 
-// Kernels for the given level (kAvx512Bf16 uses the AVX-512 set). Throws Error{kUnsupported} below AVX2.
+// Kernels for the given level (kAvx512Bf16 and kAmx: the AVX-512 set plus stream_bf16; kAmx adds the
+// tiles). Throws Error{kUnsupported} below AVX2.
 // The environment variable MOERUN_CPU_KERNELS=v1 selects the previous AVX2 streaming kernel and
 // crossover (for side-by-side measurement only).
 KernelSet kernels_for(CpuIsa isa);

@@ -160,14 +160,18 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
 
 std::string variant_name(const MoeSpec& spec, const KernelSet& ks, kernels::PackFmt fmt, int64_t m) {
   const double per_expert = static_cast<double>(m) * spec.top_k / std::max(1, spec.num_experts);
-  if (per_expert <= ks.stream_max(fmt)) return ks.prefix + "-stream";
+  if (per_expert <= ks.stream_max(fmt)) return ks.uses_bf16_stream(fmt) ? "avx512bf16-stream" : ks.prefix + "-stream";
   return ks.amx ? "amx-bf16-tiles" : ks.prefix + "-tiled";
 }
 
 KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
   KernelSet ks = kernels_for(isa);
-  // AMX tiles multiply bf16 operands: only layers whose activations are bf16 already lose nothing.
-  if (spec.act_dtype != DType::kBF16) ks.amx = false;
+  // AMX tiles and the bf16 streaming kernel multiply bf16 operands: only layers whose activations are
+  // bf16 already lose nothing.
+  if (spec.act_dtype != DType::kBF16) {
+    ks.amx = false;
+    ks.stream_bf16 = nullptr;
+  }
   return ks;
 }
 
@@ -178,7 +182,8 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
   const kernels::BlockRef ref = w.block(e, b);
   const int mi = static_cast<int>(m);
   if (m <= ks_.stream_max(ref.fmt)) {
-    ks_.stream(ref, x, ldx, mi, acc);
+    if (xb != nullptr && ks_.uses_bf16_stream(ref.fmt)) ks_.stream_bf16(ref, xb, ldx, mi, acc);
+    else ks_.stream(ref, x, ldx, mi, acc);
     return;
   }
   if (ks_.amx && m >= 16 && xb != nullptr) {
@@ -290,8 +295,10 @@ void CpuRunner::forward(const ForwardArgs& args) {
     scratch_[static_cast<size_t>(t)].panel.get(static_cast<size_t>(kpmax * 16));
     if (ks_.amx) scratch_[static_cast<size_t>(t)].panel_bf16.get(static_cast<size_t>(kpmax * 16));
   }
-  uint16_t* Xb = ks_.amx ? xb_.get(static_cast<size_t>((rows + 16) * hp_)) : nullptr;
-  uint16_t* Hbb = ks_.amx ? hb_.get(static_cast<size_t>((rows + 16) * ipmax)) : nullptr;
+  // bf16 copies of X and H for AMX tiles and the bf16 streaming kernel (bf16 layers only: kernels_for_spec).
+  const bool want_bf16 = ks_.amx || ks_.stream_bf16 != nullptr;
+  uint16_t* Xb = want_bf16 ? xb_.get(static_cast<size_t>((rows + 16) * hp_)) : nullptr;
+  uint16_t* Hbb = want_bf16 ? hb_.get(static_cast<size_t>((rows + 16) * ipmax)) : nullptr;
   float* gate = nullptr;
   if (has_shared && !shared_gate_.empty()) gate = gate_.get(static_cast<size_t>(M));
 

@@ -100,4 +100,19 @@ void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx
 // Releases the tile state of the calling thread.
 void amx_release();
 
+// ---- AVX512-BF16 + AVX512-VBMI (gemm_avx512bf16.cpp) ----
+// Streaming path for bf16 activations: acc[m][16] = xb[m][kp] @ W with xb bf16 (row stride ldx elements,
+// kp readable columns, zero past K; rows need not be 16-row padded), any m >= 0. bf16, fp8 and fp4
+// weights are decoded to bf16 VNNI pairs with integer shuffles and multiplied with VDPBF16PS (f32
+// accumulation; a product of two bf16 is exact in f32); f32, f16 and int8 weights take an f32 FMA loop
+// (x widened from bf16). Either way the result equals stream_avx512 on the same bf16-valued x up to
+// the order of the f32 additions.
+void stream_avx512bf16(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc);
+// The formats stream_avx512bf16 runs on VDPBF16PS (every value exactly a bf16, decoded cheaply); for the
+// others the runner keeps the f32 streaming kernel.
+constexpr bool bf16_stream_native(PackFmt f) noexcept {
+  return f == PackFmt::kBF16 || f == PackFmt::kFp8 || f == PackFmt::kFp8Block || f == PackFmt::kMxfp4 ||
+         f == PackFmt::kNvfp4;
+}
+
 }  // namespace moerun::cpu::kernels

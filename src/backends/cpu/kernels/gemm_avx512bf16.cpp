@@ -1,0 +1,337 @@
+// cpu/kernels/gemm_avx512bf16.cpp — the AVX512-BF16 streaming kernel (kernels.hpp): bf16 activations,
+// weights decoded straight to bf16 VNNI pairs with integer shuffles, one VDPBF16PS per k pair (32
+// weights) and token. Compiled with AVX-512F/BW/VL/DQ + AVX512-BF16 + AVX512-VBMI; reached only at
+// CpuIsa::kAvx512Bf16 and above (isa.cpp requires VBMI for those levels).
+//
+// NOTES
+// - VDPBF16PS treats denormal bf16 inputs as zero and flushes denormal results, whatever MXCSR says. So
+//   every weight becomes the bf16 of its true value (fp8: value / 256, the convention of the other
+//   kernels, which the packed fp8 scales undo): those are zero or normal bf16 numbers, the e4m3
+//   subnormals included (m * 2^-17 after the / 256), and their products with normal activations stay
+//   far from the f32 denormal range.
+// - A product of two bf16 numbers is exact in f32. Against stream_avx512 on the same bf16-rounded x the
+//   results differ only in the order of the f32 additions and in that a K group's scale multiplies the
+//   group's sum (one FMA per group and token) instead of every weight.
+// - Word order of a k pair p (what VDPBF16PS pairs up): word 2l = k 2p of lane l, word 2l + 1 = k 2p + 1
+//   of lane l; the x operand is the token's (x[2p], x[2p + 1]) bf16 pair broadcast as one dword.
+// - fp8 e4m3, per k pair (4 shuffle/logic ops): vpermb spreads the 32 codes into that word order with
+//   the code in both bytes of its word; vpermi2b (128-entry byte tables, the index's bit 7 ignored)
+//   replaces the odd bytes by the high byte of bf16(|value| / 256), a second one the even bytes by the
+//   low byte; vpternlog ORs the sign (bit 7 of the code, now bit 15 of the spread word) back in. The
+//   tables are built below from integer arithmetic, so subnormal codes are exact. The e4m3 NaN (0x7F)
+//   decodes as 480, like the other kernels (quantizers never emit it).
+// - e2m1, per k pair (3 ops): vpermb gives each word the byte that holds its nibble, a masked vpsrlw
+//   moves the high nibble down for lanes 8-15, vpermw maps nibbles to bf16 (every e2m1 value is a bf16
+//   value; the 32-entry table repeats the 16, so bit 4 of the index does not matter).
+// - bf16 weights: the packed block already is in that word order.
+// - f32, f16 and int8 weights are not bf16-exact (int8 is, but its decode costs more than it saves):
+//   they take an f32 FMA loop here (x widened from bf16, exact), so the kernel accepts every format;
+//   the runner keeps them on stream_avx512 (kernels::bf16_stream_native).
+// - Tokens run in register groups of up to 8 (every weight vector decoded once per group); with 1 or 2
+//   tokens each token has 4 or 2 independent accumulator chains so the dot product latency is hidden.
+//   Every K group (8, 16 or 64 k pairs; K is padded to 16 pairs) is a multiple of the 4-pair step.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/kernels/kernels.hpp"
+
+namespace moerun::cpu::kernels {
+namespace {
+
+// ---- tables ----------------------------------------------------------------------------------------
+// bf16 bits of n * 2^q for 0 <= n < 256 (exact: at most 8 significant bits), assuming a normal result.
+constexpr uint16_t bf16_bits(int n, int q) {
+  if (n == 0) return 0;
+  int top = 7;
+  while (!((n >> top) & 1)) --top;
+  const int biased = top + q + 127;
+  const int mant = (n << (7 - top)) & 0x7F;
+  return static_cast<uint16_t>((biased << 7) | mant);
+}
+// e4m3 magnitude code c (0..127) / 256: normal (8 + m) * 2^(e - 18), subnormal m * 2^-17.
+constexpr uint16_t e4m3_mag_bf16(int c) {
+  const int e = c >> 3, m = c & 7;
+  return bf16_bits(e ? 8 + m : m, (e ? e : 1) - 18);
+}
+
+struct alignas(64) Tables {
+  uint8_t fp8_lo[128] = {}, fp8_hi[128] = {};  // low / high byte of e4m3_mag_bf16(code)
+  uint16_t e2m1[32] = {};                      // bf16 of the e2m1 nibble (i & 15)
+  uint8_t fp8_spread[64] = {};                 // vpermb index: byte j <- code of its word
+  uint8_t fp4_spread[64] = {};                 // vpermb index: byte j <- byte holding its word's nibble
+};
+
+constexpr Tables make_tables() {
+  Tables t;
+  for (int c = 0; c < 128; ++c) {
+    t.fp8_lo[c] = static_cast<uint8_t>(e4m3_mag_bf16(c) & 0xFF);
+    t.fp8_hi[c] = static_cast<uint8_t>(e4m3_mag_bf16(c) >> 8);
+  }
+  constexpr int twice[8] = {0, 1, 2, 3, 4, 6, 8, 12};  // 2 * e2m1 magnitude
+  for (int i = 0; i < 32; ++i)
+    t.e2m1[i] = static_cast<uint16_t>(bf16_bits(twice[i & 7], -1) | ((i & 8) ? 0x8000 : 0));
+  for (int j = 0; j < 64; ++j) {
+    const int word = j / 2, lane = word / 2, odd = word & 1;
+    // fp8 pair: bytes 0-15 = k even of lanes 0-15, bytes 16-31 = k odd.
+    t.fp8_spread[j] = static_cast<uint8_t>(odd * 16 + lane);
+    // e2m1 pair: bytes 0-7 = k even, byte i = lane i (low nibble) | lane i + 8 (high); 8-15 = k odd.
+    t.fp4_spread[j] = static_cast<uint8_t>(odd * 8 + (lane & 7));
+  }
+  return t;
+}
+constexpr Tables kTab = make_tables();
+
+static_assert(e4m3_mag_bf16(0x38) == 0x3B80, "e4m3 1.0 / 256 = 2^-8");
+static_assert(e4m3_mag_bf16(0x01) == 0x3700, "e4m3 2^-9 (smallest subnormal) / 256 = 2^-17");
+static_assert(e4m3_mag_bf16(0x07) == 0x3860, "e4m3 7 * 2^-9 / 256 = 1.75 * 2^-15");
+static_assert(e4m3_mag_bf16(0x7E) == 0x3FE0, "e4m3 448 / 256 = 1.75");
+static_assert(kTab.e2m1[7] == 0x40C0 && kTab.e2m1[9] == 0xBF00 && kTab.e2m1[16 + 5] == 0x4040, "e2m1 6, -0.5, 3");
+
+inline __m512i ld512(const void* p) { return _mm512_load_si512(p); }
+
+// ---- weight decoders: one k pair -> 32 bf16 in VNNI word order --------------------------------------
+template <PackFmt F> struct Dec;
+
+template <> struct Dec<PackFmt::kBF16> {
+  __m512i operator()(const uint8_t* d, int64_t p) const { return _mm512_loadu_si512(d + p * 64); }
+};
+
+template <> struct Dec<PackFmt::kFp8> {
+  static constexpr __mmask64 kEvenBytes = 0x5555555555555555ull, kOddBytes = 0xAAAAAAAAAAAAAAAAull;
+  const __m512i lo0 = ld512(kTab.fp8_lo), lo1 = ld512(kTab.fp8_lo + 64);
+  const __m512i hi0 = ld512(kTab.fp8_hi), hi1 = ld512(kTab.fp8_hi + 64);
+  const __m512i spread = ld512(kTab.fp8_spread);
+  const __m512i sign = _mm512_set1_epi16(static_cast<short>(0x8000));
+  __m512i operator()(const uint8_t* d, int64_t p) const {
+    // Upper 256 bits undefined: the spread indices are all below 32.
+    const __m512i src = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + p * 32)));
+    const __m512i h = _mm512_permutexvar_epi8(spread, src);                // code in both bytes of its word
+    const __m512i t = _mm512_mask2_permutex2var_epi8(hi0, h, kOddBytes, hi1);   // odd bytes: high byte
+    const __m512i r = _mm512_mask2_permutex2var_epi8(lo0, t, kEvenBytes, lo1);  // even bytes: low byte
+    return _mm512_ternarylogic_epi32(r, h, sign, 0xF8);                  // r | (h & 0x8000)
+  }
+};
+template <> struct Dec<PackFmt::kFp8Block> : Dec<PackFmt::kFp8> {};
+
+template <> struct Dec<PackFmt::kMxfp4> {
+  const __m512i lut = ld512(kTab.e2m1);
+  const __m512i spread = ld512(kTab.fp4_spread);
+  __m512i operator()(const uint8_t* d, int64_t p) const {
+    const __m512i src = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + p * 16)));
+    __m512i s = _mm512_permutexvar_epi8(spread, src);
+    s = _mm512_mask_srli_epi16(s, static_cast<__mmask32>(0xFFFF0000u), s, 4);  // words 16-31 = lanes 8-15
+    return _mm512_permutexvar_epi16(s, lut);
+  }
+};
+template <> struct Dec<PackFmt::kNvfp4> : Dec<PackFmt::kMxfp4> {};
+
+// ---- group scales (as in gemm_avx512.cpp; kept local so this file's flags never leak into that one) --
+inline __m128i ld128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+// 16 e4m3 bytes -> 16 floats (value / 256), through fp16 bits (see dequant_avx2.hpp NOTES).
+inline __m512 e4m3x16(__m128i v) {
+  __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(v), 8);
+  h = _mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16(static_cast<short>(0xBFFF)));
+  return _mm512_cvtph_ps(h);
+}
+
+template <PackFmt F>
+inline __m512 group_scale(const uint8_t* gs, int64_t g, float gmul) {
+  if constexpr (F == PackFmt::kFp8Block) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(gs) + g * 16);
+  } else if constexpr (F == PackFmt::kMxfp4) {
+    const __m512i e = _mm512_cvtepu8_epi32(ld128(gs + g * 16));
+    __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+                           _mm512_castsi512_ps(_mm512_set1_epi32(0x00400000)));
+    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_ps(__builtin_nanf("")));
+    return v;
+  } else if constexpr (F == PackFmt::kNvfp4) {
+    return _mm512_mul_ps(e4m3x16(ld128(gs + g * 16)), _mm512_set1_ps(gmul));
+  } else {
+    (void)gs; (void)g; (void)gmul;
+    return _mm512_set1_ps(1.0f);
+  }
+}
+
+// ---- the bf16 dot-product kernel ---------------------------------------------------------------------
+inline int32_t pair_of(const uint16_t* x, int64_t p) {
+  int32_t v;
+  std::memcpy(&v, x + 2 * p, sizeof v);
+  return v;
+}
+[[gnu::always_inline]] inline __m512 dot(__m512 acc, __m512i w, const uint16_t* x, int64_t p) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)_mm512_set1_epi32(pair_of(x, p)));
+}
+
+template <int I>
+[[gnu::always_inline]] inline __m512i pick4(__m512i w0, __m512i w1, __m512i w2, __m512i w3) {
+  if constexpr (I == 0) return w0;
+  else if constexpr (I == 1) return w1;
+  else if constexpr (I == 2) return w2;
+  else return w3;
+}
+template <int I>
+[[gnu::always_inline]] inline __m512 pick8(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4, __m512 a5,
+                                          __m512 a6, __m512 a7) {
+  if constexpr (I == 0) return a0;
+  else if constexpr (I == 1) return a1;
+  else if constexpr (I == 2) return a2;
+  else if constexpr (I == 3) return a3;
+  else if constexpr (I == 4) return a4;
+  else if constexpr (I == 5) return a5;
+  else if constexpr (I == 6) return a6;
+  else return a7;
+}
+// Sum of token T's NA accumulator chains (slots T * NA .. T * NA + NA - 1).
+#define MOERUN_A8 a0, a1, a2, a3, a4, a5, a6, a7
+template <int NA, int T>
+[[gnu::always_inline]] inline __m512 token_sum(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4, __m512 a5,
+                                              __m512 a6, __m512 a7) {
+  if constexpr (NA == 1) {
+    return pick8<T>(MOERUN_A8);
+  } else if constexpr (NA == 2) {
+    return _mm512_add_ps(pick8<2 * T>(MOERUN_A8), pick8<2 * T + 1>(MOERUN_A8));
+  } else {
+    static_assert(NA == 4 && T == 0);
+    return _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+  }
+}
+
+// Accumulators are named variables (GCC keeps arrays of vectors in memory; see gemm_avx2.cpp).
+#define MOERUN_S8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+template <PackFmt F, int MT>
+void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
+  static_assert(MT >= 1 && MT <= 8);
+  constexpr int G = group_size(F);
+  constexpr int NA = MT == 1 ? 4 : MT == 2 ? 2 : 1;  // accumulator chains per token; MT * NA <= 8
+  const int64_t pairs = b.kp / 2, gp = G ? G / 2 : pairs;
+  const Dec<F> dec;
+  const __m512 z = _mm512_setzero_ps();
+  // slot s: token s / NA, chain s % NA (k pairs p with p % NA == s % NA)
+#define DECL(s) __m512 a##s = z; const uint16_t* x##s = (s) < MT * NA ? xb + ((s) / NA) * ldx : xb;
+  MOERUN_S8(DECL)
+#undef DECL
+#define DECL(t) __m512 sum##t = z;
+  MOERUN_S8(DECL)
+#undef DECL
+  for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
+    const int64_t pe = std::min(p0 + gp, pairs);  // pe - p0 is a multiple of 8 (see NOTES)
+    for (int64_t p = p0; p < pe; p += NA) {
+      const __m512i w0 = dec(b.data, p);
+      __m512i w1 = w0, w2 = w0, w3 = w0;
+      if constexpr (NA > 1) w1 = dec(b.data, p + 1);
+      if constexpr (NA > 2) {
+        w2 = dec(b.data, p + 2);
+        w3 = dec(b.data, p + 3);
+      }
+#define STEP(s) if constexpr (MT * NA > (s)) a##s = dot(a##s, pick4<(s) % NA>(w0, w1, w2, w3), x##s, p + (s) % NA);
+      MOERUN_S8(STEP)
+#undef STEP
+    }
+    if constexpr (G != 0) {
+      const __m512 sc = group_scale<F>(b.gscale, p0 / gp, b.gmul);
+#define FOLD(t) if constexpr (MT > (t)) sum##t = _mm512_fmadd_ps(token_sum<NA, ((t) < MT ? (t) : 0)>(MOERUN_A8), sc, sum##t);
+      MOERUN_S8(FOLD)
+#undef FOLD
+#define ZERO(s) a##s = z;
+      MOERUN_S8(ZERO)
+#undef ZERO
+    }
+  }
+  if constexpr (G != 0) {
+#define STORE(t) if constexpr (MT > (t)) _mm512_storeu_ps(acc + (t) * 16, sum##t);
+    MOERUN_S8(STORE)
+#undef STORE
+  } else {
+#define STORE(t) if constexpr (MT > (t)) _mm512_storeu_ps(acc + (t) * 16, token_sum<NA, ((t) < MT ? (t) : 0)>(MOERUN_A8));
+    MOERUN_S8(STORE)
+#undef STORE
+  }
+}
+
+// ---- f32 FMA fallback for f32 / f16 / int8 weights (x widened from bf16: exact) ----------------------
+template <PackFmt F>
+inline void load2_f32(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
+  if constexpr (F == PackFmt::kF32) {
+    const float* f = reinterpret_cast<const float*>(d) + p * 32;
+    we = _mm512_loadu_ps(f);
+    wo = _mm512_loadu_ps(f + 16);
+  } else if constexpr (F == PackFmt::kF16) {
+    const uint8_t* q = d + p * 64;
+    we = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+    wo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32)));
+  } else {
+    static_assert(F == PackFmt::kInt8);
+    we = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32)));
+    wo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32 + 16)));
+  }
+}
+
+template <PackFmt F, int MT>
+void fma_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
+  static_assert(group_size(F) == 0);
+  const int64_t pairs = b.kp / 2;
+  const __m512 z = _mm512_setzero_ps();
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+#define DECL(t) __m512 e##t = z, o##t = z; const uint16_t* x##t = (t) < MT ? xb + (t) * ldx : xb;
+  MOERUN_S8(DECL)
+#undef DECL
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512 we, wo;
+    load2_f32<F>(b.data, p, we, wo);
+#define STEP(t)                                                                                 \
+    if constexpr (MT > (t)) {                                                                   \
+      const __m512i xp = _mm512_set1_epi32(pair_of(x##t, p));                                   \
+      e##t = _mm512_fmadd_ps(we, _mm512_castsi512_ps(_mm512_slli_epi32(xp, 16)), e##t);         \
+      o##t = _mm512_fmadd_ps(wo, _mm512_castsi512_ps(_mm512_and_si512(xp, hi)), o##t);          \
+    }
+    MOERUN_S8(STEP)
+#undef STEP
+  }
+#define STORE(t) if constexpr (MT > (t)) _mm512_storeu_ps(acc + (t) * 16, _mm512_add_ps(e##t, o##t));
+  MOERUN_S8(STORE)
+#undef STORE
+}
+
+template <PackFmt F, int MT>
+void block_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
+  if constexpr (bf16_stream_native(F)) dot_t<F, MT>(b, xb, ldx, acc);
+  else fma_t<F, MT>(b, xb, ldx, acc);
+}
+
+template <PackFmt F>
+void stream_f(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
+  int i = 0;
+  for (; m - i >= 8; i += 8) block_t<F, 8>(b, xb + i * ldx, ldx, acc + i * 16);
+  const uint16_t* x = xb + i * ldx;
+  float* a = acc + i * 16;
+  switch (m - i) {
+    case 7: block_t<F, 7>(b, x, ldx, a); break;
+    case 6: block_t<F, 6>(b, x, ldx, a); break;
+    case 5: block_t<F, 5>(b, x, ldx, a); break;
+    case 4: block_t<F, 4>(b, x, ldx, a); break;
+    case 3: block_t<F, 3>(b, x, ldx, a); break;
+    case 2: block_t<F, 2>(b, x, ldx, a); break;
+    case 1: block_t<F, 1>(b, x, ldx, a); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void stream_avx512bf16(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
+  switch (b.fmt) {
+    case PackFmt::kF32: stream_f<PackFmt::kF32>(b, xb, ldx, m, acc); break;
+    case PackFmt::kF16: stream_f<PackFmt::kF16>(b, xb, ldx, m, acc); break;
+    case PackFmt::kBF16: stream_f<PackFmt::kBF16>(b, xb, ldx, m, acc); break;
+    case PackFmt::kFp8: stream_f<PackFmt::kFp8>(b, xb, ldx, m, acc); break;
+    case PackFmt::kFp8Block: stream_f<PackFmt::kFp8Block>(b, xb, ldx, m, acc); break;
+    case PackFmt::kInt8: stream_f<PackFmt::kInt8>(b, xb, ldx, m, acc); break;
+    case PackFmt::kMxfp4: stream_f<PackFmt::kMxfp4>(b, xb, ldx, m, acc); break;
+    case PackFmt::kNvfp4: stream_f<PackFmt::kNvfp4>(b, xb, ldx, m, acc); break;
+  }
+}
+
+}  // namespace moerun::cpu::kernels
