@@ -372,6 +372,28 @@ TEST(CpuBackend, Bf16LayersNameTheBf16StreamingKernel) {
       }
 }
 
+// The software prefetch distance: on for the levels with the bf16 streaming kernel or AMX tiles, off
+// below; MOERUN_CPU_PREFETCH overrides it (0 = off) and invalid values leave the default.
+TEST(CpuBackend, PrefetchKnob) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_PREFETCH"); }
+  } guard;
+  unsetenv("MOERUN_CPU_PREFETCH");
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).prefetch, 0);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512).prefetch, 0);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512Bf16).prefetch, cpu::kPrefetchBytes);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch, cpu::kPrefetchBytes);
+  setenv("MOERUN_CPU_PREFETCH", "0", 1);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch, 0);
+  setenv("MOERUN_CPU_PREFETCH", "1024", 1);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512Bf16).prefetch, 1024);
+  for (const char* bad : {"", "-5", "x", "65537"}) {
+    setenv("MOERUN_CPU_PREFETCH", bad, 1);
+    EXPECT_EQ(cpu::prefetch_override(), -1) << bad;
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch, cpu::kPrefetchBytes) << bad;
+  }
+}
+
 // MOERUN_CPU_STREAM_MAX_TOKENS moves the stream/tile crossover of every format and level; invalid
 // values leave the defaults.
 TEST(CpuBackend, StreamMaxTokensKnob) {

@@ -86,6 +86,18 @@ CpuIsa effective_isa() {
   return static_cast<CpuIsa>(std::min(static_cast<int>(detected_isa()), static_cast<int>(cpu_isa_cap())));
 }
 
+int prefetch_override() {
+  const char* v = std::getenv("MOERUN_CPU_PREFETCH");
+  if (!v || !*v) return -1;
+  long n = 0;
+  for (const char* c = v; *c; ++c) {
+    if (*c < '0' || *c > '9') return -1;
+    n = n * 10 + (*c - '0');
+    if (n > 65536) return -1;
+  }
+  return static_cast<int>(n);
+}
+
 int stream_max_tokens_override() {
   const char* v = std::getenv("MOERUN_CPU_STREAM_MAX_TOKENS");
   if (!v || !*v) return -1;
@@ -163,6 +175,8 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
     throw_error(ErrorKind::kInvalidArgument, "cpu backend: unknown kernel variant '" + variant + "' (knows v1, v2)");
   KernelSet k = kernels_default(isa, variant);
   if (const int n = stream_max_tokens_override(); n >= 0) k.stream_max_m = k.stream_max_m_cheap = k.stream_max_m_bf16 = n;
+  k.prefetch = k.stream_bf16 != nullptr || k.amx ? kPrefetchBytes : 0;
+  if (const int n = prefetch_override(); n >= 0) k.prefetch = n;
   return k;
 }
 

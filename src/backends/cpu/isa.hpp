@@ -42,16 +42,19 @@ CpuIsa effective_isa();
 // panels + 6x16 tiles for bf16 and f32 weights (decoded by a shift or not at all) up to 16 tokens; for
 // formats decoded through a conversion instruction (f16, fp8, int8, fp4: Zen 1 converts 8 floats per
 // ~2.5 cycles) the panel amortizes the decode from 5 tokens on.
-// AVX-512, AVX512-BF16 and AMX: placeholders (the AVX2 value), to be retuned from a sweep on the Xeon
-// with MOERUN_CPU_STREAM_MAX_TOKENS. kAvx512Bf16StreamMaxTokens applies where the bf16 streaming kernel
-// runs (bf16 activations; bf16, fp8 and fp4 weights) at kAvx512Bf16 and kAmx; kAmxStreamMaxTokens is
-// the crossover to AMX tiles for the other formats of a bf16 layer at kAmx.
+// kAvx512Bf16StreamMaxTokens applies where the bf16 streaming kernel runs (bf16 activations; bf16, fp8
+// and fp4 weights) at kAvx512Bf16 and kAmx: 8, from the crossover sweep on the H200 host's Xeon (AMX,
+// 2 threads, tools/xeon-bench.sh, bench/results/2026-11-30_*_h200-and-host-xeon/): deepseek-v2-lite at
+// 6 tokens per expert streams in 117 ms against 129 ms on AMX tiles, qwen3 and deepseek at 16-24
+// take the tiles (122 vs 165 ms, 110 vs 131 ms); that machine's run-to-run noise is ~10%, so the cut
+// is only known to lie between 6 and 16. kAmxStreamMaxTokens (the crossover to AMX tiles for the other
+// formats of a bf16 layer) and the AVX-512 f32 values are not measured yet (the AVX2 value).
 inline constexpr int kStreamMaxTokens = 4;  // the common default (and the AVX2 value for costly decodes)
 inline constexpr int kAvx2StreamMaxTokens = kStreamMaxTokens;
 inline constexpr int kAvx2StreamMaxTokensCheapDecode = 16;
 inline constexpr int kAvx512StreamMaxTokens = 4;
 inline constexpr int kAvx512StreamMaxTokensCheapDecode = 4;
-inline constexpr int kAvx512Bf16StreamMaxTokens = 4;
+inline constexpr int kAvx512Bf16StreamMaxTokens = 8;
 inline constexpr int kAmxStreamMaxTokens = 4;
 inline constexpr int kAmxStreamMaxTokensCheapDecode = 4;
 inline constexpr int kStreamMaxTokensLimit = 65536;  // largest value MOERUN_CPU_STREAM_MAX_TOKENS accepts
@@ -83,7 +86,14 @@ struct KernelSet {
     return (f == kernels::PackFmt::kBF16 || f == kernels::PackFmt::kF32) ? stream_max_m_cheap : stream_max_m;
   }
   std::string variant = "v2";
+  // Software prefetch distance (bytes) the runner puts in BlockRef::prefetch for the bf16 streaming
+  // kernel and the AMX tiles: kPrefetchBytes, or MOERUN_CPU_PREFETCH=<bytes> (0 = off; measurement).
+  int prefetch = 0;
 };
+
+inline constexpr int kPrefetchBytes = 4096;
+// MOERUN_CPU_PREFETCH parsed: bytes in [0, 65536], or -1 when unset or invalid.
+int prefetch_override();
 
 // Kernels for the given level (kAvx512Bf16 and kAmx: the AVX-512 set plus stream_bf16; kAmx adds the
 // tiles). Throws Error{kUnsupported} below AVX2.

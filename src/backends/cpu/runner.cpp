@@ -179,7 +179,8 @@ std::string CpuRunner::variant_for(int64_t m) const { return variant_name(spec_,
 
 void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb, int64_t ldx,
                           int64_t m, Scratch& s, float* acc) const {
-  const kernels::BlockRef ref = w.block(e, b);
+  kernels::BlockRef ref = w.block(e, b);
+  ref.prefetch = ks_.prefetch;
   const int mi = static_cast<int>(m);
   if (m <= ks_.stream_max(ref.fmt)) {
     if (xb != nullptr && ks_.uses_bf16_stream(ref.fmt)) ks_.stream_bf16(ref, xb, ldx, mi, acc);
@@ -197,7 +198,7 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
       kernels::panel_to_bf16_vnni(f, w.kp, pb);
       panel = pb;
     }
-    kernels::tile_amx(panel, w.kp, xb, ldx, mi, acc);
+    kernels::tile_amx(panel, w.kp, xb, ldx, mi, acc, ref.prefetch);
     return;
   }
   float* panel = s.panel.get(static_cast<size_t>(w.kp * 16));

@@ -21,23 +21,33 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
+// The tile configuration is loaded once per thread until amx_release (LDTILECFG costs as much as
+// several tile dot products, and a forward calls tile_amx once per N-block).
+thread_local bool t_configured = false;
+
 void load_config() {
+  if (t_configured) return;
   TileConfig c;
   for (int t = 0; t < 6; ++t) {
     c.colsb[t] = 64;
     c.rows[t] = 16;
   }
   _tile_loadconfig(&c);
+  t_configured = true;
 }
 
 template <int NT>
-void tiles_t(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, float* out /*[NT*16][16]*/) {
+void tiles_t(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, float* out /*[NT*16][16]*/,
+             int prefetch) {
   _tile_zero(0);
   if constexpr (NT > 1) _tile_zero(1);
   if constexpr (NT > 2) _tile_zero(2);
   if constexpr (NT > 3) _tile_zero(3);
   const size_t stride = static_cast<size_t>(ldx) * 2;
+  const char* pf = reinterpret_cast<const char*>(panel) + prefetch;
   for (int64_t k = 0; k < kp; k += 32) {
+    if (prefetch > 0)  // the B tile `prefetch` bytes ahead: 1 KiB = 16 lines per k step
+      for (int l = 0; l < 1024; l += 64) _mm_prefetch(pf + k * 32 + l, _MM_HINT_T0);
     _tile_loadd(5, panel + k * 16, 64);
     _tile_loadd(4, xb + k, stride);
     _tile_dpbf16ps(0, 4, 5);
@@ -75,7 +85,8 @@ void f32_to_bf16_row(const float* x, int64_t n, uint16_t* out) {
   }
 }
 
-void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, int m, float* acc) {
+void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, int m, float* acc,
+              int prefetch) {
   load_config();
   alignas(64) float out[64 * 16];
   for (int i = 0; i < m; i += 64) {
@@ -83,15 +94,18 @@ void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx
     const int nt = (rows + 15) / 16;
     const uint16_t* x = xb + static_cast<int64_t>(i) * ldx;
     switch (nt) {
-      case 4: tiles_t<4>(panel, kp, x, ldx, out); break;
-      case 3: tiles_t<3>(panel, kp, x, ldx, out); break;
-      case 2: tiles_t<2>(panel, kp, x, ldx, out); break;
-      default: tiles_t<1>(panel, kp, x, ldx, out); break;
+      case 4: tiles_t<4>(panel, kp, x, ldx, out, prefetch); break;
+      case 3: tiles_t<3>(panel, kp, x, ldx, out, prefetch); break;
+      case 2: tiles_t<2>(panel, kp, x, ldx, out, prefetch); break;
+      default: tiles_t<1>(panel, kp, x, ldx, out, prefetch); break;
     }
     std::memcpy(acc + static_cast<int64_t>(i) * 16, out, static_cast<size_t>(rows) * 16 * sizeof(float));
   }
 }
 
-void amx_release() { _tile_release(); }
+void amx_release() {
+  _tile_release();
+  t_configured = false;
+}
 
 }  // namespace moerun::cpu::kernels

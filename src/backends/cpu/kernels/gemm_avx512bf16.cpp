@@ -14,12 +14,11 @@
 //   group's sum (one FMA per group and token) instead of every weight.
 // - Word order of a k pair p (what VDPBF16PS pairs up): word 2l = k 2p of lane l, word 2l + 1 = k 2p + 1
 //   of lane l; the x operand is the token's (x[2p], x[2p + 1]) bf16 pair broadcast as one dword.
-// - fp8 e4m3, per k pair (4 shuffle/logic ops): vpermb spreads the 32 codes into that word order with
-//   the code in both bytes of its word; vpermi2b (128-entry byte tables, the index's bit 7 ignored)
-//   replaces the odd bytes by the high byte of bf16(|value| / 256), a second one the even bytes by the
-//   low byte; vpternlog ORs the sign (bit 7 of the code, now bit 15 of the spread word) back in. The
-//   tables are built below from integer arithmetic, so subnormal codes are exact. The e4m3 NaN (0x7F)
-//   decodes as 480, like the other kernels (quantizers never emit it).
+// - fp8 e4m3, per k pair (7 ops, 3 of them shuffles): a zero-masked vpermb puts each code in the low
+//   byte of its word; normal codes become bf16(|value| / 256) by a shift and one vpternlog; a masked
+//   vpermw replaces zero and subnormal codes from an 8-entry table (built below from integer
+//   arithmetic, so they are exact); a last vpternlog ORs the sign in. The e4m3 NaN (0x7F) decodes as
+//   480, like the other kernels (quantizers never emit it).
 // - e2m1, per k pair (3 ops): vpermb gives each word the byte that holds its nibble, a masked vpsrlw
 //   moves the high nibble down for lanes 8-15, vpermw maps nibbles to bf16 (every e2m1 value is a bf16
 //   value; the 32-entry table repeats the 16, so bit 4 of the index does not matter).
@@ -57,18 +56,15 @@ constexpr uint16_t e4m3_mag_bf16(int c) {
 }
 
 struct alignas(64) Tables {
-  uint8_t fp8_lo[128] = {}, fp8_hi[128] = {};  // low / high byte of e4m3_mag_bf16(code)
   uint16_t e2m1[32] = {};                      // bf16 of the e2m1 nibble (i & 15)
   uint8_t fp8_spread[64] = {};                 // vpermb index: byte j <- code of its word
+  uint16_t fp8_sub[32] = {};                   // e4m3 subnormal magnitude m (index m < 8) / 256 as bf16
   uint8_t fp4_spread[64] = {};                 // vpermb index: byte j <- byte holding its word's nibble
 };
 
 constexpr Tables make_tables() {
   Tables t;
-  for (int c = 0; c < 128; ++c) {
-    t.fp8_lo[c] = static_cast<uint8_t>(e4m3_mag_bf16(c) & 0xFF);
-    t.fp8_hi[c] = static_cast<uint8_t>(e4m3_mag_bf16(c) >> 8);
-  }
+  for (int c = 0; c < 8; ++c) t.fp8_sub[c] = e4m3_mag_bf16(c);
   constexpr int twice[8] = {0, 1, 2, 3, 4, 6, 8, 12};  // 2 * e2m1 magnitude
   for (int i = 0; i < 32; ++i)
     t.e2m1[i] = static_cast<uint16_t>(bf16_bits(twice[i & 7], -1) | ((i & 8) ? 0x8000 : 0));
@@ -99,18 +95,23 @@ template <> struct Dec<PackFmt::kBF16> {
 };
 
 template <> struct Dec<PackFmt::kFp8> {
-  static constexpr __mmask64 kEvenBytes = 0x5555555555555555ull, kOddBytes = 0xAAAAAAAAAAAAAAAAull;
-  const __m512i lo0 = ld512(kTab.fp8_lo), lo1 = ld512(kTab.fp8_lo + 64);
-  const __m512i hi0 = ld512(kTab.fp8_hi), hi1 = ld512(kTab.fp8_hi + 64);
+  // Normal codes by arithmetic: |code| << 4 puts e and m where bf16 keeps them, and OR-ing 0x3800 adds
+  // the exponent bias difference (127 - 7 - 8: the / 256 convention) without a carry (|code| << 4 <
+  // 0x800). Zero and subnormal codes (exponent field 0) come from a table by one masked vpermw. Three
+  // shuffle-port ops per 32 weights (vpermb, vptestnmw, vpermw) instead of the two-table vpermi2b
+  // lookups (each several shuffle uops on Intel cores).
+  static constexpr __mmask64 kEvenBytes = 0x5555555555555555ull;
   const __m512i spread = ld512(kTab.fp8_spread);
-  const __m512i sign = _mm512_set1_epi16(static_cast<short>(0x8000));
+  const __m512i sub = ld512(kTab.fp8_sub);
+  const __m512i em = _mm512_set1_epi16(0x07F0), bias = _mm512_set1_epi16(0x3800);
+  const __m512i expo = _mm512_set1_epi16(0x0078), sign = _mm512_set1_epi16(static_cast<short>(0x8000));
   __m512i operator()(const uint8_t* d, int64_t p) const {
     // Upper 256 bits undefined: the spread indices are all below 32.
     const __m512i src = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + p * 32)));
-    const __m512i h = _mm512_permutexvar_epi8(spread, src);                // code in both bytes of its word
-    const __m512i t = _mm512_mask2_permutex2var_epi8(hi0, h, kOddBytes, hi1);   // odd bytes: high byte
-    const __m512i r = _mm512_mask2_permutex2var_epi8(lo0, t, kEvenBytes, lo1);  // even bytes: low byte
-    return _mm512_ternarylogic_epi32(r, h, sign, 0xF8);                  // r | (h & 0x8000)
+    const __m512i w = _mm512_maskz_permutexvar_epi8(kEvenBytes, spread, src);      // word = code (0..255)
+    __m512i r = _mm512_ternarylogic_epi32(_mm512_slli_epi16(w, 4), em, bias, 0xEA);  // (w << 4 & em) | bias
+    r = _mm512_mask_permutexvar_epi16(r, _mm512_testn_epi16_mask(w, expo), w, sub);   // e == 0: table[m]
+    return _mm512_ternarylogic_epi32(r, _mm512_slli_epi16(w, 8), sign, 0xF8);          // r | (w << 8 & sign)
   }
 };
 template <> struct Dec<PackFmt::kFp8Block> : Dec<PackFmt::kFp8> {};
@@ -208,6 +209,9 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
   constexpr int NA = MT == 1 ? 4 : MT == 2 ? 2 : 1;  // accumulator chains per token; MT * NA <= 8
   const int64_t pairs = b.kp / 2, gp = G ? G / 2 : pairs;
   const Dec<F> dec;
+  constexpr int kPairBytes = 2 * bytes_per_k(F);
+  constexpr int kStepBytes = NA * kPairBytes;
+  const char* pf = reinterpret_cast<const char*>(b.data) + b.prefetch;
   const __m512 z = _mm512_setzero_ps();
   // slot s: token s / NA, chain s % NA (k pairs p with p % NA == s % NA)
 #define DECL(s) __m512 a##s = z; const uint16_t* x##s = (s) < MT * NA ? xb + ((s) / NA) * ldx : xb;
@@ -219,6 +223,11 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
   for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
     const int64_t pe = std::min(p0 + gp, pairs);  // pe - p0 is a multiple of 8 (see NOTES)
     for (int64_t p = p0; p < pe; p += NA) {
+      if (b.prefetch > 0) {  // every weight line once, b.prefetch bytes ahead
+        const int64_t off = p * kPairBytes;
+        if (kStepBytes >= 64 || (off & 63) == 0)
+          for (int q = 0; q < (kStepBytes + 63) / 64; ++q) _mm_prefetch(pf + off + q * 64, _MM_HINT_T0);
+      }
       const __m512i w0 = dec(b.data, p);
       __m512i w1 = w0, w2 = w0, w3 = w0;
       if constexpr (NA > 1) w1 = dec(b.data, p + 1);

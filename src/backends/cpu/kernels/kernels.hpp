@@ -59,6 +59,10 @@ struct BlockRef {
   const uint8_t* gscale = nullptr;  // [ceil(kp / group)][16] group scales, or null
   float gmul = 1.0f;                // nvfp4: 256 * global scale; else unused
   int64_t kp = 0;                   // padded K (multiple of kKAlign)
+  // Software prefetch distance in bytes for the weight stream of the AVX512-BF16 and AMX kernels
+  // (0 = none). Blocks are short (16 to 64 KiB) and each starts a new stream, so the hardware
+  // prefetcher ramps up late; the runner sets it (MOERUN_CPU_PREFETCH overrides it for measurement).
+  int prefetch = 0;
 };
 
 // ---- AVX2 + FMA + F16C (gemm_avx2.cpp) ----
@@ -96,7 +100,8 @@ void panel_to_bf16_vnni(const float* panel, int64_t kp, uint16_t* out);
 void f32_to_bf16_row(const float* x, int64_t n, uint16_t* out);
 // acc[m][16] = xb[m][kp] @ panel: xb bf16 with row stride ldx elements and round_up(m, 16) readable rows
 // (rows past m should be zero); panel bf16 VNNI [kp/2][16][2]. Loads its own tile configuration.
-void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, int m, float* acc);
+void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, int m, float* acc,
+              int prefetch = 0);
 // Releases the tile state of the calling thread.
 void amx_release();
 
