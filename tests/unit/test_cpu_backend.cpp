@@ -372,15 +372,15 @@ TEST(CpuBackend, Bf16LayersNameTheBf16StreamingKernel) {
       }
 }
 
-// The software prefetch distance: on for the levels with the bf16 streaming kernel or AMX tiles, off
-// below; MOERUN_CPU_PREFETCH overrides it (0 = off) and invalid values leave the default.
+// The software prefetch distance: kPrefetchBytes at every level; MOERUN_CPU_PREFETCH overrides it
+// (0 = off) and invalid values leave the default.
 TEST(CpuBackend, PrefetchKnob) {
   struct EnvGuard {
     ~EnvGuard() { unsetenv("MOERUN_CPU_PREFETCH"); }
   } guard;
   unsetenv("MOERUN_CPU_PREFETCH");
-  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).prefetch, 0);
-  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512).prefetch, 0);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).prefetch, cpu::kPrefetchBytes);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512).prefetch, cpu::kPrefetchBytes);
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512Bf16).prefetch, cpu::kPrefetchBytes);
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch, cpu::kPrefetchBytes);
   setenv("MOERUN_CPU_PREFETCH", "0", 1);

@@ -175,7 +175,7 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
     throw_error(ErrorKind::kInvalidArgument, "cpu backend: unknown kernel variant '" + variant + "' (knows v1, v2)");
   KernelSet k = kernels_default(isa, variant);
   if (const int n = stream_max_tokens_override(); n >= 0) k.stream_max_m = k.stream_max_m_cheap = k.stream_max_m_bf16 = n;
-  k.prefetch = k.stream_bf16 != nullptr || k.amx ? kPrefetchBytes : 0;
+  k.prefetch = kPrefetchBytes;
   if (const int n = prefetch_override(); n >= 0) k.prefetch = n;
   return k;
 }

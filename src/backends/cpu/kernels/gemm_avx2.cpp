@@ -118,6 +118,7 @@ void stream_rows(const BlockRef& b, int64_t pb, int64_t pe, const float* x, int6
       MOERUN_T4(PDECL)
 #undef PDECL
       for (int64_t p = p0; p < p1; ++p) {
+        prefetch_pair<2 * bytes_per_k(F)>(b, p);
         __m256 w[4];
         Dec<F>::load2(b.data, p, w);
 #define STEP(t)                                                                     \
@@ -141,6 +142,7 @@ void stream_rows(const BlockRef& b, int64_t pb, int64_t pe, const float* x, int6
 #undef FOLD
     } else {
       for (int64_t p = p0; p < p1; ++p) {
+        prefetch_pair<2 * bytes_per_k(F)>(b, p);
         __m256 w[4];
         Dec<F>::load2(b.data, p, w);
         if constexpr (G != 0) {

@@ -92,6 +92,7 @@ void stream_t(const BlockRef& b, const float* x, int64_t ldx, float* acc) {
     if constexpr (G != 0) s = group_scale<F>(b.gscale, p0 / gp, b.gmul);
     const int64_t pe = std::min(p0 + gp, pairs);
     for (int64_t p = p0; p < pe; ++p) {
+      prefetch_pair<2 * bytes_per_k(F)>(b, p);
       __m512 we, wo;
       load2<F>(b.data, p, we, wo);
       if constexpr (G != 0) { we = _mm512_mul_ps(we, s); wo = _mm512_mul_ps(wo, s); }

@@ -209,9 +209,7 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
   constexpr int NA = MT == 1 ? 4 : MT == 2 ? 2 : 1;  // accumulator chains per token; MT * NA <= 8
   const int64_t pairs = b.kp / 2, gp = G ? G / 2 : pairs;
   const Dec<F> dec;
-  constexpr int kPairBytes = 2 * bytes_per_k(F);
-  constexpr int kStepBytes = NA * kPairBytes;
-  const char* pf = reinterpret_cast<const char*>(b.data) + b.prefetch;
+  constexpr int kStepBytes = NA * 2 * bytes_per_k(F);  // weight bytes per step of NA k pairs
   const __m512 z = _mm512_setzero_ps();
   // slot s: token s / NA, chain s % NA (k pairs p with p % NA == s % NA)
 #define DECL(s) __m512 a##s = z; const uint16_t* x##s = (s) < MT * NA ? xb + ((s) / NA) * ldx : xb;
@@ -223,11 +221,7 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
   for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
     const int64_t pe = std::min(p0 + gp, pairs);  // pe - p0 is a multiple of 8 (see NOTES)
     for (int64_t p = p0; p < pe; p += NA) {
-      if (b.prefetch > 0) {  // every weight line once, b.prefetch bytes ahead
-        const int64_t off = p * kPairBytes;
-        if (kStepBytes >= 64 || (off & 63) == 0)
-          for (int q = 0; q < (kStepBytes + 63) / 64; ++q) _mm_prefetch(pf + off + q * 64, _MM_HINT_T0);
-      }
+      prefetch_pair<kStepBytes>(b, p / NA);  // every weight line once, b.prefetch bytes ahead
       const __m512i w0 = dec(b.data, p);
       __m512i w1 = w0, w2 = w0, w3 = w0;
       if constexpr (NA > 1) w1 = dec(b.data, p + 1);

@@ -65,6 +65,17 @@ struct BlockRef {
   int prefetch = 0;
 };
 
+// Software prefetch for the streaming kernels: at k pair p, the weight lines of pair p + prefetch /
+// kPairBytes (each line once per pass over the block; a no-op with prefetch 0). Past the block's end
+// it reaches into the next block, usually the next work item (prefetches never fault).
+template <int kPairBytes>
+inline void prefetch_pair(const BlockRef& b, int64_t p) {
+  if (b.prefetch <= 0) return;
+  const int64_t off = p * kPairBytes;
+  if (kPairBytes >= 64 || (off & 63) == 0)
+    for (int q = 0; q < (kPairBytes + 63) / 64; ++q) __builtin_prefetch(b.data + b.prefetch + off + q * 64, 0, 3);
+}
+
 // ---- AVX2 + FMA + F16C (gemm_avx2.cpp) ----
 // Streaming path: reads each weight byte from memory once per call and never writes a panel; tokens
 // run in groups of up to 4 with accumulators in registers, over L1-sized K chunks when m > 4. acc is
