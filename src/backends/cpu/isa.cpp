@@ -86,29 +86,24 @@ CpuIsa effective_isa() {
   return static_cast<CpuIsa>(std::min(static_cast<int>(detected_isa()), static_cast<int>(cpu_isa_cap())));
 }
 
-int prefetch_override() {
-  const char* v = std::getenv("MOERUN_CPU_PREFETCH");
+namespace {
+// A decimal environment value in [0, max], or -1 when the variable is unset, empty or anything else.
+int env_count(const char* name, long max) {
+  const char* v = std::getenv(name);
   if (!v || !*v) return -1;
   long n = 0;
   for (const char* c = v; *c; ++c) {
     if (*c < '0' || *c > '9') return -1;
     n = n * 10 + (*c - '0');
-    if (n > 65536) return -1;
+    if (n > max) return -1;
   }
   return static_cast<int>(n);
 }
+}  // namespace
 
-int stream_max_tokens_override() {
-  const char* v = std::getenv("MOERUN_CPU_STREAM_MAX_TOKENS");
-  if (!v || !*v) return -1;
-  long n = 0;
-  for (const char* c = v; *c; ++c) {
-    if (*c < '0' || *c > '9') return -1;
-    n = n * 10 + (*c - '0');
-    if (n > kStreamMaxTokensLimit) return -1;
-  }
-  return static_cast<int>(n);
-}
+int prefetch_override() { return env_count("MOERUN_CPU_PREFETCH", 65536); }
+
+int stream_max_tokens_override() { return env_count("MOERUN_CPU_STREAM_MAX_TOKENS", kStreamMaxTokensLimit); }
 
 KernelSet kernels_for(CpuIsa isa) {
   const char* v = std::getenv("MOERUN_CPU_KERNELS");

@@ -4,19 +4,12 @@
 
 #include <algorithm>
 
+#include "backends/cpu/kernels/avx512_scales.hpp"
 #include "backends/cpu/kernels/kernels.hpp"
 
 namespace moerun::cpu::kernels {
 namespace {
 
-inline __m128i ld128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
-
-// 16 e4m3 bytes -> 16 floats (value / 256), through fp16 bits (see dequant_avx2.hpp NOTES).
-inline __m512 e4m3x16(__m128i v) {
-  __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(v), 8);
-  h = _mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16(static_cast<short>(0xBFFF)));
-  return _mm512_cvtph_ps(h);
-}
 // 16 fp16 high bytes -> 16 floats.
 inline __m512 hb16(__m128i hb) { return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(hb), 8)); }
 
@@ -54,25 +47,6 @@ inline void load2(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
     const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), nib));
     we = hb16(_mm_unpacklo_epi64(lo, hi));
     wo = hb16(_mm_unpackhi_epi64(lo, hi));
-  }
-}
-
-template <PackFmt F>
-inline __m512 group_scale(const uint8_t* gs, int64_t g, float gmul) {
-  if constexpr (F == PackFmt::kFp8Block) {
-    return _mm512_loadu_ps(reinterpret_cast<const float*>(gs) + g * 16);
-  } else if constexpr (F == PackFmt::kMxfp4) {
-    const __m512i e = _mm512_cvtepu8_epi32(ld128(gs + g * 16));
-    __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
-    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
-                           _mm512_castsi512_ps(_mm512_set1_epi32(0x00400000)));
-    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_ps(__builtin_nanf("")));
-    return v;
-  } else if constexpr (F == PackFmt::kNvfp4) {
-    return _mm512_mul_ps(e4m3x16(ld128(gs + g * 16)), _mm512_set1_ps(gmul));
-  } else {
-    (void)gs; (void)g; (void)gmul;
-    return _mm512_set1_ps(1.0f);
   }
 }
 

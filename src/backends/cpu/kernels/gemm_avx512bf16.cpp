@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/kernels/avx512_scales.hpp"
 #include "backends/cpu/kernels/kernels.hpp"
 
 namespace moerun::cpu::kernels {
@@ -127,34 +128,6 @@ template <> struct Dec<PackFmt::kMxfp4> {
   }
 };
 template <> struct Dec<PackFmt::kNvfp4> : Dec<PackFmt::kMxfp4> {};
-
-// ---- group scales (as in gemm_avx512.cpp; kept local so this file's flags never leak into that one) --
-inline __m128i ld128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
-// 16 e4m3 bytes -> 16 floats (value / 256), through fp16 bits (see dequant_avx2.hpp NOTES).
-inline __m512 e4m3x16(__m128i v) {
-  __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(v), 8);
-  h = _mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16(static_cast<short>(0xBFFF)));
-  return _mm512_cvtph_ps(h);
-}
-
-template <PackFmt F>
-inline __m512 group_scale(const uint8_t* gs, int64_t g, float gmul) {
-  if constexpr (F == PackFmt::kFp8Block) {
-    return _mm512_loadu_ps(reinterpret_cast<const float*>(gs) + g * 16);
-  } else if constexpr (F == PackFmt::kMxfp4) {
-    const __m512i e = _mm512_cvtepu8_epi32(ld128(gs + g * 16));
-    __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
-    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
-                           _mm512_castsi512_ps(_mm512_set1_epi32(0x00400000)));
-    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_ps(__builtin_nanf("")));
-    return v;
-  } else if constexpr (F == PackFmt::kNvfp4) {
-    return _mm512_mul_ps(e4m3x16(ld128(gs + g * 16)), _mm512_set1_ps(gmul));
-  } else {
-    (void)gs; (void)g; (void)gmul;
-    return _mm512_set1_ps(1.0f);
-  }
-}
 
 // ---- the bf16 dot-product kernel ---------------------------------------------------------------------
 inline int32_t pair_of(const uint16_t* x, int64_t p) {
