@@ -4,51 +4,11 @@
 
 #include <algorithm>
 
-#include "backends/cpu/kernels/avx512_scales.hpp"
+#include "backends/cpu/kernels/avx512_decode.hpp"
 #include "backends/cpu/kernels/kernels.hpp"
 
 namespace moerun::cpu::kernels {
 namespace {
-
-// 16 fp16 high bytes -> 16 floats.
-inline __m512 hb16(__m128i hb) { return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(hb), 8)); }
-
-inline __m128i e2m1_lut() {
-  return _mm_setr_epi8(0x00, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46, static_cast<char>(0x80),
-                       static_cast<char>(0xB8), static_cast<char>(0xBC), static_cast<char>(0xBE),
-                       static_cast<char>(0xC0), static_cast<char>(0xC2), static_cast<char>(0xC4),
-                       static_cast<char>(0xC6));
-}
-
-// k pair p -> we (k = 2p, 16 lanes), wo (k = 2p + 1).
-template <PackFmt F>
-inline void load2(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
-  if constexpr (F == PackFmt::kF32) {
-    const float* f = reinterpret_cast<const float*>(d) + p * 32;
-    we = _mm512_loadu_ps(f);
-    wo = _mm512_loadu_ps(f + 16);
-  } else if constexpr (F == PackFmt::kF16) {
-    const uint8_t* q = d + p * 64;
-    we = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
-    wo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32)));
-  } else if constexpr (F == PackFmt::kBF16) {
-    const __m512i z = _mm512_loadu_si512(d + p * 64);
-    we = _mm512_castsi512_ps(_mm512_slli_epi32(z, 16));
-    wo = _mm512_castsi512_ps(_mm512_and_si512(z, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
-  } else if constexpr (F == PackFmt::kFp8 || F == PackFmt::kFp8Block) {
-    we = e4m3x16(ld128(d + p * 32));
-    wo = e4m3x16(ld128(d + p * 32 + 16));
-  } else if constexpr (F == PackFmt::kInt8) {
-    we = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32)));
-    wo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32 + 16)));
-  } else {  // e2m1: bytes 0-7 = k even, 8-15 = k odd; low nibble lanes 0-7, high nibble lanes 8-15
-    const __m128i x = ld128(d + p * 16), nib = _mm_set1_epi8(0x0F), lut = e2m1_lut();
-    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(x, nib));
-    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), nib));
-    we = hb16(_mm_unpacklo_epi64(lo, hi));
-    wo = hb16(_mm_unpackhi_epi64(lo, hi));
-  }
-}
 
 // Accumulators are named variables (GCC keeps arrays of vectors in memory; see gemm_avx2.cpp).
 #define MOERUN_T8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)

@@ -34,7 +34,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backends/cpu/kernels/avx512_scales.hpp"
+#include "backends/cpu/kernels/avx512_decode.hpp"
 #include "backends/cpu/kernels/kernels.hpp"
 
 namespace moerun::cpu::kernels {
@@ -228,23 +228,6 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
 }
 
 // ---- f32 FMA fallback for f32 / f16 / int8 weights (x widened from bf16: exact) ----------------------
-template <PackFmt F>
-inline void load2_f32(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
-  if constexpr (F == PackFmt::kF32) {
-    const float* f = reinterpret_cast<const float*>(d) + p * 32;
-    we = _mm512_loadu_ps(f);
-    wo = _mm512_loadu_ps(f + 16);
-  } else if constexpr (F == PackFmt::kF16) {
-    const uint8_t* q = d + p * 64;
-    we = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
-    wo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32)));
-  } else {
-    static_assert(F == PackFmt::kInt8);
-    we = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32)));
-    wo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32 + 16)));
-  }
-}
-
 template <PackFmt F, int MT>
 void fma_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
   static_assert(group_size(F) == 0);
@@ -256,7 +239,7 @@ void fma_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
 #undef DECL
   for (int64_t p = 0; p < pairs; ++p) {
     __m512 we, wo;
-    load2_f32<F>(b.data, p, we, wo);
+    load2<F>(b.data, p, we, wo);
 #define STEP(t)                                                                                 \
     if constexpr (MT > (t)) {                                                                   \
       const __m512i xp = _mm512_set1_epi32(pair_of(x##t, p));                                   \

@@ -1,0 +1,89 @@
+// cpu/kernels/avx512_decode.hpp — AVX-512 helpers shared by gemm_avx512.cpp and gemm_avx512bf16.cpp:
+// packed weights of one k pair decoded to f32 (every PackFmt), and the per-K-group scale vector.
+//
+// Everything here has internal linkage (an unnamed namespace): the two including files are compiled
+// with different -m flags, and an inline function with external linkage could be merged by the linker
+// into the copy built for the wider ISA, which the narrower level must never execute.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "backends/cpu/kernels/kernels.hpp"
+
+namespace moerun::cpu::kernels {
+namespace {
+
+inline __m128i ld128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// 16 e4m3 bytes -> 16 floats (value / 256), through fp16 bits (see dequant_avx2.hpp NOTES).
+inline __m512 e4m3x16(__m128i v) {
+  __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(v), 8);
+  h = _mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16(static_cast<short>(0xBFFF)));
+  return _mm512_cvtph_ps(h);
+}
+
+// 16 fp16 high bytes -> 16 floats.
+inline __m512 hb16(__m128i hb) { return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(hb), 8)); }
+
+inline __m128i e2m1_lut() {
+  return _mm_setr_epi8(0x00, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46, static_cast<char>(0x80),
+                       static_cast<char>(0xB8), static_cast<char>(0xBC), static_cast<char>(0xBE),
+                       static_cast<char>(0xC0), static_cast<char>(0xC2), static_cast<char>(0xC4),
+                       static_cast<char>(0xC6));
+}
+
+// k pair p -> we (k = 2p, 16 lanes), wo (k = 2p + 1).
+template <PackFmt F>
+inline void load2(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
+  if constexpr (F == PackFmt::kF32) {
+    const float* f = reinterpret_cast<const float*>(d) + p * 32;
+    we = _mm512_loadu_ps(f);
+    wo = _mm512_loadu_ps(f + 16);
+  } else if constexpr (F == PackFmt::kF16) {
+    const uint8_t* q = d + p * 64;
+    we = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+    wo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32)));
+  } else if constexpr (F == PackFmt::kBF16) {
+    const __m512i z = _mm512_loadu_si512(d + p * 64);
+    we = _mm512_castsi512_ps(_mm512_slli_epi32(z, 16));
+    wo = _mm512_castsi512_ps(_mm512_and_si512(z, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  } else if constexpr (F == PackFmt::kFp8 || F == PackFmt::kFp8Block) {
+    we = e4m3x16(ld128(d + p * 32));
+    wo = e4m3x16(ld128(d + p * 32 + 16));
+  } else if constexpr (F == PackFmt::kInt8) {
+    we = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32)));
+    wo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32 + 16)));
+  } else {  // e2m1: bytes 0-7 = k even, 8-15 = k odd; low nibble lanes 0-7, high nibble lanes 8-15
+    const __m128i x = ld128(d + p * 16), nib = _mm_set1_epi8(0x0F), lut = e2m1_lut();
+    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(x, nib));
+    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), nib));
+    we = hb16(_mm_unpacklo_epi64(lo, hi));
+    wo = hb16(_mm_unpackhi_epi64(lo, hi));
+  }
+}
+
+// The 16 lanes' scale of K group g: fp8 block (f32, stored times 256), mxfp4 (e8m0: 2^(e - 127),
+// e = 0 -> 2^-127, e = 255 -> NaN), nvfp4 (e4m3 / 256 times gmul = 256 * global scale); 1 otherwise.
+template <PackFmt F>
+inline __m512 group_scale(const uint8_t* gs, int64_t g, float gmul) {
+  if constexpr (F == PackFmt::kFp8Block) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(gs) + g * 16);
+  } else if constexpr (F == PackFmt::kMxfp4) {
+    const __m512i e = _mm512_cvtepu8_epi32(ld128(gs + g * 16));
+    __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+                           _mm512_castsi512_ps(_mm512_set1_epi32(0x00400000)));
+    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_ps(__builtin_nanf("")));
+    return v;
+  } else if constexpr (F == PackFmt::kNvfp4) {
+    return _mm512_mul_ps(e4m3x16(ld128(gs + g * 16)), _mm512_set1_ps(gmul));
+  } else {
+    (void)gs; (void)g; (void)gmul;
+    return _mm512_set1_ps(1.0f);
+  }
+}
+
+}  // namespace
+}  // namespace moerun::cpu::kernels
