@@ -415,7 +415,7 @@ TEST(CpuKernels, Avx512Bf16StreamDecodesEveryCodeExactly) {
                          WeightFormat::kBF16}) {
     Stack s = make_stack(f, 1, 16, 256, 99u + static_cast<uint32_t>(f));
     const bool fp8 = f == WeightFormat::kFp8PerChannel || f == WeightFormat::kFp8Block;
-    if (fp8)  // codes 0..255 except the NaNs, twice over
+    if (fp8)  // every row holds codes 0..255 except the NaNs
       for (int64_t i = 0; i < 16 * 256; ++i) {
         uint8_t c = static_cast<uint8_t>(i + i / 256);
         if ((c & 0x7F) == 0x7F) c = static_cast<uint8_t>(c ^ 1);

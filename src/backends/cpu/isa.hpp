@@ -4,8 +4,8 @@
 // opmask/ZMM for AVX-512, XTILECFG/XTILEDATA for AMX) AND, for AMX on Linux, the process was granted
 // the tile data permission (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), requested here once).
 // The result is then capped by moerun's process-wide ISA cap (MOERUN_CPU_ISA / set_cpu_isa_cap).
-// kAvx512Bf16 (and kAmx) also require AVX512-VBMI: the bf16 streaming kernel decodes weights with vpermb
-// / vpermi2b. Every CPU with AMX has it; Cooper Lake (AVX512-BF16 without VBMI) counts as kAvx512.
+// kAvx512Bf16 (and kAmx) also require AVX512-VBMI: the bf16 streaming kernel decodes weights with
+// vpermb. Every CPU with AMX has it; Cooper Lake (AVX512-BF16 without VBMI) counts as kAvx512.
 //
 // Stream/tile crossover: a call of one expert with at most KernelSet::stream_max(fmt) tokens takes the
 // streaming kernel, a larger one dequantized panels + register tiles (or AMX tiles). The defaults per
@@ -43,11 +43,13 @@ CpuIsa effective_isa();
 // formats decoded through a conversion instruction (f16, fp8, int8, fp4: Zen 1 converts 8 floats per
 // ~2.5 cycles) the panel amortizes the decode from 5 tokens on.
 // kAvx512Bf16StreamMaxTokens applies where the bf16 streaming kernel runs (bf16 activations; bf16, fp8
-// and fp4 weights) at kAvx512Bf16 and kAmx: 8, from the crossover sweep on the H200 host's Xeon (AMX,
-// 2 threads, tools/xeon-bench.sh, bench/results/2026-11-30_*_h200-and-host-xeon/): deepseek-v2-lite at
-// 6 tokens per expert streams in 117 ms against 129 ms on AMX tiles, qwen3 and deepseek at 16-24
-// take the tiles (122 vs 165 ms, 110 vs 131 ms); that machine's run-to-run noise is ~10%, so the cut
-// is only known to lie between 6 and 16. kAmxStreamMaxTokens (the crossover to AMX tiles for the other
+// and fp4 weights) at kAvx512Bf16 and kAmx: 8, from the crossover sweeps on the H200 host's Xeon (AMX,
+// 2 threads, tools/xeon-bench.sh, bench/results/2026-11-30_75eb5b4_h200-host-xeon/): at 4-6 tokens
+// per expert streaming every expert beats the tiled path (deepseek-v2-lite M=64: 117 vs 129 ms, and
+// 74-81 vs 105 ms after prefetch), at 16 they tie and at 24 the tiled path wins (88-103 vs 196-209
+// ms). The tiled path is a mix: calls of fewer than 16 tokens run AVX-512 f32 panels and tiles, from
+// 16 on AMX tiles (runner.cpp), though both are reported as amx-bf16-tiles. That machine's
+// run-to-run noise is 10-30%, so the cut is only known to lie between 6 and 16. kAmxStreamMaxTokens (the crossover to AMX tiles for the other
 // formats of a bf16 layer) and the AVX-512 f32 values are not measured yet (the AVX2 value).
 inline constexpr int kStreamMaxTokens = 4;  // the common default (and the AVX2 value for costly decodes)
 inline constexpr int kAvx2StreamMaxTokens = kStreamMaxTokens;

@@ -166,8 +166,10 @@ std::string variant_name(const MoeSpec& spec, const KernelSet& ks, kernels::Pack
 
 KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
   KernelSet ks = kernels_for(isa);
-  // AMX tiles and the bf16 streaming kernel multiply bf16 operands: only layers whose activations are
-  // bf16 already lose nothing.
+  // AMX tiles and the bf16 streaming kernel multiply bf16 operands, so only layers whose activations
+  // are bf16 take them. Even there the intermediate (and X after weight-on-input scaling or fp8
+  // fake-quant) is rounded to bf16 before its GEMM, as the GPU backends do and as the conformance
+  // tolerance for bf16 activations allows.
   if (spec.act_dtype != DType::kBF16) {
     ks.amx = false;
     ks.stream_bf16 = nullptr;

@@ -184,7 +184,9 @@ void DeviceMoe::reserve(int64_t m, cudaStream_t s, size_t scratch_bytes) {
   tile_r.reserve(cuda_kernels::max_tiles(rows, E_, 16) * 4);
   ntiles.reserve(4);
   const size_t aws = cuda_kernels::align_workspace_bytes(static_cast<int64_t>(rows), E_);
-  if (aws && align_ws.reserve(aws)) MOERUN_CUDA_CHECK(cudaMemset(align_ws.get(), 0, aws));  // zero on first use
+  // Zero on first use, ordered before this call's alignment on its stream (a plain cudaMemset goes to
+  // the legacy stream, which a non-blocking stream does not wait for).
+  if (aws && align_ws.reserve(aws)) MOERUN_CUDA_CHECK(cudaMemsetAsync(align_ws.get(), 0, aws, s));
   inter_buf.reserve(rows * I_ * es);
   rows_buf.reserve(rows * H_ * 4);
   if (Is_ > 0) {

@@ -44,10 +44,10 @@ void tiles_t(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx,
   if constexpr (NT > 2) _tile_zero(2);
   if constexpr (NT > 3) _tile_zero(3);
   const size_t stride = static_cast<size_t>(ldx) * 2;
-  const char* pf = reinterpret_cast<const char*>(panel) + prefetch;
+  const uintptr_t pf = reinterpret_cast<uintptr_t>(panel) + static_cast<uintptr_t>(prefetch);  // may pass the end
   for (int64_t k = 0; k < kp; k += 32) {
     if (prefetch > 0)  // the B tile `prefetch` bytes ahead: 1 KiB = 16 lines per k step
-      for (int l = 0; l < 1024; l += 64) _mm_prefetch(pf + k * 32 + l, _MM_HINT_T0);
+      for (int l = 0; l < 1024; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + k * 32 + l), _MM_HINT_T0);
     _tile_loadd(5, panel + k * 16, 64);
     _tile_loadd(4, xb + k, stride);
     _tile_dpbf16ps(0, 4, 5);

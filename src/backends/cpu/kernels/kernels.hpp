@@ -59,8 +59,8 @@ struct BlockRef {
   const uint8_t* gscale = nullptr;  // [ceil(kp / group)][16] group scales, or null
   float gmul = 1.0f;                // nvfp4: 256 * global scale; else unused
   int64_t kp = 0;                   // padded K (multiple of kKAlign)
-  // Software prefetch distance in bytes for the weight stream of the AVX512-BF16 and AMX kernels
-  // (0 = none). Blocks are short (16 to 64 KiB) and each starts a new stream, so the hardware
+  // Software prefetch distance in bytes for the weight stream of the streaming kernels (every ISA)
+  // and the AMX B tiles (0 = none). Blocks are short (16 to 64 KiB) and each starts a new stream, so the hardware
   // prefetcher ramps up late; the runner sets it (MOERUN_CPU_PREFETCH overrides it for measurement).
   int prefetch = 0;
 };
@@ -73,7 +73,9 @@ inline void prefetch_pair(const BlockRef& b, int64_t p) {
   if (b.prefetch <= 0) return;
   const int64_t off = p * kPairBytes;
   if (kPairBytes >= 64 || (off & 63) == 0)
-    for (int q = 0; q < (kPairBytes + 63) / 64; ++q) __builtin_prefetch(b.data + b.prefetch + off + q * 64, 0, 3);
+    for (int q = 0; q < (kPairBytes + 63) / 64; ++q)  // address arithmetic on integers: it may leave the block
+      __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(b.data) + b.prefetch + off + q * 64),
+                         0, 3);
 }
 
 // ---- AVX2 + FMA + F16C (gemm_avx2.cpp) ----

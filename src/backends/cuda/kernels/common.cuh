@@ -21,8 +21,17 @@ namespace moerun::cuda_kernels {
 // every kernel launched through launch_pdl: call pdl_wait() on every path before touching anything
 // the stream's earlier work wrote (and before returning, so that its completion still implies its
 // predecessor's); pdl_trigger() only lets the next kernel be scheduled, never lets it read early.
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+// (sm_90+: on an older target the launch attribute does not exist, so these have nothing to do.)
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
 
 // MOERUN_CUDA_PDL=0 launches the same kernels without the attribute (side-by-side measurement).
 inline bool pdl_enabled() {

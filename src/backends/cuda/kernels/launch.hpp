@@ -111,9 +111,11 @@ struct GroupedGemmParams {
   const int32_t* slot_of_row = nullptr;
   const float* weight_of_row = nullptr;  // null: weight 1
   // The kernel is launched as a programmatic dependent of the previous one. With this set it reads
-  // the tile table and starts fetching B before waiting for that kernel, which is only right when
-  // the tile table (and B) were written before the previous kernel started (the down GEMM after
-  // gate_up; a single-segment GEMM). Otherwise it waits first.
+  // seg_offsets, num_tiles, the tile table and a_row_index, and starts fetching B, before waiting for
+  // that kernel. Right only when those were complete before the previous kernel could trigger this
+  // one: the down GEMM after a gate_up GEMM of this file (every gate_up block waits for the alignment
+  // before it triggers or exits, so the down GEMM cannot start before the alignment has finished),
+  // or a single-segment GEMM (no table). Otherwise it waits first.
   bool weights_before_wait = false;
 };
 
