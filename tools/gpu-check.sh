@@ -6,7 +6,8 @@
 # no CPU suite; GPU_CHECK_SKIP_XEON=1 no CPU benchmark on the host's Xeon (tools/xeon-bench.sh); GPU_CHECK_PREBUILT=<dir> use moerun_gpu_tests, cuda_moe_bench (and moerun_tests) from
 # <dir> when they run on this machine (built elsewhere for sm_90a), else build; BENCH_ARGS / TORCH_ARGS extra
 # arguments for cuda_moe_bench / torch_baseline.py (e.g. "--ms 1024,8192"); GPU_CHECK_SANITIZERS
-# the compute-sanitizer runs (default "memcheck racecheck racecheck-m64").
+# the compute-sanitizer runs (default "memcheck racecheck racecheck-m64"); GPU_CHECK_PACK=0 leaves every
+# output file loose instead of packing them into $OUT/gpu-check.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -81,3 +82,12 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
 fi
 log done
 cat "$OUT/summary.log"
+# The device tool brings back at most 8 files: with GPU_CHECK_PACK=1 (default) everything also goes
+# into gpu-check.tgz and only that, summary.log, bench.json and tests.log stay loose.
+if [ "${GPU_CHECK_PACK:-1}" = 1 ]; then
+  tmp=$(mktemp /tmp/gpu-check.XXXXXX.tgz)
+  if tar czf "$tmp" -C "$OUT" . 2> /dev/null; then
+    find "$OUT" -mindepth 1 -maxdepth 1 ! -name summary.log ! -name bench.json ! -name tests.log -exec rm -rf {} +
+    mv "$tmp" "$OUT/gpu-check.tgz"
+  fi
+fi
