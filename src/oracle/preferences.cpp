@@ -14,7 +14,7 @@ const std::vector<Preference>& builtin_preferences() {
        "bench/results/2026-11-30_d533313_h200 (cublas-full vs cuda-eager-full: cublas 1.02-2.5x slower on every row)"},
       {"cpu", 20, {}, {},
        "vectorised CPU kernels with on-the-fly dequantization and threads; far faster than reference",
-       "bench/results/2026-11-30_8f645e6_cpu-amd-epyc-zen1 and 2026-11-30_75eb5b4_h200-host-xeon (cpu vs reference vs oneDNN, side by side)"},
+       "bench/results/2026-11-30_b89a107_cpu-amd-epyc-zen1 and 2026-11-30_75eb5b4_h200-host-xeon (cpu vs reference vs oneDNN, side by side)"},
       {"reference", -100, {}, {}, "ground truth: exact but slow; chosen only when nothing else can run", "by design"},
   };
   return rows;
