@@ -16,9 +16,9 @@ using namespace cuda_kernels;
 
 // Kernel variant by tokens per expert (m * k / E); the same rule feeds Capabilities::variants.
 // Thresholds from the H200 sweeps (bench/results/2026-11-30_*_h200: 4 model shapes, M 1..8192, every
-// variant forced): the 16-row stream tiles win up to ~8 tokens per expert (16x32 tiles over 16x64 since
-// 2026-11-30_b*: deepseek-v3 M=1 0.206 vs 0.230 ms, mixtral M=1 0.215 vs 0.234, M=16 0.651 vs 0.697,
-// within 2% elsewhere), stream-m32 up to ~12, and above that
+// variant forced): the 16-row stream tiles win up to ~8 tokens per expert (16x32 tiles over 16x64, measured
+// side by side in 2026-11-30_d533313_h200: deepseek-v3 M=1 0.209 vs 0.232 ms, mixtral M=1 0.222 vs
+// 0.246, M=16 0.672 vs 0.718; gpt-oss M=1 the one loss, 0.075 vs 0.071; within 2% elsewhere), stream-m32 up to ~12, and above that
 // the CUTLASS sm90 grouped GEMM (wgmma + TMA) wins or ties everywhere measured (deepseek-v3 at 12-16
 // tokens per expert: 5.46 vs 5.78 ms, 5.51 vs 6.00 ms; qwen3 at 16-24 is the exception, m32 ahead by
 // 1-5%); at >= 64 it is 1.3-2.3x the mma.sync tiles, which top out near 250 TFLOP/s. tile-m64 and
