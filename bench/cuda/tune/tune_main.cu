@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/cuda/kernels/launch.hpp"
+#include "../bench_util.cuh"
 
 using moerun::cuda_kernels::CutlassGroupedParams;
 using Ws = size_t (*)(int, int);
@@ -27,22 +28,6 @@ const Cfg kCfgs[] = {{"coop-128x256-c1", tune_ws_0, tune_launch_0}, {"coop-128x2
                      {"ping-64x256-c1", tune_ws_2, tune_launch_2},   {"ping-128x128-c1", tune_ws_3, tune_launch_3},
                      {"coop-256x128-c1", tune_ws_4, tune_launch_4},  {"ping-64x256-c1x2", tune_ws_5, tune_launch_5}};
 
-#define CK(call)                                                                                     \
-  do {                                                                                               \
-    cudaError_t e_ = (call);                                                                         \
-    if (e_ != cudaSuccess) {                                                                         \
-      std::fprintf(stderr, "%s failed: %s at %s:%d\n", #call, cudaGetErrorName(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                                  \
-    }                                                                                                \
-  } while (0)
-
-__global__ void fill_random(__nv_bfloat16* p, size_t n, uint64_t seed, float scale) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    x ^= x >> 31; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 29; x *= 0x94D049BB133111EBull; x ^= x >> 32;
-    p[i] = __float2bfloat16((static_cast<float>(x & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f) * scale);
-  }
-}
 void* alloc_random(size_t n, uint64_t seed, float scale) {
   void* p;
   CK(cudaMalloc(&p, n * 2));

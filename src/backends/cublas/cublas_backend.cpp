@@ -142,7 +142,7 @@ class CublasRunner final : public Runner {
   DeviceBuffer ptrs_;
 };
 
-class CublasBackend final : public Backend {
+class CublasBackend final : public cuda_detail::GpuBackendBase {
  public:
   CublasBackend() {
     caps_ = cuda_detail::common_gpu_capabilities();
@@ -156,19 +156,11 @@ class CublasBackend final : public Backend {
   std::string_view description() const override {
     return "device routing and alignment + cublasGemmGroupedBatchedEx; synchronises with the host";
   }
-  const Capabilities& capabilities() const override { return caps_; }
-  void extra_checks(const MoeSpec& spec, const Platform& platform, Support& out) const override {
-    (void)platform;
-    cuda_detail::common_gpu_checks(spec, out);
-  }
   std::unique_ptr<Runner> create_runner(const MoeSpec& spec, const MoeWeights& weights,
                                         const Platform& platform, const RunnerOptions& options) const override {
     (void)platform;
     return std::make_unique<CublasRunner>(spec, weights, options);
   }
-
- private:
-  Capabilities caps_;
 };
 
 }  // namespace

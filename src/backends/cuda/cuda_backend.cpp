@@ -277,7 +277,7 @@ class CudaRunner final : public Runner {
   cuda_detail::DeviceBuffer cutlass_ws_;
 };
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public cuda_detail::GpuBackendBase {
  public:
   CudaBackend() {
     caps_ = cuda_detail::common_gpu_capabilities();
@@ -304,19 +304,11 @@ class CudaBackend final : public Backend {
            "(own mma.sync tiles with fused gather, activation and scatter for decode; CUTLASS sm90 "
            "wgmma/TMA grouped GEMM for large M); CUDA-graph capturable";
   }
-  const Capabilities& capabilities() const override { return caps_; }
-  void extra_checks(const MoeSpec& spec, const Platform& platform, Support& out) const override {
-    (void)platform;
-    cuda_detail::common_gpu_checks(spec, out);
-  }
   std::unique_ptr<Runner> create_runner(const MoeSpec& spec, const MoeWeights& weights,
                                         const Platform& platform, const RunnerOptions& options) const override {
     (void)platform;
     return std::make_unique<CudaRunner>(spec, weights, options);
   }
-
- private:
-  Capabilities caps_;
 };
 
 }  // namespace

@@ -23,6 +23,20 @@ Capabilities common_gpu_capabilities();
 // divisible by n_group, the shared expert's sizes multiples of 8.
 void common_gpu_checks(const MoeSpec& spec, Support& out);
 
+// What the two GPU backends share as Backends: the capabilities record (filled by the subclass's
+// constructor) and the common checks; each adds its name, description and runner.
+class GpuBackendBase : public Backend {
+ public:
+  const Capabilities& capabilities() const override { return caps_; }
+  void extra_checks(const MoeSpec& spec, const Platform& platform, Support& out) const override {
+    (void)platform;
+    common_gpu_checks(spec, out);
+  }
+
+ protected:
+  Capabilities caps_;
+};
+
 // Copies a host tensor (or an expert matrix's data) to a new device buffer; empty views give none.
 void upload_view(DeviceBuffer& dst, const TensorView& v, const std::string& what);
 
