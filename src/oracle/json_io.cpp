@@ -200,7 +200,10 @@ json to_json(const Capabilities& c) {
   j["host_sync"] = c.host_sync;
   j["owns_dispatch"] = c.owns_dispatch;
   json v = json::array();
-  for (const KernelVariant& kv : c.variants) v.push_back({{"name", kv.name}, {"max_tokens_per_expert", kv.max_tokens_per_expert}, {"why", kv.why}});
+  for (const KernelVariant& kv : c.variants) v.push_back({{"name", kv.name},
+                                                          {"max_tokens_per_expert", kv.max_tokens_per_expert},
+                                                          {"min_tokens_per_expert", kv.min_tokens_per_expert},
+                                                          {"why", kv.why}});
   j["variants"] = v;
   return j;
 }
@@ -271,6 +274,7 @@ Capabilities capabilities_from_json(const json& j, std::string_view origin) {
       KernelVariant kv;
       rv.opt("name", kv.name, "a string");
       rv.opt("max_tokens_per_expert", kv.max_tokens_per_expert, "a number");
+      rv.opt("min_tokens_per_expert", kv.min_tokens_per_expert, "a number");
       rv.opt("why", kv.why, "a string");
       rv.finish();
       c.variants.push_back(kv);

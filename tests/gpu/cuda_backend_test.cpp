@@ -404,6 +404,46 @@ TEST(CudaCutlass, LargeTokensPerExpertChoosesCutlass) {
   check_case("cuda", s, 52, 42, Route::kLogits, 0.0f, kCutlass);  // 13 per expert
 }
 
+// One token skips the alignment (direct mode: pair t is tile t). Every mma variant, gated split and
+// interleaved with biases, a non-gated activation, fp16, shared experts, a token whose two slots name
+// the same expert; and bit-equality with the aligned path (MOERUN_CUDA_DIRECT=0) on device tensors.
+TEST(CudaBackend, SmallOneTokenDirect) {
+  REQUIRE_GPU();
+  for (const char* v : {"mma-stream-m16-n32", "mma-stream-m16", "mma-stream-m32", "mma-tile-m64"}) {
+    ForceGemm force(v);
+    SCOPED_TRACE(v);
+    MoeSpec g = make_spec(16, 4, 264, 136, ActivationKind::kSwigluOai);
+    g.activation.interleaved_gate_up = true;
+    g.expert_bias = true;
+    check_case("cuda", g, 1, 900, Route::kLogits, 0.0f, v);
+    check_case("cuda", make_spec(8, 2, 264, 136, ActivationKind::kRelu2), 1, 901, Route::kTopkGiven, 0.0f, v);
+    MoeSpec f = make_spec(16, 4, 136, 40, ActivationKind::kGeluAndMul, WeightFormat::kF16);
+    f.shared.count = 1;
+    f.shared.intermediate = 72;
+    f.shared.gated_by_router = true;
+    check_case("cuda", f, 1, 902, Route::kLogits, 0.0f, v);
+  }
+  // Both slots of the token on expert 5.
+  const MoeSpec s = make_spec(8, 2, 128, 64);
+  const Platform plat = sm90_platform();
+  const MoeWeights w = random_weights(s, 903);
+  auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+  auto ref = make_reference_backend()->create_runner(s, w, plat, {});
+  Inputs in = make_inputs(s, 1, 904, Route::kTopkGiven);
+  in.ids.as<int32_t>()[0] = in.ids.as<int32_t>()[1] = 5;
+  HostTensor out(s.act_dtype, {1, s.hidden}), want(s.act_dtype, {1, s.hidden}), aligned(s.act_dtype, {1, s.hidden});
+  poison(out);
+  runner->forward(host_args(in, out));
+  ref->forward(host_args(in, want));
+  int64_t bad = 0;
+  EXPECT_LT(rel_error(out, want, s.hidden, &bad), tolerance_for(s).rel_l2);
+  EXPECT_EQ(bad, 0);
+  setenv("MOERUN_CUDA_DIRECT", "0", 1);
+  runner->forward(host_args(in, aligned));
+  unsetenv("MOERUN_CUDA_DIRECT");
+  EXPECT_EQ(std::memcmp(out.data(), aligned.data(), out.nbytes()), 0) << "direct and aligned paths differ";
+}
+
 // Routing ids must equal routing::topk_host exactly; weights to float rounding.
 TEST(CudaRouting, SmallMatchesHostExactly) {
   REQUIRE_GPU();

@@ -187,6 +187,14 @@ TEST(JsonIo, SpecAndCapabilitiesRoundTripStrictly) {
   const Capabilities& c = backend->capabilities();
   const Capabilities cb = json_io::capabilities_from_json(json_io::to_json(c), "t");
   EXPECT_EQ(json_io::to_json(cb), json_io::to_json(c));
+  // A plug-in's variant rule survives the trip (both ends of its tokens-per-expert range).
+  Capabilities v = c;
+  v.variants = {{"decode", 8.0, "few tokens"}, {"prefill", 0.0, "many tokens"}};
+  v.variants[1].min_tokens_per_expert = 8.0;
+  const Capabilities vb = json_io::capabilities_from_json(json_io::to_json(v), "t");
+  ASSERT_EQ(vb.variants.size(), 2u);
+  EXPECT_EQ(vb.variants[0].max_tokens_per_expert, 8.0);
+  EXPECT_EQ(vb.variants[1].min_tokens_per_expert, 8.0);
   auto j = json_io::to_json(c);
   j["typo_key"] = true;
   EXPECT_NE(error_of([&] { json_io::capabilities_from_json(j, "caps"); }).find("unknown key 'typo_key'"), std::string::npos);

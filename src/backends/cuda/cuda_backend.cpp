@@ -63,6 +63,11 @@ Path path_for_tpe(double tpe, bool cutlass_ok) {
   return {true, GemmConfig::kTileM64};
 }
 
+bool direct_enabled() {
+  const char* v = std::getenv("MOERUN_CUDA_DIRECT");  // read per call: tests compare both in one process
+  return !(v && v[0] == '0');
+}
+
 int device_sm_count(int device) {
   int n = 0;
   MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
@@ -91,7 +96,10 @@ class CudaRunner final : public Runner {
     }
     const GemmConfig cfg = path.cfg;
     const int bm = gemm_block_m(cfg);
-    const auto call = d_.begin(args, bm);
+    // One token: its k pairs have distinct experts, so the GEMMs take pair t as tile t (direct mode)
+    // and the alignment kernel is skipped. MOERUN_CUDA_DIRECT=0 aligns anyway (side-by-side runs).
+    const bool direct = m == 1 && direct_enabled();
+    const auto call = d_.begin(args, bm, 0, !direct);
     const cudaStream_t s = call.stream;
     const MoeSpec& sp = d_.spec();
     const Elem el = d_.elem();
@@ -119,6 +127,13 @@ class CudaRunner final : public Runner {
     g1.bias = sp.expert_bias ? d_.b13.as<float>() : nullptr;
     g1.inter = d_.inter_buf.get();
     g1.ld_inter = I;
+    if (direct) {
+      g1.a_row_index = nullptr;
+      g1.direct_ids = call.ids;
+      g1.direct_top_k = K;
+      g1.rows = static_cast<int>(rows);
+      g1.grid_tiles = rows;
+    }
     MOERUN_CUDA_CHECK(launch_grouped_gemm(el, cfg, g1, s));
 
     GroupedGemmParams g2 = g1;
@@ -132,9 +147,12 @@ class CudaRunner final : public Runner {
     g2.down = true;
     g2.bias = sp.expert_bias ? d_.b2.as<float>() : nullptr;
     g2.rows_out = d_.rows_buf.as<float>();
-    g2.slot_of_row = al.slot_of_row;
-    g2.weight_of_row = al.weight_of_row;
-    g2.weights_before_wait = true;  // the tile table came from the alignment, before gate_up
+    g2.direct_top_k = 1;  // direct: the intermediate row of pair t is row t
+    g2.slot_of_row = direct ? nullptr : al.slot_of_row;  // direct: row t is pair t
+    g2.weight_of_row = direct ? call.weights : al.weight_of_row;
+    // The tile table (or the direct ids) was complete before gate_up started: gate_up waits for its
+    // predecessor before it triggers.
+    g2.weights_before_wait = true;
     MOERUN_CUDA_CHECK(launch_grouped_gemm(el, cfg, g2, s));
 
     const float* shared = nullptr;

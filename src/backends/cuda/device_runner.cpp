@@ -198,7 +198,7 @@ void DeviceMoe::reserve(int64_t m, cudaStream_t s, size_t scratch_bytes) {
   cap_scratch_ = std::max(scratch_bytes, cap_scratch_);
 }
 
-DeviceMoe::Call DeviceMoe::begin(const ForwardArgs& args, int block_m, size_t scratch_bytes) {
+DeviceMoe::Call DeviceMoe::begin(const ForwardArgs& args, int block_m, size_t scratch_bytes, bool align) {
   Call c;
   c.m = args.hidden.shape.rank > 0 ? args.hidden.shape[0] : 0;
   c.host = args.hidden.device != DeviceKind::kCuda;
@@ -267,7 +267,9 @@ DeviceMoe::Call DeviceMoe::begin(const ForwardArgs& args, int block_m, size_t sc
     w_ptr = tw.as<float>();
   }
   (void)need_tiles_;
-  MOERUN_CUDA_CHECK(cuda_kernels::launch_align(id_ptr, w_ptr, m, K_, E_, block_m, align_out(), s));
+  c.ids = id_ptr;
+  c.weights = w_ptr;
+  if (align) MOERUN_CUDA_CHECK(cuda_kernels::launch_align(id_ptr, w_ptr, m, K_, E_, block_m, align_out(), s));
   return c;
 }
 

@@ -54,8 +54,11 @@ class DeviceMoe {
     cudaStream_t stream = nullptr;
     const void* hidden = nullptr;
     void* out = nullptr;
+    const int32_t* ids = nullptr;  // [m * top_k] on the device: given or routed
+    const float* weights = nullptr;
   };
-  Call begin(const ForwardArgs& args, int block_m, size_t scratch_bytes = 0);
+  // align = false skips the alignment (one-token calls, whose GEMMs read ids and weights directly).
+  Call begin(const ForwardArgs& args, int block_m, size_t scratch_bytes = 0, bool align = true);
   // Copies the output back for host calls and synchronises; nothing for device calls.
   void finish(const ForwardArgs& args, const Call& call);
 

@@ -108,7 +108,17 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
 
   // ---- which rows: the tile table (device) or consecutive tiles of one segment ----
   int expert, row0, seg_start, seg_rows;
-  if (p.seg_offsets) {
+  if (p.direct_ids) {
+    const int tile = blockIdx.x;
+    if (tile >= p.rows) {
+      if (early_b) pdl_wait();
+      return;
+    }
+    expert = p.direct_ids[tile];
+    row0 = 0;
+    seg_start = tile;
+    seg_rows = 1;
+  } else if (p.seg_offsets) {
     const int tile = blockIdx.x;
     if (tile >= *p.num_tiles) {
       if (early_b) pdl_wait();
@@ -145,7 +155,7 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
     const int lr = row0 + r;
     a_ok[i] = lr < seg_rows;
     const int64_t g = seg_start + (a_ok[i] ? lr : 0);
-    const int64_t arow = p.a_row_index ? p.a_row_index[g] : g;
+    const int64_t arow = p.a_row_index ? p.a_row_index[g] : p.direct_ids ? g / p.direct_top_k : g;
     a_src[i] = A + arow * p.lda + ch * 8;
     a_ch[i] = ch;
     a_dst[i] = (r * S::BK + ((ch ^ (r & 7)) * 8)) * 2;

@@ -99,6 +99,12 @@ struct GroupedGemmParams {
   const int32_t* num_tiles = nullptr;
   int rows = 0;
   int64_t grid_tiles = 0;  // blocks launched along M (>= the device tile count)
+  // Direct mode, for one token (no alignment kernel): tile t is (token, slot) pair t, a one-row
+  // segment at row t of expert direct_ids[t], reading A row t / direct_top_k. rows = grid_tiles =
+  // m * top_k; seg_offsets, the tile table and a_row_index are not read. Pairs sharing an expert read
+  // its weights once each, which is why the runner uses it only where they cannot (m = 1, distinct ids).
+  const int32_t* direct_ids = nullptr;
+  int direct_top_k = 1;
   // Epilogue.
   bool down = false;            // false: gate_up -> inter; true: down -> rows_out
   Act act = Act::kSiluAndMul;
