@@ -253,7 +253,7 @@ int main(int argc, char** argv) {
       CK(cudaGraphExecDestroy(ge));
       // Every GEMM variant forced, expert stage as graph replay (the data behind the thresholds).
       for (const char* cfg : {"mma-stream-m16", "mma-stream-m16-n32", "mma-stream-m32", "mma-tile-m64",
-                              "mma-tile-m128", "cutlass-sm90-grouped"}) {
+                              "mma-tile-m128", "cutlass-sm90-grouped", "cutlass-sm90-swapab"}) {
         if (!forced) break;
         const bool stream_cfg = std::strncmp(cfg, "mma-stream", 10) == 0;
         if (stream_cfg && double(M) * sd.k / sd.e > 64) continue;  // decode tiles at prefill: minutes, no news
@@ -263,11 +263,11 @@ int main(int argc, char** argv) {
         CK(cudaGraphExecDestroy(gx));
         unsetenv("MOERUN_CUDA_GEMM");
       }
-      // Cross-check on model shapes: the CUTLASS engine against the mma tiles, same inputs.
-      double cross = -1.0;
+      // Cross-check on model shapes: the CUTLASS engine (both schedules) against the mma tiles, same inputs.
+      double cross = -1.0, cross_swap = -1.0;
       if (forced) {
         std::vector<std::vector<uint16_t>> outs;
-        for (const char* cfg : {"mma-tile-m64", "cutlass-sm90-grouped"}) {
+        for (const char* cfg : {"mma-tile-m64", "cutlass-sm90-grouped", "cutlass-sm90-swapab"}) {
           setenv("MOERUN_CUDA_GEMM", cfg, 1);
           CK(cudaMemsetAsync(dout, 0xFF, size_t(M) * sd.h * 2, s));
           cuda_runner->forward(expert);
@@ -277,15 +277,21 @@ int main(int argc, char** argv) {
           unsetenv("MOERUN_CUDA_GEMM");
         }
         auto f = [](uint16_t b) { uint32_t u = uint32_t(b) << 16; float x; std::memcpy(&x, &u, 4); return double(x); };
-        double num = 0, den = 0;
-        for (size_t i = 0; i < outs[0].size(); ++i) {
-          const double a = f(outs[0][i]), b = f(outs[1][i]);
-          num += (a - b) * (a - b);
-          den += a * a;
-        }
-        cross = std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : 1e30;
+        auto rel_diff = [&](const std::vector<uint16_t>& o) {
+          double num = 0, den = 0;
+          for (size_t i = 0; i < outs[0].size(); ++i) {
+            const double a = f(outs[0][i]), b = f(o[i]);
+            num += (a - b) * (a - b);
+            den += a * a;
+          }
+          return std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : 1e30;
+        };
+        cross = rel_diff(outs[1]);
+        cross_swap = rel_diff(outs[2]);
         std::printf("check %-18s %5d cutlass vs mma-tile-m64: rel diff %.2e%s\n", sd.name.c_str(), M, cross,
                     cross < 1e-2 ? "" : "  <-- MISMATCH");
+        std::printf("check %-18s %5d cutlass-swapab vs mma-tile-m64: rel diff %.2e%s\n", sd.name.c_str(), M,
+                    cross_swap, cross_swap < 1e-2 ? "" : "  <-- MISMATCH");
       }
       vs.push_back({"cublas-full", timer.median_ms([&] { cublas_runner->forward(full); }, reps)});
       const std::string key = sd.name + "/" + std::to_string(M);
@@ -306,7 +312,8 @@ int main(int argc, char** argv) {
                         {"distinct_experts", distinct.size()}, {"bytes", bytes}, {"flops", flops},
                         {"TBps", tbps}, {"pct_copy_bw", 100.0 * tbps * 1e12 / copy_bw}, {"TFLOPs", tfl},
                         {"pct_matmul", 100.0 * tfl * 1e12 / mm_rate}, {"pct_roofline", 100.0 * floor_s / sec},
-                        {"speedup_vs_torch", speed}, {"cutlass_vs_m64_rel_diff", cross}});
+                        {"speedup_vs_torch", speed}, {"cutlass_vs_m64_rel_diff", cross},
+                        {"swapab_vs_m64_rel_diff", cross_swap}});
       }
       std::fflush(stdout);
       CK(cudaFree(dh)); CK(cudaFree(dl)); CK(cudaFree(di)); CK(cudaFree(dw)); CK(cudaFree(dout));

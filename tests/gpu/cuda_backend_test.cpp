@@ -152,6 +152,7 @@ class ForceGemm {
   ForceGemm& operator=(const ForceGemm&) = delete;
 };
 constexpr const char* kCutlass = "cutlass-sm90-grouped";
+constexpr const char* kCutlassSwap = "cutlass-sm90-swapab";
 
 void check_case(const std::string& backend, const MoeSpec& spec, int64_t m, uint64_t seed, Route route,
                 float nan_rate = 0.0f, const char* want_variant = nullptr) {
@@ -393,6 +394,167 @@ TEST(CudaCutlass, SmallMultiTileForced) {
   check_case("cuda", make_spec(4, 2, 1032, 520), 700, 38, Route::kLogits, 0.0f, kCutlass);
   check_case("cuda", make_spec(4, 2, 1032, 520, ActivationKind::kSiluAndMul, WeightFormat::kF16), 333, 39,
              Route::kLogits, 0.0f, kCutlass);
+}
+
+// The CUTLASS engine's swap-AB schedule (weight rows x 64-token tiles, column-major D): every
+// activation at token counts around its 64-token tile (1, 33: one partial tile per expert; 257, 513,
+// 1500: several, the last partial), n not a multiple of 128 (gate_up 272, down 264: a partial
+// weight-row tile), K not a multiple of 64.
+TEST(CudaCutlass, SmallSwapABActivationsForced) {
+  REQUIRE_GPU();
+  ForceGemm force(kCutlassSwap);
+  for (ActivationKind a : {ActivationKind::kSiluAndMul, ActivationKind::kGeluAndMul, ActivationKind::kGeluTanhAndMul,
+                           ActivationKind::kSwigluOai, ActivationKind::kRelu2, ActivationKind::kSilu})
+    for (int64_t m : {1, 33, 257, 513, 1500}) {
+      MoeSpec s = make_spec(8, 2, 264, 136, a);
+      if (a == ActivationKind::kSwigluOai) s.activation.interleaved_gate_up = (m % 2 == 1);
+      SCOPED_TRACE(std::string(to_string(a)) + " m=" + std::to_string(m));
+      check_case("cuda", s, m, 800 + m, Route::kLogits, 0.0f, kCutlassSwap);
+    }
+}
+
+// Swap-AB: mostly empty experts, fp16, a hot expert, given top-k, gpt-oss style biases, shared experts
+// (one group of m rows, gated and not, shared n = 144 and 264), many weight-row and token tiles.
+TEST(CudaCutlass, SmallSwapABFormatsRoutingSharedForced) {
+  REQUIRE_GPU();
+  ForceGemm force(kCutlassSwap);
+  check_case("cuda", make_spec(64, 2, 128, 64), 5, 831, Route::kLogits, 0.0f, kCutlassSwap);  // mostly empty experts
+  check_case("cuda", make_spec(16, 4, 264, 136, ActivationKind::kSiluAndMul, WeightFormat::kF16), 97, 832,
+             Route::kLogits, 0.0f, kCutlassSwap);
+  check_case("cuda", make_spec(16, 2, 264, 96), 300, 833, Route::kHotExpert, 0.0f, kCutlassSwap);
+  check_case("cuda", make_spec(16, 3, 128, 96), 41, 834, Route::kTopkGiven, 0.0f, kCutlassSwap);
+  MoeSpec g = make_spec(16, 4, 192, 96, ActivationKind::kSwigluOai);
+  g.activation.interleaved_gate_up = true;
+  g.routing.softmax_after_topk = true;
+  g.expert_bias = true;
+  check_case("cuda", g, 65, 835, Route::kLogits, 0.0f, kCutlassSwap);
+  MoeSpec sh = make_spec(8, 2, 264, 136);
+  sh.shared.count = 1;
+  sh.shared.intermediate = 72;
+  sh.shared.gated_by_router = true;
+  check_case("cuda", sh, 45, 836, Route::kLogits, 0.0f, kCutlassSwap);
+  sh.shared.gated_by_router = false;
+  check_case("cuda", sh, 130, 837, Route::kLogits, 0.0f, kCutlassSwap);
+  MoeSpec f = make_spec(8, 2, 264, 136, ActivationKind::kGeluAndMul, WeightFormat::kF16);
+  f.shared.count = 1;
+  f.shared.intermediate = 200;
+  check_case("cuda", f, 513, 838, Route::kLogits, 0.0f, kCutlassSwap);
+  check_case("cuda", make_spec(4, 2, 1032, 520), 700, 839, Route::kLogits, 0.0f, kCutlassSwap);
+  check_case("cuda", make_spec(4, 2, 1032, 520, ActivationKind::kSiluAndMul, WeightFormat::kF16), 333, 840,
+             Route::kHotExpert, 0.0f, kCutlassSwap);
+}
+
+// The grouped GEMM alone, both schedules: D must equal A_g · B_g^T on exactly rows [seg[g], seg[g+1])
+// x [0, n) and leave every other element of the buffer alone (empty groups first, between and last,
+// groups around the 64-token tile, rows past seg[E], n and k off the tile sizes), and the one-group
+// form (no seg_offsets) too. Operands are multiples of 1/8 in [-1, 1], so the fp32 sums are exact
+// and only the bf16 rounding of D remains.
+TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
+  REQUIRE_GPU();
+  using namespace cuda_kernels;
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int n = 136, k = 72;
+  const std::vector<int> sizes = {0, 1, 63, 64, 0, 65, 130, 0};
+  const int groups = static_cast<int>(sizes.size());
+  std::vector<int32_t> seg(1, 0);
+  for (int c : sizes) seg.push_back(seg.back() + c);
+  const int used = seg.back(), alloc_rows = used + 70;
+  std::mt19937 rng(17);
+  auto fill = [&](size_t count) {
+    std::vector<uint16_t> v(count);
+    for (auto& x : v) x = f32_to_bf16(static_cast<float>(static_cast<int>(rng() % 17) - 8) / 8.0f);
+    return v;
+  };
+  const std::vector<uint16_t> a = fill(static_cast<size_t>(alloc_rows) * k);
+  const std::vector<uint16_t> b = fill(static_cast<size_t>(groups) * n * k);
+  const uint16_t kSentinel = 0x7FC1;  // a bf16 NaN no GEMM produces from finite operands
+  void *da, *db, *dd, *dws;
+  int32_t* dseg;
+  const size_t d_elems = static_cast<size_t>(alloc_rows) * n;
+  const size_t ws = cutlass_grouped_workspace_bytes(Elem::kBF16, groups, sms);
+  ASSERT_GT(ws, 0u);
+  CK(cudaMalloc(&da, a.size() * 2));
+  CK(cudaMalloc(&db, b.size() * 2));
+  CK(cudaMalloc(&dd, d_elems * 2));
+  CK(cudaMalloc(&dws, ws));
+  CK(cudaMalloc(&dseg, seg.size() * 4));
+  CK(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dseg, seg.data(), seg.size() * 4, cudaMemcpyHostToDevice));
+  const std::vector<uint16_t> sentinel(d_elems, kSentinel);
+  // Row r of D against group g (or -1: must stay untouched).
+  auto check = [&](const std::vector<int>& group_of_row, const char* what) {
+    std::vector<uint16_t> d(d_elems);
+    CK(cudaMemcpy(d.data(), dd, d_elems * 2, cudaMemcpyDeviceToHost));
+    int untouched_bad = 0, value_bad = 0;
+    for (int r = 0; r < alloc_rows; ++r)
+      for (int c = 0; c < n; ++c) {
+        const uint16_t got = d[static_cast<size_t>(r) * n + c];
+        const int g = group_of_row[static_cast<size_t>(r)];
+        if (g < 0) {
+          untouched_bad += got != kSentinel;
+          continue;
+        }
+        float want = 0.0f;
+        for (int j = 0; j < k; ++j)
+          want += bf16_to_f32(a[static_cast<size_t>(r) * k + j]) *
+                  bf16_to_f32(b[(static_cast<size_t>(g) * n + c) * k + j]);
+        const float x = bf16_to_f32(got);
+        value_bad += !(std::fabs(x - want) <= 1e-2f * std::fabs(want) + 1e-3f);
+      }
+    EXPECT_EQ(untouched_bad, 0) << what << ": elements outside the groups' rows were written";
+    EXPECT_EQ(value_bad, 0) << what << ": wrong values";
+  };
+  for (CutlassTile tile : {CutlassTile::kTokens128x256, CutlassTile::kSwapAB}) {
+    const char* what = tile == CutlassTile::kSwapAB ? "swap-AB" : "128x256";
+    CutlassGroupedParams p;
+    p.groups = groups;
+    p.seg_offsets = dseg;
+    p.a = da;
+    p.b = db;
+    p.b_group_stride = static_cast<int64_t>(n) * k;
+    p.d = dd;
+    p.n = n;
+    p.k = k;
+    p.workspace = dws;
+    p.workspace_bytes = ws;
+    p.sm_count = sms;
+    p.tile = tile;
+    CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
+    CK(launch_cutlass_grouped(Elem::kBF16, p, nullptr));
+    CK(cudaDeviceSynchronize());
+    std::vector<int> group_of_row(static_cast<size_t>(alloc_rows), -1);
+    for (int g = 0; g < groups; ++g)
+      for (int r = seg[static_cast<size_t>(g)]; r < seg[static_cast<size_t>(g) + 1]; ++r)
+        group_of_row[static_cast<size_t>(r)] = g;
+    check(group_of_row, what);
+    // One group of the first 97 rows with group 0's weights (the shared-expert form).
+    CutlassGroupedParams one = p;
+    one.groups = 1;
+    one.seg_offsets = nullptr;
+    one.rows = 97;
+    CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
+    CK(launch_cutlass_grouped(Elem::kBF16, one, nullptr));
+    CK(cudaDeviceSynchronize());
+    std::vector<int> first(static_cast<size_t>(alloc_rows), -1);
+    std::fill(first.begin(), first.begin() + 97, 0);
+    check(first, what);
+    // The argument checks are the same for both schedules.
+    CutlassGroupedParams bad = p;
+    bad.n = n + 4;
+    EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue) << what;
+    bad = p;
+    bad.workspace_bytes = 64;
+    EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue) << what;
+    bad = p;
+    bad.seg_offsets = nullptr;
+    EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue) << what;
+  }
+  CutlassGroupedParams unknown;
+  unknown.tile = static_cast<CutlassTile>(7);
+  EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, unknown, nullptr), cudaErrorInvalidValue);
+  cudaFree(da); cudaFree(db); cudaFree(dd); cudaFree(dws); cudaFree(dseg);
 }
 
 // Enough tokens per expert that the backend picks the CUTLASS engine by itself.

@@ -43,8 +43,18 @@ struct Sched {  // pingpong 64x256, cluster 1x2: the A tile multicast to two N t
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
+#elif TUNE_CONFIG == 6
+using Sched = sm90::CooperativeSwapAB128x64;  // swap-AB: 128 weight rows x 64 tokens (the compiled one)
+#elif TUNE_CONFIG == 7
+struct Sched {  // swap-AB with 96-token tiles: a third fewer weight-tile reads at ~256 tokens per expert
+  static constexpr bool kSwapAB = true;
+  using TileShape = Shape<_128, _96, _64>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
 #else
-#error "TUNE_CONFIG must be 0..5"
+#error "TUNE_CONFIG must be 0..7"
 #endif
 
 #define TUNE_CAT2(a, b) a##b

@@ -27,23 +27,30 @@ using namespace cuda_kernels;
 constexpr double kStreamMaxTpe = 8.0;
 constexpr double kStream32MaxTpe = 12.0;
 constexpr const char* kCutlassVariant = "cutlass-sm90-grouped";
+// The CUTLASS engine's swap-AB schedule (weight rows x 64-token tiles): forced only until the rule is
+// set from H200 measurements.
+constexpr const char* kCutlassSwapVariant = "cutlass-sm90-swapab";
 
-// One GEMM path: an own mma.sync tile configuration, or the CUTLASS engine.
+// One GEMM path: an own mma.sync tile configuration, or the CUTLASS engine (either schedule).
 struct Path {
   bool cutlass = false;
   GemmConfig cfg = GemmConfig::kTileM64;
-  const char* name() const { return cutlass ? kCutlassVariant : gemm_config_name(cfg); }
+  bool swap_ab = false;  // with cutlass: CutlassTile::kSwapAB
+  const char* name() const {
+    return cutlass ? (swap_ab ? kCutlassSwapVariant : kCutlassVariant) : gemm_config_name(cfg);
+  }
 };
 
 // MOERUN_CUDA_GEMM=<variant name> forces one GEMM variant (benchmarks, tests and tuning only). An
-// unknown name is ignored; "cutlass-sm90-grouped" falls back to the rule for f32.
+// unknown name is ignored; "cutlass-sm90-grouped" and "cutlass-sm90-swapab" fall back to the rule for f32.
 Path forced_path(bool cutlass_ok, bool* forced) {
   *forced = false;
   const char* v = std::getenv("MOERUN_CUDA_GEMM");
   if (!v || !*v) return {};
-  if (std::strcmp(v, kCutlassVariant) == 0) {
+  const bool swap = std::strcmp(v, kCutlassSwapVariant) == 0;
+  if (swap || std::strcmp(v, kCutlassVariant) == 0) {
     *forced = cutlass_ok;
-    return {cutlass_ok, GemmConfig::kTileM64};
+    return {cutlass_ok, GemmConfig::kTileM64, swap && cutlass_ok};
   }
   for (int c = 0; c < kNumGemmConfigs; ++c)
     if (std::strcmp(v, gemm_config_name(static_cast<GemmConfig>(c))) == 0) {
@@ -222,6 +229,7 @@ class CudaRunner final : public Runner {
     int32_t* row_of_slot = reinterpret_cast<int32_t*>(base + off_ros);
     const int32_t* total = al.seg_offsets + E;
     const Act act = cuda_detail::act_of(sp.activation.kind);
+    const CutlassTile tile = path_for(m).swap_ab ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256;
 
     MOERUN_CUDA_CHECK(launch_gather_sorted(el, call.hidden, H, al.token_of_row, al.slot_of_row, total,
                                            static_cast<int64_t>(rows), xs, row_of_slot, s));
@@ -231,6 +239,7 @@ class CudaRunner final : public Runner {
     g.workspace = cutlass_ws_.get();
     g.workspace_bytes = cutlass_ws_.capacity();
     g.sm_count = sm_count_;
+    g.tile = tile;  // the shared experts' GEMMs below copy it
     g.a = xs;
     g.b = d_.w13.get();
     g.b_group_stride = static_cast<int64_t>(R) * H;

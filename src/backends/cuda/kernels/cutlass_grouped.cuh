@@ -1,7 +1,8 @@
 // cuda/kernels/cutlass_grouped.cuh — the large-M engine: a CUTLASS 3.x sm90 grouped GEMM (pointer
 // array, TMA loads and stores, warp-specialized cooperative wgmma, persistent group scheduler).
-// Included by one .cu file per element type (cutlass_grouped_bf16.cu, cutlass_grouped_f16.cu), each
-// of which instantiates exactly one kernel type: the CI compiles this on two cores.
+// Included by one .cu file per element type and schedule (cutlass_grouped_{bf16,f16}.cu: token rows;
+// cutlass_grouped_swap_{bf16,f16}.cu: swap-AB), each of which instantiates exactly one kernel type:
+// the CI compiles this on two cores.
 //
 // NOTES:
 //   Problem shapes live on the device. The host passes the group count (an upper bound: the local
@@ -21,6 +22,36 @@
 //   scheduler rasters along M, so the CTAs running at the same time read the same weight tile (one
 //   DRAM read, the rest L2 hits). Known cost: an expert with just over 256 rows pays a third,
 //   nearly empty M tile (bench/results/2026-11-30_6ed8a25_h200/NOTES.md).
+//
+// NOTES, swap-AB schedule (CooperativeSwapAB128x64, "cutlass-sm90-swapab", not yet chosen by the rule):
+//   It computes D_g^T[n, M_g] = B_g[n, k] · A_g[M_g, k]^T: the weight rows take CUTLASS's M, the tokens
+//   its N, because the 128-row M tile is what few-token experts waste (32 rows use 1/4 of it).
+//   The weight side keeps the 128 tile: n (a multiple of 8) runs to thousands of rows, so only each
+//   expert's last M tile can be partial (n = 2880: 22.5 tiles); TMA clips its loads and stores at n.
+//   Token tile 64, not 96 or 128: at 16-64 tokens per expert (the measured 82% case, mixtral M=128)
+//   the padded MMA work is 1-4x the useful work instead of 2-8x (128-row tiles) or 1.5-6x (96).
+//   Its cost is smem bandwidth (estimate, not measured): each consumer warpgroup's m64n64k16 wgmma
+//   reads 2 KB of A and 2 KB of B, ~32 clk at 128 B/clk, for ~32 clk of math, so the tile cannot
+//   beat the tensor-core peak with margin to spare; fine where it is meant to run (weight-bandwidth
+//   bound, far under peak), and why it is not expected to beat 128x256 at hundreds of tokens per expert.
+//   K tile 64: 128-byte rows (the 128-byte swizzle) and 24 KB a stage (16 KB weights + 8 KB tokens),
+//   so the automatic carve-out gives 8 stages, 128 KB of weights in flight (128x256: 4 x 48 KB) —
+//   enough to keep streaming weights through each tile's epilogue, which the cooperative schedule
+//   does not overlap with the warpgroups' own mainloop (the producer warp runs ahead meanwhile).
+//   Cooperative, cluster 1x1: the two consumer warpgroups split the 128 weight rows (64 each) and
+//   share the token tile; a 2x1 cluster would multicast only the small token tile, and a 1x2 one
+//   rounds each expert's token tiles up to a pair (the padding this schedule exists to remove).
+//   Raster along N (tokens): the CTAs running at the same time take the N tiles of one weight tile
+//   (one DRAM read, the rest L2 hits); with <= 64 tokens there is one N tile and consecutive CTAs
+//   stream consecutive weight tiles.
+//   D is the same row-major [rows, n] buffer, which the transposed problem sees as column-major with
+//   leading dimension n: the epilogue stores through transposing stmatrix and a TMA box whose global
+//   dims are (n, M_g), so a group writes exactly rows [seg[g], seg[g+1]) x [0, n) and an empty group
+//   (no N tile) writes nothing.
+//   A and B stay K-major (TN): token rows and weight rows are both K-contiguous, so swapping changes
+//   only D's layout and which pointer is which; the mainloop and its TMA boxes are the same kind.
+//   One kernel type per dtype beside the token-row one (its own .cu files), so the CI's two cores
+//   still compile one CUTLASS kernel per translation unit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,7 +71,7 @@
 
 namespace moerun::cuda_kernels::sm90 {
 
-// The one schedule compiled (changing it is a one-line edit here).
+// The token-row schedule (CutlassTile::kTokens128x256; changing it is a one-line edit here).
 struct CooperativeTile128x256 {
   using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
@@ -48,14 +79,34 @@ struct CooperativeTile128x256 {
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
 };
 
+// The swap-AB schedule (CutlassTile::kSwapAB): CUTLASS M = weight rows, N = tokens (NOTES above).
+struct CooperativeSwapAB128x64 {
+  static constexpr bool kSwapAB = true;
+  using TileShape = cute::Shape<cute::_128, cute::_64, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+
+// A schedule without a kSwapAB member is a token-row one (the tuning harness's structs).
+template <typename Schedule>
+constexpr bool schedule_swaps_ab() {
+  if constexpr (requires { Schedule::kSwapAB; }) return Schedule::kSwapAB;
+  else return false;
+}
+
 // T: cutlass::bfloat16_t or cutlass::half_t. D = A · B^T per group, fp32 accumulation, no C operand.
+// Token-row schedules: A = tokens [M_g, k], B = weights [n, k], D row-major [M_g, n].
+// Swap-AB schedules: A = weights [n, k], B = tokens [M_g, k], D column-major [n, M_g] (ld n), i.e. the
+// same bytes as the row-major [M_g, n] output. Either way both operands are K-major.
 template <typename T, typename Schedule = CooperativeTile128x256>
 struct GroupedGemm {
+  static constexpr bool kSwapAB = schedule_swaps_ab<Schedule>();
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;  // (M, N, K) per group
   using Shape = typename ProblemShape::UnderlyingProblemShape;
-  using LayoutA = cutlass::layout::RowMajor;     // tokens [M, K]
-  using LayoutB = cutlass::layout::ColumnMajor;  // weights [N, K], K contiguous
-  using LayoutD = cutlass::layout::RowMajor;     // out [M, N]
+  using LayoutA = cutlass::layout::RowMajor;     // [M, K], K contiguous
+  using LayoutB = cutlass::layout::ColumnMajor;  // [N, K], K contiguous
+  using LayoutD = cute::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   static constexpr int kAlign = 128 / cutlass::sizeof_bits<T>::value;  // 16-byte TMA boxes
   static_assert(kAlign == 8, "the backend guarantees 16-byte rows only for 2-byte elements (k, n % 8 == 0)");
 
@@ -80,8 +131,12 @@ struct GroupedGemm {
   using StrideD = typename Kernel::InternalStrideD;
   static_assert(cute::is_same_v<StrideA, cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>>,
                 "fill_group_args writes only the leading dimension: A must be K-major with no batch mode");
-  static_assert(cute::is_same_v<StrideB, StrideA> && cute::is_same_v<StrideD, StrideA>,
-                "B ([n, k], K contiguous) and D ([m, n] row-major) share A's stride form");
+  static_assert(cute::is_same_v<StrideB, StrideA>, "B ([N, K], K contiguous) shares A's stride form");
+  // The mode of D's one dynamic stride (its leading dimension, n): 0 for row-major, 1 for column-major.
+  static constexpr int kLdModeD = kSwapAB ? 1 : 0;
+  static_assert(kSwapAB ? cute::is_same_v<StrideD, cute::Stride<cute::Int<1>, int64_t, cute::Int<0>>>
+                        : cute::is_same_v<StrideD, StrideA>,
+                "D: row-major [M, n] (token rows) or column-major [n, M] (swap-AB), leading dimension n");
 };
 
 // The per-call device arrays, carved from the front of the caller's workspace (16-byte aligned).
@@ -128,18 +183,29 @@ struct GroupArrays {
 };
 
 // One thread per group: its (M, N, K), pointers and leading dimensions. Group g covers rows
-// [seg[g], seg[g+1]) of A and D, or rows [0, rows) when seg is null (one group).
+// [seg[g], seg[g+1]) of the tokens and of D, or rows [0, rows) when seg is null (one group).
+// `tokens` is [rows, k], `weights` group g's [n, k] at weights + g * w_group_stride, `d` [rows, n];
+// a swap-AB kernel gets the weights as A and the tokens as B, and the shape (n, M_g, k).
 template <typename G, typename T>
-__global__ void fill_group_args(int groups, const int32_t* __restrict__ seg, int64_t rows, const T* a,
-                                const T* b, int64_t b_group_stride, T* d, int n, int k, GroupArrays<G, T> out) {
+__global__ void fill_group_args(int groups, const int32_t* __restrict__ seg, int64_t rows, const T* tokens,
+                                const T* weights, int64_t w_group_stride, T* d, int n, int k,
+                                GroupArrays<G, T> out) {
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= groups) return;
   const int64_t start = seg ? seg[g] : 0;
   const int count = seg ? seg[g + 1] - seg[g] : static_cast<int>(rows);
-  out.shapes[g] = typename G::Shape{count, n, k};
-  out.a[g] = a + start * k;
-  out.b[g] = b + g * b_group_stride;
-  out.d[g] = d + start * n;
+  const T* x = tokens + start * k;
+  const T* w = weights + g * w_group_stride;
+  if constexpr (G::kSwapAB) {
+    out.shapes[g] = typename G::Shape{n, count, k};
+    out.a[g] = w;
+    out.b[g] = x;
+  } else {
+    out.shapes[g] = typename G::Shape{count, n, k};
+    out.a[g] = x;
+    out.b[g] = w;
+  }
+  out.d[g] = d + start * n;  // row `start` of D: element (row, col) at col + row * n in both layouts
   typename G::StrideA sa{};
   cute::get<0>(sa) = k;
   out.sa[g] = sa;
@@ -147,7 +213,7 @@ __global__ void fill_group_args(int groups, const int32_t* __restrict__ seg, int
   cute::get<0>(sb) = k;
   out.sb[g] = sb;
   typename G::StrideD sd{};
-  cute::get<0>(sd) = n;
+  cute::get<G::kLdModeD>(sd) = n;
   out.sd[g] = sd;
 }
 
@@ -184,8 +250,10 @@ typename GroupedGemm<T, Schedule>::Gemm::Arguments make_arguments(
   args.epilogue.dD = arr.sd;
   args.hw_info.device_id = device;
   args.hw_info.sm_count = sm_count;
-  args.scheduler.raster_order =
-      decltype(args.scheduler.raster_order)::AlongM;  // concurrent CTAs share one weight tile
+  // Raster along the token tiles, so the CTAs running at the same time share one weight tile: the
+  // weights are B (the N tile) of a token-row kernel and A (the M tile) of a swap-AB one.
+  using Raster = decltype(args.scheduler.raster_order);
+  args.scheduler.raster_order = G::kSwapAB ? Raster::AlongN : Raster::AlongM;
   return args;
 }
 
@@ -219,12 +287,12 @@ cudaError_t launch_t(const CutlassGroupedParams& p, cudaStream_t stream) {
   cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return e;
   GroupArrays<G, T> arr(p.workspace, p.groups);
-  const T* a = static_cast<const T*>(p.a);
-  const T* b = static_cast<const T*>(p.b);
+  const T* tokens = static_cast<const T*>(p.a);
+  const T* weights = static_cast<const T*>(p.b);
   T* d = static_cast<T*>(p.d);
   constexpr int kFillThreads = 128;
   fill_group_args<G, T><<<(p.groups + kFillThreads - 1) / kFillThreads, kFillThreads, 0, stream>>>(
-      p.groups, p.seg_offsets, p.rows, a, b, p.b_group_stride, d, p.n, p.k, arr);
+      p.groups, p.seg_offsets, p.rows, tokens, weights, p.b_group_stride, d, p.n, p.k, arr);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
 
   const auto args = make_arguments<T, Schedule>(arr, p.groups, p.sm_count, device);

@@ -152,6 +152,14 @@ inline cudaError_t launch_grouped_gemm(Elem elem, GemmConfig c, const GroupedGem
 // accumulation), on the sm_90a tensor cores through TMA (kernels/cutlass_grouped.cuh). The group
 // sizes are read on the device from seg_offsets, so no launch waits for the host and a sequence of
 // launches can be captured in a CUDA graph. k and n must be multiples of 8 (16-byte rows for TMA).
+
+// The CUTLASS schedule: both compute the same D from the same arguments; they differ in speed only.
+enum class CutlassTile : int {
+  kTokens128x256 = 0,  // 128 token rows x 256 weight rows x 64: the default, many tokens per expert
+  kSwapAB = 1,         // D^T = B · A^T, 128 weight rows x 64 tokens x 64: little padding at 16-64
+                       // tokens per expert, where 128-row token tiles do 2-8x the useful MMA work
+};
+
 struct CutlassGroupedParams {
   int groups = 0;                        // group count: an upper bound (empty groups have M = 0)
   const int32_t* seg_offsets = nullptr;  // [groups + 1], device: group g = rows [seg[g], seg[g+1])
@@ -164,28 +172,44 @@ struct CutlassGroupedParams {
   void* workspace = nullptr;             // device, cutlass_grouped_workspace_bytes(elem, groups, sm_count)
   size_t workspace_bytes = 0;
   int sm_count = 0;                      // the device's multiprocessor count (one persistent CTA each)
+  CutlassTile tile = CutlassTile::kTokens128x256;
 };
 
 size_t cutlass_grouped_workspace_bytes_bf16(int groups, int sm_count);
 size_t cutlass_grouped_workspace_bytes_f16(int groups, int sm_count);
+size_t cutlass_grouped_swap_workspace_bytes_bf16(int groups, int sm_count);
+size_t cutlass_grouped_swap_workspace_bytes_f16(int groups, int sm_count);
 cudaError_t launch_cutlass_grouped_bf16(const CutlassGroupedParams& p, cudaStream_t stream);
 cudaError_t launch_cutlass_grouped_f16(const CutlassGroupedParams& p, cudaStream_t stream);
+cudaError_t launch_cutlass_grouped_swap_bf16(const CutlassGroupedParams& p, cudaStream_t stream);
+cudaError_t launch_cutlass_grouped_swap_f16(const CutlassGroupedParams& p, cudaStream_t stream);
 
-// Workspace bytes for `groups` groups (never 0 for groups > 0). Elem::kF32 has no CUTLASS path: 0.
+// Workspace bytes for `groups` groups (never 0 for groups > 0), enough for either CutlassTile, so one
+// workspace serves both schedules. Elem::kF32 has no CUTLASS path: 0.
 inline size_t cutlass_grouped_workspace_bytes(Elem elem, int groups, int sm_count) {
+  size_t a = 0, b = 0;
   switch (elem) {
-    case Elem::kBF16: return cutlass_grouped_workspace_bytes_bf16(groups, sm_count);
-    case Elem::kF16: return cutlass_grouped_workspace_bytes_f16(groups, sm_count);
+    case Elem::kBF16:
+      a = cutlass_grouped_workspace_bytes_bf16(groups, sm_count);
+      b = cutlass_grouped_swap_workspace_bytes_bf16(groups, sm_count);
+      break;
+    case Elem::kF16:
+      a = cutlass_grouped_workspace_bytes_f16(groups, sm_count);
+      b = cutlass_grouped_swap_workspace_bytes_f16(groups, sm_count);
+      break;
     case Elem::kF32: break;
   }
-  return 0;
+  return a > b ? a : b;
 }
-// Enqueues the pointer-array fill and the grouped GEMM. Returns cudaErrorInvalidValue for a bad
-// argument (k or n not a multiple of 8, workspace too small, no seg_offsets with groups > 1, f32).
+// Enqueues the pointer-array fill and the grouped GEMM of p.tile. Returns cudaErrorInvalidValue for a
+// bad argument (k or n not a multiple of 8, workspace too small, no seg_offsets with groups > 1, f32,
+// an unknown tile).
 inline cudaError_t launch_cutlass_grouped(Elem elem, const CutlassGroupedParams& p, cudaStream_t stream) {
+  const bool swap = p.tile == CutlassTile::kSwapAB;
+  if (!swap && p.tile != CutlassTile::kTokens128x256) return cudaErrorInvalidValue;
   switch (elem) {
-    case Elem::kBF16: return launch_cutlass_grouped_bf16(p, stream);
-    case Elem::kF16: return launch_cutlass_grouped_f16(p, stream);
+    case Elem::kBF16: return swap ? launch_cutlass_grouped_swap_bf16(p, stream) : launch_cutlass_grouped_bf16(p, stream);
+    case Elem::kF16: return swap ? launch_cutlass_grouped_swap_f16(p, stream) : launch_cutlass_grouped_f16(p, stream);
     case Elem::kF32: break;
   }
   return cudaErrorInvalidValue;
