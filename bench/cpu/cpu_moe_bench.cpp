@@ -2,7 +2,7 @@
 // machine's limits (memory read bandwidth, FMA peaks, AMX bf16 tile peak) measured in the same run.
 //
 //   cpu_moe_bench [--quick] [--json PATH] [--threads N] [--only SHAPE] [--m 1,64,...] [--compare-v1]
-//                 [--budget S] [--stream-sweep 4,8,16,...]
+//                 [--compare-amx1] [--budget S] [--stream-sweep 4,8,16,...]
 //
 // --budget S: seconds of timed calls per row (default 0.8, 0.25 with --quick; at least 3 calls).
 // --stream-sweep N,...: instead of the usual rows, time the bf16 qwen3-30b-a3b and deepseek-v2-lite layers
@@ -11,6 +11,8 @@
 //
 // --compare-v1 times the cpu backend's previous kernels (MOERUN_CPU_KERNELS=v1) too, call by call
 // alternating with the current ones, and records both (rows "cpu-v1" and "cpu", cpu_speedup_vs_v1).
+// --compare-amx1 does the same with one N-block per AMX tile call (MOERUN_CPU_AMX_NBLOCKS=1) against the
+// default two (rows "cpu-amx1" and "cpu", cpu_speedup_vs_amx1); it replaces --compare-v1.
 //
 // The oneDNN baseline runs every activated expert (and the shared experts) as two bf16 matmuls
 // (f32 where oneDNN has no bf16 matmul for the ISA) with weights reordered once to format_tag::any,
@@ -73,6 +75,7 @@ struct Opts {
   int threads = 0;
   std::string only;  // run only this shape ("" = all)
   bool compare_v1 = false;  // also time the cpu backend with MOERUN_CPU_KERNELS=v1, interleaved call by call
+  bool compare_amx1 = false;  // the same with MOERUN_CPU_AMX_NBLOCKS=1
   std::vector<int64_t> ms;  // token counts to run instead of the defaults
   double budget = -1;  // seconds of timed calls per row (< 0: 0.8, or 0.25 with --quick)
   std::vector<int> sweep;  // --stream-sweep crossovers (MOERUN_CPU_STREAM_MAX_TOKENS values)
@@ -465,17 +468,18 @@ struct Bench {
     return time_median([&](int call) { auto a = args_for(m, M, call, out); r->forward(a); }, budget);
   }
 
-  // The cpu backend with the current kernels and with v1 (MOERUN_CPU_KERNELS=v1), calls alternating so
-  // that load from other processes hits both alike. Returns {current, v1} median seconds.
-  std::pair<double, double> run_cpu_vs_v1(const Model& m, int64_t M, int th) {
+  // The cpu backend with the current kernels and with v1 (env = value: MOERUN_CPU_KERNELS=v1 or
+  // MOERUN_CPU_AMX_NBLOCKS=1), calls alternating so that load from other processes hits both alike.
+  // Returns {current, v1} median seconds.
+  std::pair<double, double> run_cpu_vs_v1(const Model& m, int64_t M, int th, const char* env, const char* value) {
     RunnerOptions ro;
     ro.threads = th;
-    const char* prev = std::getenv("MOERUN_CPU_KERNELS");
+    const char* prev = std::getenv(env);
     const std::string keep = prev ? prev : "";
-    setenv("MOERUN_CPU_KERNELS", "v1", 1);
+    setenv(env, value, 1);
     auto r1 = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro);
-    if (prev) setenv("MOERUN_CPU_KERNELS", keep.c_str(), 1);
-    else unsetenv("MOERUN_CPU_KERNELS");
+    if (prev) setenv(env, keep.c_str(), 1);
+    else unsetenv(env);
     auto r2 = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro);
     HostTensor out(DType::kBF16, {M, m.spec.hidden});
     std::vector<double> t1, t2;
@@ -519,13 +523,16 @@ struct Bench {
       if (with_ref && M <= 4) ref_t = run_ref(m, M);
       std::string variant;
       double t;
-      if (opt.compare_v1) {
-        const auto [t2, t1] = run_cpu_vs_v1(m, M, threads);
+      if (opt.compare_v1 || opt.compare_amx1) {
+        const bool amx1 = opt.compare_amx1;
+        const auto [t2, t1] = amx1 ? run_cpu_vs_v1(m, M, threads, "MOERUN_CPU_AMX_NBLOCKS", "1")
+                                   : run_cpu_vs_v1(m, M, threads, "MOERUN_CPU_KERNELS", "v1");
         t = t2;
         RunnerOptions ro;
         variant = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro)->variant_for(M);
-        row(m, "cpu-v1", M, threads, t1, "MOERUN_CPU_KERNELS=v1", 0, variant);
-        rows.back()["cpu_speedup_vs_v1"] = t1 / t2;
+        row(m, amx1 ? "cpu-amx1" : "cpu-v1", M, threads, t1, amx1 ? "MOERUN_CPU_AMX_NBLOCKS=1" : "MOERUN_CPU_KERNELS=v1", 0,
+            variant);
+        rows.back()[amx1 ? "cpu_speedup_vs_amx1" : "cpu_speedup_vs_v1"] = t1 / t2;
       } else {
         t = run_cpu(m, M, threads, &variant);
       }
@@ -602,6 +609,7 @@ int main(int argc, char** argv) {
     else if (a == "--threads" && i + 1 < argc) b.opt.threads = std::atoi(argv[++i]);
     else if (a == "--only" && i + 1 < argc) b.opt.only = argv[++i];
     else if (a == "--compare-v1") b.opt.compare_v1 = true;
+    else if (a == "--compare-amx1") b.opt.compare_amx1 = true;
     else if (a == "--m" && i + 1 < argc) b.opt.ms = parse_list(argv[++i]);
     else if (a == "--budget" && i + 1 < argc) b.opt.budget = std::atof(argv[++i]);
     else if (a == "--stream-sweep" && i + 1 < argc) {
@@ -609,7 +617,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE] [--m 1,64,...] [--compare-v1] "
-                   "[--budget S] [--stream-sweep 4,8,16,...]\n",
+                   "[--compare-amx1] [--budget S] [--stream-sweep 4,8,16,...]\n",
                    argv[0]);
       return 2;
     }

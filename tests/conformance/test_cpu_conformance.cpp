@@ -3,6 +3,7 @@
 // (tp x ep) layers whose rank outputs must add up to the full layer.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,34 @@ TEST(CpuConformance, OneThreadAndAllThreadsBothConform) {
       EXPECT_TRUE(r.passed || r.skipped) << "threads=" << threads << ": " << c.label() << ": " << r.message;
     }
   }
+}
+
+// StandardCasesAtEveryIsaLevel runs AMX with two N-blocks per tile call (the default); this runs the
+// one-block kernel (MOERUN_CPU_AMX_NBLOCKS=1) and the default again with 1 and 2 threads, where the runner
+// pairs blocks whenever it can (it pairs only with at least two single-block items per thread).
+TEST(CpuConformance, AmxOneAndTwoNBlocksPerCallBothConform) {
+  if (cpu::detected_isa() < CpuIsa::kAmx) GTEST_SKIP() << "no usable AMX-BF16 here (CPU, XCR0 or permission)";
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_AMX_NBLOCKS"); }
+  } env;
+  auto cpu = make_cpu_backend();
+  CapGuard guard;
+  set_cpu_isa_cap(CpuIsa::kAmx);
+  const Platform p = Platform::detect();
+  for (const char* nb : {"1", "2"})
+    for (int threads : {1, 2}) {
+      setenv("MOERUN_CPU_AMX_NBLOCKS", nb, 1);
+      RunnerOptions o;
+      o.threads = threads;
+      int passed = 0;
+      for (const VerifyCase& c : standard_cases(4242, 80)) {
+        const VerifyResult r = verify_case(*cpu, p, c, o);
+        EXPECT_TRUE(r.passed || r.skipped) << "MOERUN_CPU_AMX_NBLOCKS=" << nb << " threads=" << threads << ": "
+                                           << c.label() << ": " << r.message;
+        passed += r.passed;
+      }
+      EXPECT_GT(passed, 60) << "MOERUN_CPU_AMX_NBLOCKS=" << nb << " threads=" << threads;
+    }
 }
 
 TEST(CpuConformance, ShardedLayersAddUpToTheFullLayer) {

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -438,6 +439,126 @@ TEST(CpuBackend, StreamMaxTokensKnob) {
     c.m = 40;
     check_case(c, std::string("MOERUN_CPU_STREAM_MAX_TOKENS=") + n);
   }
+}
+
+// MOERUN_CPU_AMX_NBLOCKS: 2 N-blocks per AMX tile call by default, 1 or 2 when set; other values leave
+// the default.
+TEST(CpuBackend, AmxNBlocksKnob) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_AMX_NBLOCKS"); }
+  } guard;
+  unsetenv("MOERUN_CPU_AMX_NBLOCKS");
+  EXPECT_EQ(cpu::kAmxNBlocks, 2);
+  EXPECT_EQ(cpu::amx_nblocks_override(), -1);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_nblocks, 2);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).amx_nblocks, 2);
+  for (const char* n : {"1", "2"}) {
+    setenv("MOERUN_CPU_AMX_NBLOCKS", n, 1);
+    EXPECT_EQ(cpu::amx_nblocks_override(), std::atoi(n));
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_nblocks, std::atoi(n));
+    EXPECT_EQ(cpu::kernels_for_variant(CpuIsa::kAmx, "v1").amx_nblocks, std::atoi(n));
+  }
+  for (const char* bad : {"", "0", "3", "-1", "x", "1 ", "02x", "99999999999"}) {
+    setenv("MOERUN_CPU_AMX_NBLOCKS", bad, 1);
+    EXPECT_EQ(cpu::amx_nblocks_override(), -1) << "'" << bad << "'";
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_nblocks, 2) << "'" << bad << "'";
+  }
+}
+
+// One forward with given top-k ids / weights (bf16 activations), output as floats.
+std::vector<float> run_given_topk(const Backend& b, const MoeSpec& s, const MoeWeights& w, const HostTensor& ids,
+                                  const HostTensor& tw, int threads) {
+  const int64_t M = ids.shape()[0];
+  RunnerOptions opt;
+  opt.threads = threads;
+  auto runner = b.create_runner(s, w, Platform::detect(), opt);
+  HostTensor hidden = random_tensor(s.act_dtype, {M, s.hidden}, 31);
+  HostTensor out(s.act_dtype, {M, s.hidden});
+  for (int64_t i = 0; i < M * s.hidden; ++i) out.as<uint16_t>()[i] = 0x7FC0;  // NaN: everything must be written
+  ForwardArgs a;
+  a.hidden = hidden.view();
+  a.topk_ids = ids.view();
+  a.topk_weights = tw.view();
+  a.output = out.view();
+  runner->forward(a);
+  runner->forward(a);  // a second call on warm workspaces
+  return to_f32(out);
+}
+
+// Two N-blocks per AMX call (default) and one (MOERUN_CPU_AMX_NBLOCKS=1) on odd shapes: odd numbers of
+// w13 and w2 N-blocks (the last block alone; the w2 one with 8 padding lanes), an odd number of 32-k
+// steps, experts with 0, 1, 15, 16, 17, 33, 40 and 20 tokens (stream, AVX-512 tiles and AMX tiles side by
+// side in one gemm2 item), with and without a shared expert (71 tokens), formats whose panels are the
+// packed blocks (bf16) or converted (f16, fp8-block, int8), 1 and 2 threads (both pair blocks here: at
+// least two single-block items per thread). Every combination must match the reference, and all must
+// be bitwise equal (tile_amx2 gives tile_amx's accumulators; the epilogues run per block). At levels
+// below AMX the knob changes nothing and the test checks only that.
+TEST(CpuBackend, AmxOneAndTwoNBlocksPerCallAgreeOnOddShapes) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_AMX_NBLOCKS"); }
+  } guard;
+  // Per-expert token counts (top 2 of 8): the sequence of expert ids sorted by expert, token t takes
+  // slots t and t + M, distinct experts because no count exceeds M.
+  const int counts[8] = {0, 1, 15, 16, 17, 33, 40, 20};
+  std::vector<int32_t> slots;
+  for (int e = 0; e < 8; ++e) slots.insert(slots.end(), static_cast<size_t>(counts[e]), e);
+  const int64_t M = static_cast<int64_t>(slots.size()) / 2;
+  ASSERT_EQ(M * 2, static_cast<int64_t>(slots.size()));
+  HostTensor ids(DType::kI32, {M, 2}), tw(DType::kF32, {M, 2});
+  for (int64_t t = 0; t < M; ++t)
+    for (int j = 0; j < 2; ++j) {
+      ids.as<int32_t>()[t * 2 + j] = slots[static_cast<size_t>(t + j * M)];
+      tw.as<float>()[t * 2 + j] = 0.3f + 0.4f * static_cast<float>(j) + 0.001f * static_cast<float>(t);
+    }
+  struct Shape3 {
+    int hidden, intermediate;
+    ActivationKind act;
+    int shared;
+  };
+  // hidden 72: kp 96 (3 k steps), 5 w2 blocks (the last with 8 lanes); intermediate 40: 5 gated w13 blocks.
+  // hidden 200: kp 224 (7 steps), 13 w2 blocks; intermediate 56: 7 gated w13 blocks, or with relu2 4
+  // plain ones (even), kp 64. Shared experts are gated only.
+  const Shape3 shapes[] = {{72, 40, ActivationKind::kSiluAndMul, 0},
+                           {72, 40, ActivationKind::kSiluAndMul, 1},
+                           {200, 56, ActivationKind::kSiluAndMul, 1},
+                           {200, 56, ActivationKind::kRelu2, 0}};
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  IsaCapGuard cap;
+  for (const Shape3& sh : shapes)
+    for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kFp8Block, WeightFormat::kInt8PerChannel}) {
+      MoeSpec s = base_spec();
+      s.hidden = sh.hidden;
+      s.intermediate = sh.intermediate;
+      s.activation.kind = sh.act;
+      s.act_dtype = DType::kBF16;
+      s.weight_format = f;
+      if (sh.shared) {
+        s.shared.count = 1;
+        s.shared.intermediate = 40;
+      }
+      s.validate();
+      const MoeWeights w = random_weights(s, 17);
+      const std::vector<float> want = run_given_topk(*ref, s, w, ids, tw, 0);
+      for (CpuIsa isa : levels()) {
+        set_cpu_isa_cap(isa);
+        std::vector<float> first;
+        for (const char* nb : {"2", "1"})
+          for (int threads : {1, 2}) {
+            setenv("MOERUN_CPU_AMX_NBLOCKS", nb, 1);
+            const std::string what = std::string(to_string(f)) + " H=" + std::to_string(sh.hidden) + " I=" +
+                                     std::to_string(sh.intermediate) + " shared=" + std::to_string(sh.shared) + " [" +
+                                     std::string(to_string(isa)) + ", MOERUN_CPU_AMX_NBLOCKS=" + nb + ", threads " +
+                                     std::to_string(threads) + "]";
+            const std::vector<float> got = run_given_topk(*cpu, s, w, ids, tw, threads);
+            expect_close(got, want, tolerance(s), what);
+            if (first.empty()) first = got;
+            else EXPECT_TRUE(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0)
+                << what << ": differs from MOERUN_CPU_AMX_NBLOCKS=2, 1 thread";
+          }
+      }
+      unsetenv("MOERUN_CPU_AMX_NBLOCKS");
+    }
 }
 
 TEST(CpuBackend, RefusesForeignLayoutTag) {

@@ -351,6 +351,95 @@ TEST(CpuKernels, AmxTilesMatchDenseLoopWithinBf16Rounding) {
   }
 }
 
+// tile_amx2 (two N-blocks per call, 2x2 register blocking) against the scalar loop over the bf16 values
+// it multiplies (x rounded to bf16, the panels' bf16 words) and bitwise against one tile_amx call per
+// panel: token counts around the 16-row A tiles and the 32-token passes (1-16 rows: one A tile; 17-31:
+// two, the second partial), an odd number of 32-k steps (kp 288), x rows with a stride past kp, nonzero
+// rows past m (they must not leak into rows < m), and pairs of distinct panels: adjacent packed bf16
+// blocks, converted panels of fp8-block and mxfp4 blocks, a pair across experts and one in reverse
+// order. Writes past acc0 / acc1's m rows are caught by canaries.
+TEST(CpuKernels, AmxTwoBlockTilesMatchOneBlockTilesAndScalarLoop) {
+  if (detected_isa() < CpuIsa::kAmx) GTEST_SKIP() << "no usable AMX-BF16 here (CPU, XCR0 or permission)";
+  const KernelSet ks = kernels_for(CpuIsa::kAmx);
+  const float kCanary = -12345.0f;
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
+    const int64_t E = 2, N = 48, K = f == WeightFormat::kMxfp4 ? 288 : 277;  // 3 blocks per expert
+    Stack s = make_stack(f, E, N, K, 21u + static_cast<uint32_t>(f));
+    auto p = pack_stack(s.m, LaneMap::kPlain);
+    const int64_t kp = p->kp;
+    ASSERT_EQ(kp, 288);  // 9 steps of 32 k
+    ASSERT_EQ(p->nblocks, 3);
+    const size_t pn = static_cast<size_t>(kp * 16);
+    // The bf16 VNNI panel of every block: the packed block itself for bf16, else converted like run_block.
+    std::vector<float> fpanel(pn + 16);
+    float* fa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(fpanel.data()) + 63) & ~uintptr_t{63});
+    std::vector<std::vector<uint16_t>> conv(static_cast<size_t>(E * 3));
+    std::vector<const uint16_t*> panel(static_cast<size_t>(E * 3));
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t b = 0; b < 3; ++b) {
+        const size_t i = static_cast<size_t>(e * 3 + b);
+        if (f == WeightFormat::kBF16) {
+          panel[i] = reinterpret_cast<const uint16_t*>(p->block(e, b).data);
+        } else {
+          ks.panel(p->block(e, b), fa);
+          conv[i].assign(pn, 0);
+          kernels::panel_to_bf16_vnni(fa, kp, conv[i].data());
+          panel[i] = conv[i].data();
+        }
+      }
+    ASSERT_NE(std::memcmp(panel[0], panel[1], pn * 2), 0);  // distinct panels
+    const std::pair<int, int> pairs[] = {{0, 1}, {1, 2}, {2, 3}, {5, 0}};  // block index e * 3 + b
+    for (int m : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1024}) {
+      const int64_t ldx = kp + 32;
+      const int rows = (m + 15) / 16 * 16;
+      std::mt19937 g(static_cast<uint32_t>(m));
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      std::vector<float> x(static_cast<size_t>(rows * ldx), 0.0f);
+      for (int i = 0; i < rows; ++i)
+        for (int64_t k = 0; k < ldx; ++k)
+          // zero in [K, kp) (the kernels' contract); rows past m and columns past kp: nonzero junk
+          if (k < K || k >= kp || i >= m) x[static_cast<size_t>(i * ldx + k)] = (i >= m ? 50.0f : 1.0f) * u(g);
+      std::vector<uint16_t> xb(x.size());
+      for (int i = 0; i < rows; ++i) kernels::f32_to_bf16_row(x.data() + i * ldx, ldx, xb.data() + i * ldx);
+      for (size_t pi = 0; pi < std::size(pairs); ++pi) {
+        const uint16_t* p0 = panel[static_cast<size_t>(pairs[pi].first)];
+        const uint16_t* p1 = panel[static_cast<size_t>(pairs[pi].second)];
+        const int prefetch = pi % 2 ? 4096 : 0;
+        const size_t n = static_cast<size_t>(m) * 16;
+        std::vector<float> acc0(n + 16, kCanary), acc1(n + 16, kCanary), one0(n), one1(n);
+        kernels::tile_amx2(p0, p1, kp, xb.data(), ldx, m, acc0.data(), acc1.data(), prefetch);
+        kernels::tile_amx(p0, kp, xb.data(), ldx, m, one0.data(), prefetch);
+        kernels::tile_amx(p1, kp, xb.data(), ldx, m, one1.data(), prefetch);
+        const std::string what = "format " + std::to_string(static_cast<int>(f)) + " m " + std::to_string(m) +
+                                 " pair " + std::to_string(pi);
+        for (size_t i = n; i < n + 16; ++i) {
+          ASSERT_EQ(acc0[i], kCanary) << what << ": wrote past acc0";
+          ASSERT_EQ(acc1[i], kCanary) << what << ": wrote past acc1";
+        }
+        ASSERT_EQ(std::memcmp(acc0.data(), one0.data(), n * sizeof(float)), 0) << what << ": block 0 differs from tile_amx";
+        ASSERT_EQ(std::memcmp(acc1.data(), one1.data(), n * sizeof(float)), 0) << what << ": block 1 differs from tile_amx";
+        for (int q = 0; q < 2; ++q) {
+          const uint16_t* pq = q ? p1 : p0;
+          const std::vector<float>& acc = q ? acc1 : acc0;
+          for (int i = 0; i < m; ++i)
+            for (int l = 0; l < 16; ++l) {
+              double want = 0, mag = 0;
+              for (int64_t k = 0; k < kp; ++k) {
+                const double t = static_cast<double>(dec_bf16(xb[static_cast<size_t>(i * ldx + k)])) *
+                                 dec_bf16(pq[static_cast<size_t>((k / 2) * 32 + l * 2 + (k & 1))]);
+                want += t;
+                mag += std::fabs(t);
+              }
+              ASSERT_NEAR(acc[static_cast<size_t>(i * 16 + l)], want, 1e-4 * mag)
+                  << what << " block " << q << " token " << i << " lane " << l;
+            }
+        }
+      }
+    }
+    kernels::amx_release();
+  }
+}
+
 // The AVX512-BF16 streaming kernel against the f32 streaming kernel (stream_avx512) on the same
 // bf16-valued x, every packed format (e4m3 codes include the subnormals; make_stack draws no NaN), token
 // counts that use every register group (1, 2, 3, 5, 8 and 8 + 5), and an odd K (fp4: a multiple of its

@@ -103,6 +103,11 @@ int env_count(const char* name, long max) {
 
 int prefetch_override() { return env_count("MOERUN_CPU_PREFETCH", 65536); }
 
+int amx_nblocks_override() {
+  const int n = env_count("MOERUN_CPU_AMX_NBLOCKS", 2);
+  return n >= 1 ? n : -1;
+}
+
 int stream_max_tokens_override() { return env_count("MOERUN_CPU_STREAM_MAX_TOKENS", kStreamMaxTokensLimit); }
 
 KernelSet kernels_for(CpuIsa isa) {
@@ -172,6 +177,8 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   if (const int n = stream_max_tokens_override(); n >= 0) k.stream_max_m = k.stream_max_m_cheap = k.stream_max_m_bf16 = n;
   k.prefetch = kPrefetchBytes;
   if (const int n = prefetch_override(); n >= 0) k.prefetch = n;
+  k.amx_nblocks = kAmxNBlocks;
+  if (const int n = amx_nblocks_override(); n > 0) k.amx_nblocks = n;
   return k;
 }
 

@@ -91,6 +91,9 @@ struct KernelSet {
   // Software prefetch distance (bytes) the runner puts in BlockRef::prefetch for the streaming kernels
   // and the AMX tiles: kPrefetchBytes, or MOERUN_CPU_PREFETCH=<bytes> (0 = off; measurement).
   int prefetch = 0;
+  // AMX N-blocks per tile call and work item (1 or 2): kAmxNBlocks, or MOERUN_CPU_AMX_NBLOCKS=1 for the
+  // one-block kernel (measurement). Only calls that take AMX tiles pair their blocks (runner.cpp).
+  int amx_nblocks = 2;
 };
 
 // 4 KiB ahead: on Zen 1 (1 thread, qwen3 bf16) M=1 8.1 -> 6.6 ms and M=16 94 -> 76 ms against no
@@ -99,6 +102,12 @@ struct KernelSet {
 inline constexpr int kPrefetchBytes = 4096;
 // MOERUN_CPU_PREFETCH parsed: bytes in [0, 65536], or -1 when unset or invalid.
 int prefetch_override();
+
+// Two N-blocks per AMX tile call (kernels::tile_amx2, 2x2 register blocking: per 32 k, 4 tile loads for
+// 4 dot products instead of 5 for 4 with kernels::tile_amx).
+inline constexpr int kAmxNBlocks = 2;
+// MOERUN_CPU_AMX_NBLOCKS parsed: 1 or 2, or -1 when unset or anything else.
+int amx_nblocks_override();
 
 // Kernels for the given level (kAvx512Bf16 and kAmx: the AVX-512 set plus stream_bf16; kAmx adds the
 // tiles). Throws Error{kUnsupported} below AVX2.

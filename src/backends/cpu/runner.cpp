@@ -10,6 +10,12 @@
 //            router-weighted outputs of its 16 columns in a per-thread [M][16] buffer, then writes the
 //            output columns in the act dtype. No two threads write the same output element; the sum
 //            over experts runs in a fixed order, so results do not depend on the thread count.
+// AMX pairs: where a job's calls take AMX tiles, a gemm1 item covers two adjacent N-blocks (the last
+// one alone when the count is odd) and one tile_amx2 call computes both; a gemm2 item covers two
+// N-blocks of the hidden size when any job takes AMX tiles. Only when the single-block items number at
+// least twice the threads (so pairs still give every thread an item), and not with
+// MOERUN_CPU_AMX_NBLOCKS=1. The epilogues run per block on the accumulators one block gets alone, and
+// tile_amx2 gives bitwise tile_amx's accumulators, so results do not depend on the pairing either.
 #include "backends/cpu/runner.hpp"
 
 #include <omp.h>
@@ -179,6 +185,10 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
 
 std::string CpuRunner::variant_for(int64_t m) const { return variant_name(spec_, ks_, w13_->fmt, m); }
 
+bool CpuRunner::takes_amx(kernels::PackFmt f, int64_t m) const noexcept {
+  return ks_.amx && m >= 16 && m > ks_.stream_max(f);  // run_block's order: stream first, then AMX
+}
+
 void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb, int64_t ldx,
                           int64_t m, Scratch& s, float* acc) const {
   kernels::BlockRef ref = w.block(e, b);
@@ -189,7 +199,7 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
     else ks_.stream(ref, x, ldx, mi, acc);
     return;
   }
-  if (ks_.amx && m >= 16 && xb != nullptr) {
+  if (takes_amx(ref.fmt, m) && xb != nullptr) {
     const uint16_t* panel;
     if (ref.fmt == kernels::PackFmt::kBF16) {
       panel = reinterpret_cast<const uint16_t*>(ref.data);
@@ -206,6 +216,29 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
   float* panel = s.panel.get(static_cast<size_t>(w.kp * 16));
   ks_.panel(ref, panel);
   ks_.tile(panel, w.kp, x, ldx, mi, acc);
+}
+
+void CpuRunner::run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, const float* x, const uint16_t* xb,
+                           int64_t ldx, int64_t m, Scratch& s, float* acc, int64_t acc_stride) const {
+  if (nb == 2 && xb != nullptr && takes_amx(w.fmt, m)) {
+    const size_t pn = static_cast<size_t>(w.kp * 16);
+    const uint16_t* panels[2];
+    for (int q = 0; q < 2; ++q) {
+      const kernels::BlockRef ref = w.block(e, b + q);
+      if (ref.fmt == kernels::PackFmt::kBF16) {
+        panels[q] = reinterpret_cast<const uint16_t*>(ref.data);
+      } else {
+        float* f = s.panel.get(pn);
+        ks_.panel(ref, f);
+        uint16_t* pb = s.panel_bf16.get(2 * pn) + q * pn;  // two panels side by side
+        kernels::panel_to_bf16_vnni(f, w.kp, pb);
+        panels[q] = pb;
+      }
+    }
+    kernels::tile_amx2(panels[0], panels[1], w.kp, xb, ldx, static_cast<int>(m), acc, acc + acc_stride, ks_.prefetch);
+    return;
+  }
+  for (int q = 0; q < nb; ++q) run_block(w, e, b + q, x, xb, ldx, m, s, acc + q * acc_stride);
 }
 
 void CpuRunner::forward(const ForwardArgs& args) {
@@ -280,23 +313,35 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const int64_t rows = R + (has_shared ? M : 0);
   const int64_t ipmax = std::max(ilp_, isp_);
 
+  // Work items (see NOTES: AMX pairs). Pairing needs at least two single-block items per thread.
+  int64_t singles1 = 0;
+  for (const Job& j : jobs_) singles1 += j.shared ? sw13_->nblocks : w13_->nblocks;
+  const bool pair1 = ks_.amx_nblocks == 2 && singles1 >= 2 * static_cast<int64_t>(threads);
   items1_.clear();
   for (size_t j = 0; j < jobs_.size(); ++j) {
-    const int64_t nb = jobs_[j].shared ? sw13_->nblocks : w13_->nblocks;
-    for (int64_t b = 0; b < nb; ++b) items1_.emplace_back(static_cast<int32_t>(j), static_cast<int32_t>(b));
+    const PackedStack& w = jobs_[j].shared ? *sw13_ : *w13_;
+    const int64_t nb = w.nblocks;
+    const int64_t step = pair1 && takes_amx(w.fmt, jobs_[j].m) ? 2 : 1;
+    for (int64_t b = 0; b < nb; b += step)
+      items1_.push_back(Item{static_cast<int32_t>(j), static_cast<int32_t>(b), static_cast<int32_t>(std::min(step, nb - b))});
   }
+  bool amx2 = false;  // some job's down GEMM takes AMX tiles
+  for (const Job& j : jobs_) amx2 = amx2 || takes_amx(j.shared ? sw2_->fmt : w2_->fmt, j.m);
+  const int64_t per2 = ks_.amx_nblocks == 2 && amx2 && w2_->nblocks >= 2 * static_cast<int64_t>(threads) ? 2 : 1;
+  const int64_t nitems2 = (w2_->nblocks + per2 - 1) / per2;
 
   // ---- workspaces (grow only) ----
   float* X = x_.get(static_cast<size_t>((rows + 16) * hp_));
   float* Hb = hbuf_.get(static_cast<size_t>((rows + 16) * ipmax));
   int64_t max_m = 1;
   for (const Job& j : jobs_) max_m = std::max(max_m, j.m);
+  const int64_t acc_stride = max_m * 16;  // acc: [2][max_m][16] (one per block of a pair); out: [2][M][16]
   for (int t = 0; t < threads; ++t) {
-    scratch_[static_cast<size_t>(t)].acc.get(static_cast<size_t>(max_m * 16));
-    scratch_[static_cast<size_t>(t)].out.get(static_cast<size_t>(M * 16));
+    scratch_[static_cast<size_t>(t)].acc.get(static_cast<size_t>(2 * acc_stride));
+    scratch_[static_cast<size_t>(t)].out.get(static_cast<size_t>(2 * M * 16));
     const int64_t kpmax = std::max(hp_, ipmax);
     scratch_[static_cast<size_t>(t)].panel.get(static_cast<size_t>(kpmax * 16));
-    if (ks_.amx) scratch_[static_cast<size_t>(t)].panel_bf16.get(static_cast<size_t>(kpmax * 16));
+    if (ks_.amx) scratch_[static_cast<size_t>(t)].panel_bf16.get(static_cast<size_t>(2 * kpmax * 16));
   }
   // bf16 copies of X and H for AMX tiles and the bf16 streaming kernel (bf16 layers only: kernels_for_spec).
   const bool want_bf16 = ks_.amx || ks_.stream_bf16 != nullptr;
@@ -386,38 +431,42 @@ void CpuRunner::forward(const ForwardArgs& args) {
     // ---- GEMM1 + bias + LoRA + activation ----
 #pragma omp for schedule(dynamic, 1)
     for (size_t it = 0; it < items1_.size(); ++it) {
-      const Job& job = jobs_[static_cast<size_t>(items1_[it].first)];
-      const int64_t b = items1_[it].second;
+      const Item& item = items1_[it];
+      const Job& job = jobs_[static_cast<size_t>(item.job)];
       const PackedStack& w = job.shared ? *sw13_ : w13;
       const int64_t e = job.shared ? 0 : job.expert;
-      float* acc = s.acc.v.data();
-      run_block(w, e, b, X + job.row0 * hp_, Xb ? Xb + job.row0 * hp_ : nullptr, hp_, job.m, s, acc);
-      const float* ls = w.lane_scales(e, b);
-      const int32_t* lrow = w.lane_row.data() + b * 16;
-      const float* bias = (!job.shared && !w13_bias_.empty()) ? w13_bias_.data() + e * w.rows : nullptr;
-      const ActivationKind ak = job.shared ? shared_act_ : spec_.activation.kind;
-      const kernels::Act ka = static_cast<kernels::Act>(ak);
-      const int64_t I = w.outputs;
-      const bool gated = w.map != LaneMap::kPlain;
-      const int64_t c0 = gated ? b * 8 : b * 16;
-      const int nc = static_cast<int>(std::min<int64_t>(gated ? 8 : 16, I - c0));
-      for (int64_t i = 0; i < job.m; ++i) {
-        const int64_t row = job.row0 + i;
-        float* v = acc + i * 16;  // scaled in place, then the activation writes the H columns
-        const bool lora_row = lora1 && row < R && row_adapter(row) >= 0;
-        if (ls || bias || lora_row)
-          for (int l = 0; l < 16; ++l) {
-            float a = v[l];
-            if (ls) a *= ls[l];
-            const int32_t r = lrow[l];
-            if (r >= 0) {
-              if (bias) a += bias[r];
-              if (lora_row) a += lora1[row * R13 + r];
+      run_blocks(w, e, item.b, item.nb, X + job.row0 * hp_, Xb ? Xb + job.row0 * hp_ : nullptr, hp_, job.m, s,
+                 s.acc.v.data(), acc_stride);
+      for (int q = 0; q < item.nb; ++q) {  // the epilogue per block, on that block's accumulators
+        const int64_t b = item.b + q;
+        float* acc = s.acc.v.data() + q * acc_stride;
+        const float* ls = w.lane_scales(e, b);
+        const int32_t* lrow = w.lane_row.data() + b * 16;
+        const float* bias = (!job.shared && !w13_bias_.empty()) ? w13_bias_.data() + e * w.rows : nullptr;
+        const ActivationKind ak = job.shared ? shared_act_ : spec_.activation.kind;
+        const kernels::Act ka = static_cast<kernels::Act>(ak);
+        const int64_t I = w.outputs;
+        const bool gated = w.map != LaneMap::kPlain;
+        const int64_t c0 = gated ? b * 8 : b * 16;
+        const int nc = static_cast<int>(std::min<int64_t>(gated ? 8 : 16, I - c0));
+        for (int64_t i = 0; i < job.m; ++i) {
+          const int64_t row = job.row0 + i;
+          float* v = acc + i * 16;  // scaled in place, then the activation writes the H columns
+          const bool lora_row = lora1 && row < R && row_adapter(row) >= 0;
+          if (ls || bias || lora_row)
+            for (int l = 0; l < 16; ++l) {
+              float a = v[l];
+              if (ls) a *= ls[l];
+              const int32_t r = lrow[l];
+              if (r >= 0) {
+                if (bias) a += bias[r];
+                if (lora_row) a += lora1[row * R13 + r];
+              }
+              v[l] = a;
             }
-            v[l] = a;
-          }
-        float* hrow = Hb + row * ipmax + c0;
-        ks_.act(ka, v, v + 8, nc, alpha, limit, hrow);
+          float* hrow = Hb + row * ipmax + c0;
+          ks_.act(ka, v, v + 8, nc, alpha, limit, hrow);
+        }
       }
     }
 
@@ -453,42 +502,52 @@ void CpuRunner::forward(const ForwardArgs& args) {
 
     // ---- GEMM2 + bias + LoRA, router-weighted sum over experts, output ----
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t b = 0; b < nb2; ++b) {
-      float* outl = s.out.v.data();
-      std::memset(outl, 0, static_cast<size_t>(M) * 16 * sizeof(float));
-      float* acc = s.acc.v.data();
+    for (int64_t it = 0; it < nitems2; ++it) {
+      const int64_t b0 = it * per2;
+      const int nbi = static_cast<int>(std::min(per2, nb2 - b0));
+      std::memset(s.out.v.data(), 0, static_cast<size_t>(nbi) * static_cast<size_t>(M) * 16 * sizeof(float));
       for (const Job& job : jobs_) {
         const PackedStack& w = job.shared ? *sw2_ : w2;
         const int64_t e = job.shared ? 0 : job.expert;
-        run_block(w, e, b, Hb + job.row0 * ipmax, Hbb ? Hbb + job.row0 * ipmax : nullptr, ipmax, job.m, s, acc);
-        const float* ls = w.lane_scales(e, b);
-        const float* bias = (!job.shared && add_w2_bias_) ? w2_bias_.data() + e * H + b * 16 : nullptr;
-        const int nl = static_cast<int>(std::min<int64_t>(16, H - b * 16));
-        for (int64_t i = 0; i < job.m; ++i) {
-          const int64_t row = job.row0 + i;
-          int64_t t;
-          float wgt;
-          if (job.shared) {
-            t = i;
-            wgt = gate ? gate[i] : 1.0f;
-          } else {
-            t = disp_.token[static_cast<size_t>(row)];
-            wgt = on_input ? 1.0f : disp_.weight[static_cast<size_t>(row)];
-          }
-          const float* lo = (lora2 && !job.shared && row_adapter(row) >= 0) ? lora2 + row * H + b * 16 : nullptr;
-          float* o = outl + t * 16;
-          for (int l = 0; l < nl; ++l) {
-            float y = acc[i * 16 + l];
-            if (ls) y *= ls[l];
-            if (bias) y += bias[l];
-            if (lo) y += lo[l];
-            o[l] += wgt * y;
+        run_blocks(w, e, b0, nbi, Hb + job.row0 * ipmax, Hbb ? Hbb + job.row0 * ipmax : nullptr, ipmax, job.m, s,
+                   s.acc.v.data(), acc_stride);
+        for (int q = 0; q < nbi; ++q) {  // block b0 + q: its accumulators into its [M][16] output buffer
+          const int64_t b = b0 + q;
+          float* outl = s.out.v.data() + q * M * 16;
+          const float* acc = s.acc.v.data() + q * acc_stride;
+          const float* ls = w.lane_scales(e, b);
+          const float* bias = (!job.shared && add_w2_bias_) ? w2_bias_.data() + e * H + b * 16 : nullptr;
+          const int nl = static_cast<int>(std::min<int64_t>(16, H - b * 16));
+          for (int64_t i = 0; i < job.m; ++i) {
+            const int64_t row = job.row0 + i;
+            int64_t t;
+            float wgt;
+            if (job.shared) {
+              t = i;
+              wgt = gate ? gate[i] : 1.0f;
+            } else {
+              t = disp_.token[static_cast<size_t>(row)];
+              wgt = on_input ? 1.0f : disp_.weight[static_cast<size_t>(row)];
+            }
+            const float* lo = (lora2 && !job.shared && row_adapter(row) >= 0) ? lora2 + row * H + b * 16 : nullptr;
+            float* o = outl + t * 16;
+            for (int l = 0; l < nl; ++l) {
+              float y = acc[i * 16 + l];
+              if (ls) y *= ls[l];
+              if (bias) y += bias[l];
+              if (lo) y += lo[l];
+              o[l] += wgt * y;
+            }
           }
         }
       }
-      const int nl = static_cast<int>(std::min<int64_t>(16, H - b * 16));
-      for (int64_t t = 0; t < M; ++t)
-        for (int l = 0; l < nl; ++l) store_act(args.output.data, adt, t * H + b * 16 + l, outl[t * 16 + l]);
+      for (int q = 0; q < nbi; ++q) {
+        const int64_t b = b0 + q;
+        const float* outl = s.out.v.data() + q * M * 16;
+        const int nl = static_cast<int>(std::min<int64_t>(16, H - b * 16));
+        for (int64_t t = 0; t < M; ++t)
+          for (int l = 0; l < nl; ++l) store_act(args.output.data, adt, t * H + b * 16 + l, outl[t * 16 + l]);
+      }
     }
     if (ks_.amx) kernels::amx_release();
   }

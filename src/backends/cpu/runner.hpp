@@ -61,8 +61,19 @@ class CpuRunner final : public Runner {
     Grow<uint16_t> panel_bf16;
   };
 
+  // A GEMM1 work item: N-blocks b .. b + nb - 1 (nb = 1, or 2 for calls that take AMX tiles) of job `job`.
+  struct Item {
+    int32_t job = 0, b = 0, nb = 1;
+  };
+
+  // Whether a call of m tokens on blocks of format f takes AMX tiles (bf16 activations at hand).
+  bool takes_amx(kernels::PackFmt f, int64_t m) const noexcept;
   void run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb, int64_t ldx,
                  int64_t m, Scratch& s, float* acc) const;
+  // Blocks b .. b + nb - 1 (nb 1 or 2) into acc + q * acc_stride: one tile_amx2 call where two blocks take
+  // AMX tiles, else run_block per block. The accumulators are bitwise the same either way.
+  void run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, const float* x, const uint16_t* xb,
+                  int64_t ldx, int64_t m, Scratch& s, float* acc, int64_t acc_stride) const;
 
   MoeSpec spec_;
   RunnerOptions options_;
@@ -77,7 +88,7 @@ class CpuRunner final : public Runner {
   std::mutex mu_;  // one forward at a time per runner (the workspaces below are shared)
   dispatch::Dispatch disp_;
   std::vector<Job> jobs_;
-  std::vector<std::pair<int32_t, int32_t>> items1_;
+  std::vector<Item> items1_;
   Grow<float> hid_, logits_, topw_, x_, hbuf_, lora1_, lora2_, lora_t_, gate_;
   Grow<int32_t> topi_, row_expert_;
   Grow<uint16_t> xb_, hb_;

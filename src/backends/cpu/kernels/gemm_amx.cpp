@@ -1,9 +1,15 @@
 // cpu/kernels/gemm_amx.cpp — AMX-BF16 tiles (kernels.hpp). Compiled with AMX + AVX512-BF16 flags; reached
 // only when isa.cpp found AMX usable (CPUID, XCR0 tile state, and the Linux XTILEDATA permission).
 //
-// NOTES: tiles: C0..C3 = 4 x (16 tokens x 16 lanes f32), A = 16 tokens x 32 k bf16, B = 16 k-pairs x
-// 16 lanes x 2 (the VNNI panel: 1 KiB contiguous per 32 k). One pass covers 64 tokens: each B tile is
-// loaded once per 32 k and used by four dot products.
+// NOTES: one tile configuration for both kernels: 8 tiles of 16 rows x 64 bytes (palette 1).
+// tile_amx (one N-block): C0..C3 = 4 x (16 tokens x 16 lanes f32), A = tile 4 (16 tokens x 32 k bf16),
+// B = tile 5 (16 k-pairs x 16 lanes x 2: the VNNI panel, 1 KiB contiguous per 32 k). One pass covers 64
+// tokens: per 32 k, 5 tile loads for 4 dot products (each A tile feeds one).
+// tile_amx2 (two N-blocks, 2x2 register blocking): C0 = A4 B6, C1 = A4 B7, C2 = A5 B6, C3 = A5 B7 with
+// A4 / A5 = tokens 0-15 / 16-31 of a 32-token pass and B6 / B7 the two blocks' panels: per 32 k, 4 tile
+// loads for 4 dot products, and each A tile is loaded once for both blocks. A pass of 1-16 tokens
+// uses A4 and C0, C1 only. Every C tile sees the same sequence of dot products (k ascending) as in
+// tile_amx, so both kernels give bitwise the same accumulators.
 #include <immintrin.h>
 
 #include <cstring>
@@ -22,13 +28,13 @@ struct alignas(64) TileConfig {
 };
 
 // The tile configuration is loaded once per thread until amx_release (LDTILECFG costs as much as
-// several tile dot products, and a forward calls tile_amx once per N-block).
+// several tile dot products, and a forward calls tile_amx / tile_amx2 once per N-block or pair).
 thread_local bool t_configured = false;
 
 void load_config() {
   if (t_configured) return;
   TileConfig c;
-  for (int t = 0; t < 6; ++t) {
+  for (int t = 0; t < 8; ++t) {
     c.colsb[t] = 64;
     c.rows[t] = 16;
   }
@@ -59,6 +65,46 @@ void tiles_t(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx,
   if constexpr (NT > 1) _tile_stored(1, out + 256, 64);
   if constexpr (NT > 2) _tile_stored(2, out + 512, 64);
   if constexpr (NT > 3) _tile_stored(3, out + 768, 64);
+}
+
+// Two N-blocks, one pass of up to 32 tokens (kTwoA: 17-32 rows, A tiles 4 and 5; else 1-16 rows, A
+// tile 4). out0 / out1 receive [16 or 32][16] floats of block 0 / block 1.
+template <bool kTwoA>
+void tiles2_t(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const uint16_t* xb, int64_t ldx,
+              float* out0, float* out1, int prefetch) {
+  _tile_zero(0);
+  _tile_zero(1);
+  if constexpr (kTwoA) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  const size_t stride = static_cast<size_t>(ldx) * 2;
+  // `prefetch` bytes ahead in each panel (may pass the end: prefetches never fault)
+  const uintptr_t pf0 = reinterpret_cast<uintptr_t>(panel0) + static_cast<uintptr_t>(prefetch);
+  const uintptr_t pf1 = reinterpret_cast<uintptr_t>(panel1) + static_cast<uintptr_t>(prefetch);
+  for (int64_t k = 0; k < kp; k += 32) {
+    if (prefetch > 0)
+      for (int l = 0; l < 1024; l += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf0 + k * 32 + l), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pf1 + k * 32 + l), _MM_HINT_T0);
+      }
+    _tile_loadd(6, panel0 + k * 16, 64);
+    _tile_loadd(7, panel1 + k * 16, 64);
+    _tile_loadd(4, xb + k, stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (kTwoA) {
+      _tile_loadd(5, xb + 16 * ldx + k, stride);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, out0, 64);
+  _tile_stored(1, out1, 64);
+  if constexpr (kTwoA) {
+    _tile_stored(2, out0 + 256, 64);
+    _tile_stored(3, out1 + 256, 64);
+  }
 }
 
 }  // namespace
@@ -100,6 +146,21 @@ void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx
       default: tiles_t<1>(panel, kp, x, ldx, out, prefetch); break;
     }
     std::memcpy(acc + static_cast<int64_t>(i) * 16, out, static_cast<size_t>(rows) * 16 * sizeof(float));
+  }
+}
+
+void tile_amx2(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const uint16_t* xb, int64_t ldx, int m,
+               float* acc0, float* acc1, int prefetch) {
+  load_config();
+  alignas(64) float out0[32 * 16], out1[32 * 16];
+  for (int i = 0; i < m; i += 32) {
+    const int rows = m - i < 32 ? m - i : 32;
+    const uint16_t* x = xb + static_cast<int64_t>(i) * ldx;
+    if (rows > 16) tiles2_t<true>(panel0, panel1, kp, x, ldx, out0, out1, prefetch);
+    else tiles2_t<false>(panel0, panel1, kp, x, ldx, out0, out1, prefetch);
+    const size_t bytes = static_cast<size_t>(rows) * 16 * sizeof(float);
+    std::memcpy(acc0 + static_cast<int64_t>(i) * 16, out0, bytes);
+    std::memcpy(acc1 + static_cast<int64_t>(i) * 16, out1, bytes);
   }
 }
 

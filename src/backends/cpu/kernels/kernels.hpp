@@ -115,6 +115,12 @@ void f32_to_bf16_row(const float* x, int64_t n, uint16_t* out);
 // (rows past m should be zero); panel bf16 VNNI [kp/2][16][2]. Loads its own tile configuration.
 void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, int m, float* acc,
               int prefetch = 0);
+// Two N-blocks in one call (2x2 register blocking: each A tile is loaded once for both panels):
+// acc0[m][16] = xb @ panel0 and acc1[m][16] = xb @ panel1, bitwise what two tile_amx calls give. Same
+// contract on xb (round_up(m, 16) readable rows); panel0 and panel1 may be anywhere (adjacent blocks of
+// a packed bf16 stack or two converted panels). Passes of 32 tokens; reads 16 rows per A tile.
+void tile_amx2(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const uint16_t* xb, int64_t ldx, int m,
+               float* acc0, float* acc1, int prefetch = 0);
 // Releases the tile state of the calling thread.
 void amx_release();
 
