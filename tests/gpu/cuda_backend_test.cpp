@@ -563,7 +563,9 @@ TEST(CudaCutlass, LargeTokensPerExpertChoosesCutlass) {
   const MoeSpec s = make_spec(8, 2, 512, 256);
   check_case("cuda", s, 1024, 40, Route::kLogits, 0.0f, kCutlass);  // 256 tokens per expert
   check_case("cuda", s, 48, 41, Route::kLogits, 0.0f, "mma-stream-m32");  // 12 per expert
-  check_case("cuda", s, 52, 42, Route::kLogits, 0.0f, kCutlass);  // 13 per expert
+  check_case("cuda", s, 52, 42, Route::kLogits, 0.0f, "cutlass-sm90-swapab");  // 13 per expert
+  check_case("cuda", s, 192, 43, Route::kLogits, 0.0f, "cutlass-sm90-swapab");  // 48 per expert
+  check_case("cuda", s, 196, 44, Route::kLogits, 0.0f, kCutlass);  // 49 per expert
 }
 
 // One token skips the alignment (direct mode: pair t is tile t). Every mma variant, gated split and
@@ -679,7 +681,7 @@ TEST(CudaRouting, SmallMatchesHostExactly) {
 // Device tensors on a stream: graph capture + replay equals the eager forward bit for bit.
 TEST(CudaBackend, GraphReplayEqualsEager) {
   REQUIRE_GPU();
-  for (int64_t m : {1, 40, 300, -300}) {  // -300: 300 tokens through the CUTLASS engine
+  for (int64_t m : {1, 40, 120, 300, -300}) {  // 120: swap-AB by the rule; -300: 300 tokens, 128x256 forced
     std::unique_ptr<ForceGemm> force;
     if (m < 0) {
       m = -m;
@@ -762,6 +764,9 @@ TEST(CudaBackend, CapabilitiesAreHonest) {
   const MoeSpec big = make_spec(8, 2, 512, 256);
   EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 1024), kCutlass);
   EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 48), "mma-stream-m32");
+  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 52), "cutlass-sm90-swapab");
+  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 192), "cutlass-sm90-swapab");
+  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 196), kCutlass);
   EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 1), "mma-stream-m16-n32");
 }
 

@@ -24,11 +24,16 @@ using namespace cuda_kernels;
 // 1-5%); at >= 64 it is 1.3-2.3x the mma.sync tiles, which top out near 250 TFLOP/s. tile-m64 and
 // tile-m128 stay reachable through MOERUN_CUDA_GEMM (and tile-m64 serves shapes the CUTLASS path
 // cannot take).
+// Within CUTLASS, the swap-AB schedule (weight rows x 64-token tiles) up to 48 tokens per expert, the
+// 128x256 token-row schedule above (2026-11-30 H200 sweep, both forced in one run, graph replay): at
+// 32 tokens per expert swap-AB 0.732 vs 0.793 ms (mixtral M=128), 5.57 vs 5.68 ms (deepseek-v3
+// M=1024), 1.62 vs 1.67 ms (gpt-oss M=1024); at 64 a tie (qwen3 M=1024, 0.403 vs 0.400 ms); at 256
+// it loses 1.3-1.7x (mixtral M=1024 1.83 vs 1.38 ms), where the 64x64 wgmma's shared-memory traffic
+// caps it.
 constexpr double kStreamMaxTpe = 8.0;
 constexpr double kStream32MaxTpe = 12.0;
+constexpr double kSwapMaxTpe = 48.0;
 constexpr const char* kCutlassVariant = "cutlass-sm90-grouped";
-// The CUTLASS engine's swap-AB schedule (weight rows x 64-token tiles): forced only until the rule is
-// set from H200 measurements.
 constexpr const char* kCutlassSwapVariant = "cutlass-sm90-swapab";
 
 // One GEMM path: an own mma.sync tile configuration, or the CUTLASS engine (either schedule).
@@ -67,7 +72,7 @@ Path path_for_tpe(double tpe, bool cutlass_ok) {
   if (tpe <= kStreamMaxTpe) return {false, GemmConfig::kStreamM16N32};
   if (tpe <= kStream32MaxTpe) return {false, GemmConfig::kStreamM32};
   if (!cutlass_ok) return {false, GemmConfig::kTileM64};
-  return {true, GemmConfig::kTileM64};
+  return {true, GemmConfig::kTileM64, tpe <= kSwapMaxTpe};
 }
 
 bool direct_enabled() {
@@ -318,12 +323,16 @@ class CudaBackend final : public cuda_detail::GpuBackendBase {
          "decode: 16x32 tiles (2 warps, 8-stage cp.async) stream each activated expert's weights once"},
         {gemm_config_name(GemmConfig::kStreamM32), kStream32MaxTpe,
          "32x64 tiles, 5-stage cp.async: a few tokens per expert, weights still streamed once"},
+        {kCutlassSwapVariant, kSwapMaxTpe,
+         "tens of tokens per expert: the CUTLASS sm90 grouped GEMM transposed (128 weight rows x 64 "
+         "tokens per tile, column-major output), so few-token experts pad the MMA work little"},
         {kCutlassVariant, 0.0,
          "large M: CUTLASS sm90 grouped GEMM (TMA, warp-specialized wgmma, 128x256 tiles, device-side "
          "group sizes) between gather, activation and combine passes; bf16 and fp16"},
     };
     caps_.variants[1].min_tokens_per_expert = kStreamMaxTpe;
     caps_.variants[2].min_tokens_per_expert = kStream32MaxTpe;
+    caps_.variants[3].min_tokens_per_expert = kSwapMaxTpe;
   }
   std::string_view name() const override { return "cuda"; }
   std::string_view description() const override {
