@@ -23,7 +23,8 @@
 //   DRAM read, the rest L2 hits). Known cost: an expert with just over 256 rows pays a third,
 //   nearly empty M tile (bench/results/2026-11-30_6ed8a25_h200/NOTES.md).
 //
-// NOTES, swap-AB schedule (CooperativeSwapAB128x64, "cutlass-sm90-swapab", not yet chosen by the rule):
+// NOTES, swap-AB schedule (CooperativeSwapAB128x64, "cutlass-sm90-swapab", chosen from 12 to 48 tokens per
+//   expert: cuda_backend.cpp):
 //   It computes D_g^T[n, M_g] = B_g[n, k] · A_g[M_g, k]^T: the weight rows take CUTLASS's M, the tokens
 //   its N, because the 128-row M tile is what few-token experts waste (32 rows use 1/4 of it).
 //   The weight side keeps the 128 tile: n (a multiple of 8) runs to thousands of rows, so only each
