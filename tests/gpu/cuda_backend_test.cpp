@@ -312,45 +312,60 @@ TEST(CudaBackend, SmallRouterWeightWhenNoLogits) {
 
 // ---- the CUTLASS sm90 grouped GEMM path (large M), forced at small sizes and chosen at large ----
 
-TEST(CudaCutlass, SmallActivationsForced) {
+// Both CUTLASS schedules forced (the 128x256 token-row one and swap-AB: 128 weight rows x 64 tokens,
+// column-major D): every activation at token counts around the tiles (1, 33: one partial tile per
+// expert; 257, 513, 1500: several, the last partial), n not a multiple of 128 (gate_up 272, down 264),
+// K not a multiple of 64.
+class CutlassSchedule : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CutlassSchedule, SmallActivationsForced) {
   REQUIRE_GPU();
-  ForceGemm force(kCutlass);
+  const char* v = GetParam();
+  ForceGemm force(v);
   for (ActivationKind a : {ActivationKind::kSiluAndMul, ActivationKind::kGeluAndMul, ActivationKind::kGeluTanhAndMul,
                            ActivationKind::kSwigluOai, ActivationKind::kRelu2, ActivationKind::kSilu})
-    for (int64_t m : {1, 33, 257}) {
+    for (int64_t m : {1, 33, 257, 513, 1500}) {
       MoeSpec s = make_spec(8, 2, 264, 136, a);
       if (a == ActivationKind::kSwigluOai) s.activation.interleaved_gate_up = (m % 2 == 1);
       SCOPED_TRACE(std::string(to_string(a)) + " m=" + std::to_string(m));
-      check_case("cuda", s, m, 300 + m, Route::kLogits, 0.0f, kCutlass);
+      check_case("cuda", s, m, 300 + m, Route::kLogits, 0.0f, v);
     }
 }
 
-TEST(CudaCutlass, SmallFormatsAndRoutingForced) {
+// Mostly empty experts, fp16, a hot expert, given top-k, gpt-oss style biases, shared experts (one
+// group of m rows, gated and not, shared n = 144, 264 and 400), many tiles on both edges with K over
+// many stages.
+TEST_P(CutlassSchedule, SmallFormatsRoutingSharedForced) {
   REQUIRE_GPU();
-  ForceGemm force(kCutlass);
-  check_case("cuda", make_spec(64, 2, 128, 64), 5, 31, Route::kLogits, 0.0f, kCutlass);  // mostly empty experts
-  check_case("cuda", make_spec(16, 4, 256, 128, ActivationKind::kSiluAndMul, WeightFormat::kF16), 97, 32,
-             Route::kLogits, 0.0f, kCutlass);
-  check_case("cuda", make_spec(16, 2, 128, 96), 300, 33, Route::kHotExpert, 0.0f, kCutlass);
-  check_case("cuda", make_spec(16, 3, 128, 96), 41, 34, Route::kTopkGiven, 0.0f, kCutlass);
-  MoeSpec g = make_spec(16, 4, 192, 96, ActivationKind::kSwigluOai);  // gpt-oss style: biases, interleaved
+  const char* v = GetParam();
+  ForceGemm force(v);
+  check_case("cuda", make_spec(64, 2, 128, 64), 5, 831, Route::kLogits, 0.0f, v);  // mostly empty experts
+  check_case("cuda", make_spec(16, 4, 264, 136, ActivationKind::kSiluAndMul, WeightFormat::kF16), 97, 832,
+             Route::kLogits, 0.0f, v);
+  check_case("cuda", make_spec(16, 2, 264, 96), 300, 833, Route::kHotExpert, 0.0f, v);
+  check_case("cuda", make_spec(16, 3, 128, 96), 41, 834, Route::kTopkGiven, 0.0f, v);
+  MoeSpec g = make_spec(16, 4, 192, 96, ActivationKind::kSwigluOai);
   g.activation.interleaved_gate_up = true;
   g.routing.softmax_after_topk = true;
   g.expert_bias = true;
-  check_case("cuda", g, 65, 35, Route::kLogits, 0.0f, kCutlass);
+  check_case("cuda", g, 65, 835, Route::kLogits, 0.0f, v);
+  MoeSpec sh = make_spec(8, 2, 264, 136);
+  sh.shared.count = 1;
+  sh.shared.intermediate = 72;
+  sh.shared.gated_by_router = true;
+  check_case("cuda", sh, 45, 836, Route::kLogits, 0.0f, v);
+  sh.shared.gated_by_router = false;
+  check_case("cuda", sh, 130, 837, Route::kLogits, 0.0f, v);
+  MoeSpec f = make_spec(8, 2, 264, 136, ActivationKind::kGeluAndMul, WeightFormat::kF16);
+  f.shared.count = 1;
+  f.shared.intermediate = 200;
+  check_case("cuda", f, 513, 838, Route::kLogits, 0.0f, v);
+  check_case("cuda", make_spec(4, 2, 1032, 520), 700, 839, Route::kLogits, 0.0f, v);
+  check_case("cuda", make_spec(4, 2, 1032, 520, ActivationKind::kSiluAndMul, WeightFormat::kF16), 333, 840,
+             Route::kHotExpert, 0.0f, v);
 }
 
-TEST(CudaCutlass, SmallWithSharedExpertForced) {
-  REQUIRE_GPU();
-  ForceGemm force(kCutlass);
-  MoeSpec s = make_spec(8, 2, 256, 128);
-  s.shared.count = 1;
-  s.shared.intermediate = 192;
-  s.shared.gated_by_router = true;
-  check_case("cuda", s, 45, 36, Route::kLogits, 0.0f, kCutlass);
-  s.shared.gated_by_router = false;
-  check_case("cuda", s, 130, 37, Route::kLogits, 0.0f, kCutlass);
-}
+INSTANTIATE_TEST_SUITE_P(Schedules, CutlassSchedule, ::testing::Values(kCutlass, kCutlassSwap));
 
 // The 16 x 32 decode tiles (2 warps, 8 stages): gated split and interleaved, non-gated, biases, fp16,
 // shared experts, odd sizes, one and several tokens per expert.
@@ -385,63 +400,6 @@ TEST(CudaBackend, SmallTileM64Forced) {
       SCOPED_TRACE(std::string(to_string(a)) + " m=" + std::to_string(m));
       check_case("cuda", s, m, 500 + m, Route::kLogits, 0.0f, "mma-tile-m64");
     }
-}
-
-// Several 128-row and 256-column tiles per expert, partial tiles on both edges, K over many stages.
-TEST(CudaCutlass, SmallMultiTileForced) {
-  REQUIRE_GPU();
-  ForceGemm force(kCutlass);
-  check_case("cuda", make_spec(4, 2, 1032, 520), 700, 38, Route::kLogits, 0.0f, kCutlass);
-  check_case("cuda", make_spec(4, 2, 1032, 520, ActivationKind::kSiluAndMul, WeightFormat::kF16), 333, 39,
-             Route::kLogits, 0.0f, kCutlass);
-}
-
-// The CUTLASS engine's swap-AB schedule (weight rows x 64-token tiles, column-major D): every
-// activation at token counts around its 64-token tile (1, 33: one partial tile per expert; 257, 513,
-// 1500: several, the last partial), n not a multiple of 128 (gate_up 272, down 264: a partial
-// weight-row tile), K not a multiple of 64.
-TEST(CudaCutlass, SmallSwapABActivationsForced) {
-  REQUIRE_GPU();
-  ForceGemm force(kCutlassSwap);
-  for (ActivationKind a : {ActivationKind::kSiluAndMul, ActivationKind::kGeluAndMul, ActivationKind::kGeluTanhAndMul,
-                           ActivationKind::kSwigluOai, ActivationKind::kRelu2, ActivationKind::kSilu})
-    for (int64_t m : {1, 33, 257, 513, 1500}) {
-      MoeSpec s = make_spec(8, 2, 264, 136, a);
-      if (a == ActivationKind::kSwigluOai) s.activation.interleaved_gate_up = (m % 2 == 1);
-      SCOPED_TRACE(std::string(to_string(a)) + " m=" + std::to_string(m));
-      check_case("cuda", s, m, 800 + m, Route::kLogits, 0.0f, kCutlassSwap);
-    }
-}
-
-// Swap-AB: mostly empty experts, fp16, a hot expert, given top-k, gpt-oss style biases, shared experts
-// (one group of m rows, gated and not, shared n = 144 and 264), many weight-row and token tiles.
-TEST(CudaCutlass, SmallSwapABFormatsRoutingSharedForced) {
-  REQUIRE_GPU();
-  ForceGemm force(kCutlassSwap);
-  check_case("cuda", make_spec(64, 2, 128, 64), 5, 831, Route::kLogits, 0.0f, kCutlassSwap);  // mostly empty experts
-  check_case("cuda", make_spec(16, 4, 264, 136, ActivationKind::kSiluAndMul, WeightFormat::kF16), 97, 832,
-             Route::kLogits, 0.0f, kCutlassSwap);
-  check_case("cuda", make_spec(16, 2, 264, 96), 300, 833, Route::kHotExpert, 0.0f, kCutlassSwap);
-  check_case("cuda", make_spec(16, 3, 128, 96), 41, 834, Route::kTopkGiven, 0.0f, kCutlassSwap);
-  MoeSpec g = make_spec(16, 4, 192, 96, ActivationKind::kSwigluOai);
-  g.activation.interleaved_gate_up = true;
-  g.routing.softmax_after_topk = true;
-  g.expert_bias = true;
-  check_case("cuda", g, 65, 835, Route::kLogits, 0.0f, kCutlassSwap);
-  MoeSpec sh = make_spec(8, 2, 264, 136);
-  sh.shared.count = 1;
-  sh.shared.intermediate = 72;
-  sh.shared.gated_by_router = true;
-  check_case("cuda", sh, 45, 836, Route::kLogits, 0.0f, kCutlassSwap);
-  sh.shared.gated_by_router = false;
-  check_case("cuda", sh, 130, 837, Route::kLogits, 0.0f, kCutlassSwap);
-  MoeSpec f = make_spec(8, 2, 264, 136, ActivationKind::kGeluAndMul, WeightFormat::kF16);
-  f.shared.count = 1;
-  f.shared.intermediate = 200;
-  check_case("cuda", f, 513, 838, Route::kLogits, 0.0f, kCutlassSwap);
-  check_case("cuda", make_spec(4, 2, 1032, 520), 700, 839, Route::kLogits, 0.0f, kCutlassSwap);
-  check_case("cuda", make_spec(4, 2, 1032, 520, ActivationKind::kSiluAndMul, WeightFormat::kF16), 333, 840,
-             Route::kHotExpert, 0.0f, kCutlassSwap);
 }
 
 // The grouped GEMM alone, both schedules: D must equal A_g · B_g^T on exactly rows [seg[g], seg[g+1])
