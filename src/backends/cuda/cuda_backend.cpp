@@ -108,8 +108,10 @@ class CudaRunner final : public Runner {
     }
     const GemmConfig cfg = path.cfg;
     const int bm = gemm_block_m(cfg);
-    // One token: its k pairs have distinct experts, so the GEMMs take pair t as tile t (direct mode)
-    // and the alignment kernel is skipped. MOERUN_CUDA_DIRECT=0 aligns anyway (side-by-side runs).
+    // One token: the GEMMs take (token, slot) pair t as tile t (direct mode) and the alignment kernel
+    // is skipped. Its k experts are distinct as routed (given top-k ids that repeat an expert are
+    // still right, that expert's weights are just read once per slot). MOERUN_CUDA_DIRECT=0 aligns
+    // anyway (side-by-side runs).
     const bool direct = m == 1 && direct_enabled();
     const auto call = d_.begin(args, bm, 0, !direct);
     const cudaStream_t s = call.stream;
