@@ -103,7 +103,7 @@ class CudaRunner final : public Runner {
     if (m == 0) return;
     const Path path = path_for(m);
     if (path.cutlass) {
-      forward_cutlass(args, m);
+      forward_cutlass(args, m, path.swap_ab ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256);
       return;
     }
     const GemmConfig cfg = path.cfg;
@@ -212,8 +212,9 @@ class CudaRunner final : public Runner {
   }
 
   // The large-M path: gather the tokens expert-sorted, CUTLASS grouped GEMM (gate_up), activation,
-  // CUTLASS grouped GEMM (down), weighted combine. Shared experts take the same engine as one group.
-  void forward_cutlass(const ForwardArgs& args, int64_t m) {
+  // CUTLASS grouped GEMM (down), weighted combine, all in the schedule `tile` the rule chose. Shared
+  // experts take the same engine as one group.
+  void forward_cutlass(const ForwardArgs& args, int64_t m, CutlassTile tile) {
     const MoeSpec& sp = d_.spec();
     const Elem el = d_.elem();
     const size_t es = cuda_detail::elem_size(el);
@@ -236,7 +237,6 @@ class CudaRunner final : public Runner {
     int32_t* row_of_slot = reinterpret_cast<int32_t*>(base + off_ros);
     const int32_t* total = al.seg_offsets + E;
     const Act act = cuda_detail::act_of(sp.activation.kind);
-    const CutlassTile tile = path_for(m).swap_ab ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256;
 
     MOERUN_CUDA_CHECK(launch_gather_sorted(el, call.hidden, H, al.token_of_row, al.slot_of_row, total,
                                            static_cast<int64_t>(rows), xs, row_of_slot, s));
