@@ -561,6 +561,78 @@ TEST(CpuBackend, AmxOneAndTwoNBlocksPerCallAgreeOnOddShapes) {
     }
 }
 
+// MOERUN_CPU_DOWN_GROUP: unset (the runner decides), or 1..64 N-blocks per gemm2 item.
+TEST(CpuBackend, DownGroupKnob) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_DOWN_GROUP"); }
+  } guard;
+  unsetenv("MOERUN_CPU_DOWN_GROUP");
+  EXPECT_EQ(cpu::down_group_override(), -1);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).down_group, 0);
+  for (const char* n : {"1", "3", "64"}) {
+    setenv("MOERUN_CPU_DOWN_GROUP", n, 1);
+    EXPECT_EQ(cpu::down_group_override(), std::atoi(n));
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).down_group, std::atoi(n));
+  }
+  for (const char* bad : {"", "0", "65", "-1", "x", "2 "}) {
+    setenv("MOERUN_CPU_DOWN_GROUP", bad, 1);
+    EXPECT_EQ(cpu::down_group_override(), -1) << "'" << bad << "'";
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).down_group, 0) << "'" << bad << "'";
+  }
+}
+
+// Down groups (runner.cpp NOTES) change only which calls share a gemm2 item: every group size, the
+// automatic one included, must give bitwise the same output, and match the reference. Experts with
+// 0..40 tokens put streaming and tiled down calls in one item; hidden 200 gives 13 w2 blocks, so
+// groups of 2, 3 and 5 leave a short last item (and with AMX pairs, a lone last block).
+TEST(CpuBackend, DownGroupsAgreeBitwise) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_DOWN_GROUP"); }
+  } guard;
+  const int counts[8] = {0, 1, 15, 16, 17, 33, 40, 20};
+  std::vector<int32_t> slots;
+  for (int e = 0; e < 8; ++e) slots.insert(slots.end(), static_cast<size_t>(counts[e]), e);
+  const int64_t M = static_cast<int64_t>(slots.size()) / 2;
+  HostTensor ids(DType::kI32, {M, 2}), tw(DType::kF32, {M, 2});
+  for (int64_t t = 0; t < M; ++t)
+    for (int j = 0; j < 2; ++j) {
+      ids.as<int32_t>()[t * 2 + j] = slots[static_cast<size_t>(t + j * M)];
+      tw.as<float>()[t * 2 + j] = 0.25f + 0.5f * static_cast<float>(j) - 0.002f * static_cast<float>(t);
+    }
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  IsaCapGuard cap;
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block}) {
+    MoeSpec s = base_spec();
+    s.hidden = 200;
+    s.intermediate = 56;
+    s.act_dtype = DType::kBF16;
+    s.weight_format = f;
+    s.shared.count = 1;
+    s.shared.intermediate = 40;
+    s.validate();
+    const MoeWeights w = random_weights(s, 23);
+    const std::vector<float> want = run_given_topk(*ref, s, w, ids, tw, 0);
+    for (CpuIsa isa : levels()) {
+      set_cpu_isa_cap(isa);
+      std::vector<float> first;
+      for (const char* g : {"", "1", "2", "3", "5", "64"})
+        for (int threads : {1, 2}) {
+          if (*g) setenv("MOERUN_CPU_DOWN_GROUP", g, 1);
+          else unsetenv("MOERUN_CPU_DOWN_GROUP");
+          const std::string what = std::string(to_string(f)) + " [" + std::string(to_string(isa)) +
+                                   ", MOERUN_CPU_DOWN_GROUP='" + g + "', threads " + std::to_string(threads) + "]";
+          const std::vector<float> got = run_given_topk(*cpu, s, w, ids, tw, threads);
+          expect_close(got, want, tolerance(s), what);
+          if (first.empty()) first = got;
+          else EXPECT_TRUE(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0)
+              << what << ": differs from the automatic group, 1 thread";
+        }
+    }
+    unsetenv("MOERUN_CPU_DOWN_GROUP");
+  }
+}
+
 TEST(CpuBackend, RefusesForeignLayoutTag) {
   MoeSpec s = base_spec();
   MoeWeights w = random_weights(s, 1);

@@ -34,12 +34,12 @@ Capabilities make_caps() {
   c.variants = {
       {"avx2-stream", static_cast<double>(cpu::kStreamMaxTokens),
        "decode: streams each weight byte once, dequantized in registers, tokens broadcast from L1 (bf16/f32 "
-       "weights: up to 16 tokens per expert, groups of 4 over L1-sized K chunks)", CpuIsa::kAvx2},
+       "weights: up to 16 tokens per expert, groups of 4 over L1-sized K chunks)", CpuIsa::kAvx2, 0.0, {}},
       {"avx2-tiled", 0.0, "prefill: 16-lane weight panels dequantized once into L2, 6x16 FMA register tiles", CpuIsa::kAvx2,
-       static_cast<double>(cpu::kStreamMaxTokens)},
-      {"avx512-stream", static_cast<double>(cpu::kAvx512StreamMaxTokens), "decode on AVX-512: one zmm per k step", CpuIsa::kAvx512},
+       static_cast<double>(cpu::kStreamMaxTokens), {}},
+      {"avx512-stream", static_cast<double>(cpu::kAvx512StreamMaxTokens), "decode on AVX-512: one zmm per k step", CpuIsa::kAvx512, 0.0, {}},
       {"avx512-tiled", 0.0, "prefill on AVX-512: 12x16 FMA register tiles on f32 panels", CpuIsa::kAvx512,
-       static_cast<double>(cpu::kAvx512StreamMaxTokens)},
+       static_cast<double>(cpu::kAvx512StreamMaxTokens), {}},
       // bf16 layers only, and (the backend's variant() says so per format) bf16, fp8 and fp4 weights:
       // f32, f16 and int8 weights stay on avx512-stream.
       {"avx512bf16-stream", static_cast<double>(cpu::kAvx512Bf16StreamMaxTokens),

@@ -108,6 +108,11 @@ int amx_nblocks_override() {
   return n >= 1 ? n : -1;
 }
 
+int down_group_override() {
+  const int n = env_count("MOERUN_CPU_DOWN_GROUP", 64);
+  return n >= 1 ? n : -1;
+}
+
 int stream_max_tokens_override() { return env_count("MOERUN_CPU_STREAM_MAX_TOKENS", kStreamMaxTokensLimit); }
 
 KernelSet kernels_for(CpuIsa isa) {
@@ -179,6 +184,7 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   if (const int n = prefetch_override(); n >= 0) k.prefetch = n;
   k.amx_nblocks = kAmxNBlocks;
   if (const int n = amx_nblocks_override(); n > 0) k.amx_nblocks = n;
+  if (const int n = down_group_override(); n > 0) k.down_group = n;
   return k;
 }
 

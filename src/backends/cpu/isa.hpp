@@ -94,6 +94,9 @@ struct KernelSet {
   // AMX N-blocks per tile call and work item (1 or 2): kAmxNBlocks, or MOERUN_CPU_AMX_NBLOCKS=1 for the
   // one-block kernel (measurement). Only calls that take AMX tiles pair their blocks (runner.cpp).
   int amx_nblocks = 2;
+  // Down-GEMM N-blocks per work item when some job's down GEMM is tiled (0 = the runner decides:
+  // runner.cpp, down groups), or MOERUN_CPU_DOWN_GROUP=<n> (1 = one call's blocks per item; measurement).
+  int down_group = 0;
 };
 
 // 4 KiB ahead: on Zen 1 (1 thread, qwen3 bf16) M=1 8.1 -> 6.6 ms and M=16 94 -> 76 ms against no
@@ -108,6 +111,9 @@ int prefetch_override();
 inline constexpr int kAmxNBlocks = 2;
 // MOERUN_CPU_AMX_NBLOCKS parsed: 1 or 2, or -1 when unset or anything else.
 int amx_nblocks_override();
+
+// MOERUN_CPU_DOWN_GROUP parsed: 1..64, or -1 when unset or anything else.
+int down_group_override();
 
 // Kernels for the given level (kAvx512Bf16 and kAmx: the AVX-512 set plus stream_bf16; kAmx adds the
 // tiles). Throws Error{kUnsupported} below AVX2.

@@ -10,6 +10,16 @@
 //            router-weighted outputs of its 16 columns in a per-thread [M][16] buffer, then writes the
 //            output columns in the act dtype. No two threads write the same output element; the sum
 //            over experts runs in a fixed order, so results do not depend on the thread count.
+// Down groups: a gemm2 item that loops over every job re-reads each expert's intermediate rows once
+// per item, so with one call's blocks per item (1 or 2 N-blocks of 16 columns) a forward reads the
+// whole intermediate H / 16 (or H / 32) times: at qwen3-30b-a3b M = 1024, 12.6 MB x 64 = 0.8 GB,
+// twice the down weights. Where some job's down GEMM is tiled (not streaming), an item takes `group`
+// consecutive calls and runs them expert by expert, so those rows come from memory once per item and
+// from L2 for its other calls. The group is as large as keeps the item's [blocks][M][16] output
+// buffers within kDownGroupOutBytes (L2-resident beside the rows), the items at least twice the
+// threads, and at most kDownGroupMaxCalls calls; MOERUN_CPU_DOWN_GROUP=<blocks> overrides it (1: one
+// call per item). Each output element still sums the experts in job order: results are bitwise the
+// same for every group.
 // AMX pairs: where a job's calls take AMX tiles, a gemm1 item covers two adjacent N-blocks (the last
 // one alone when the count is odd) and one tile_amx2 call computes both; a gemm2 item covers two
 // N-blocks of the hidden size when any job takes AMX tiles. Only when the single-block items number at
@@ -33,6 +43,10 @@ namespace moerun::cpu {
 namespace {
 
 constexpr int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// Down groups (NOTES): the output-buffer budget of one gemm2 item, and the most calls per item.
+constexpr int64_t kDownGroupOutBytes = 512 * 1024;
+constexpr int64_t kDownGroupMaxCalls = 8;
 
 inline float bf16_bits_to_f32(uint16_t b) {
   const uint32_t u = static_cast<uint32_t>(b) << 16;
@@ -325,10 +339,27 @@ void CpuRunner::forward(const ForwardArgs& args) {
     for (int64_t b = 0; b < nb; b += step)
       items1_.push_back(Item{static_cast<int32_t>(j), static_cast<int32_t>(b), static_cast<int32_t>(std::min(step, nb - b))});
   }
-  bool amx2 = false;  // some job's down GEMM takes AMX tiles
-  for (const Job& j : jobs_) amx2 = amx2 || takes_amx(j.shared ? sw2_->fmt : w2_->fmt, j.m);
+  bool amx2 = false, tiled2 = false;  // some job's down GEMM takes AMX tiles / any tiles (not streaming)
+  for (const Job& j : jobs_) {
+    const kernels::PackFmt f = j.shared ? sw2_->fmt : w2_->fmt;
+    amx2 = amx2 || takes_amx(f, j.m);
+    tiled2 = tiled2 || j.m > ks_.stream_max(f);
+  }
   const int64_t per2 = ks_.amx_nblocks == 2 && amx2 && w2_->nblocks >= 2 * static_cast<int64_t>(threads) ? 2 : 1;
-  const int64_t nitems2 = (w2_->nblocks + per2 - 1) / per2;
+  // Down groups (NOTES): calls of per2 blocks per gemm2 item, so an expert's intermediate rows are read
+  // from memory once per group instead of once per call.
+  int64_t group2 = 1;
+  if (tiled2) {
+    if (ks_.down_group > 0) {
+      group2 = std::max<int64_t>(1, ks_.down_group / per2);
+    } else {
+      const int64_t by_buffer = std::max<int64_t>(1, kDownGroupOutBytes / (M * 16 * 4) / per2);
+      const int64_t by_items = std::max<int64_t>(1, w2_->nblocks / (per2 * 2 * threads));
+      group2 = std::min({by_buffer, by_items, kDownGroupMaxCalls});
+    }
+  }
+  const int64_t blocks_per_item2 = per2 * group2;
+  const int64_t nitems2 = (w2_->nblocks + blocks_per_item2 - 1) / blocks_per_item2;
 
   // ---- workspaces (grow only) ----
   float* X = x_.get(static_cast<size_t>((rows + 16) * hp_));
@@ -338,7 +369,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const int64_t acc_stride = max_m * 16;  // acc: [2][max_m][16] (one per block of a pair); out: [2][M][16]
   for (int t = 0; t < threads; ++t) {
     scratch_[static_cast<size_t>(t)].acc.get(static_cast<size_t>(2 * acc_stride));
-    scratch_[static_cast<size_t>(t)].out.get(static_cast<size_t>(2 * M * 16));
+    scratch_[static_cast<size_t>(t)].out.get(static_cast<size_t>(std::max<int64_t>(2, blocks_per_item2) * M * 16));
     const int64_t kpmax = std::max(hp_, ipmax);
     scratch_[static_cast<size_t>(t)].panel.get(static_cast<size_t>(kpmax * 16));
     if (ks_.amx) scratch_[static_cast<size_t>(t)].panel_bf16.get(static_cast<size_t>(2 * kpmax * 16));
@@ -503,17 +534,21 @@ void CpuRunner::forward(const ForwardArgs& args) {
     // ---- GEMM2 + bias + LoRA, router-weighted sum over experts, output ----
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < nitems2; ++it) {
-      const int64_t b0 = it * per2;
-      const int nbi = static_cast<int>(std::min(per2, nb2 - b0));
-      std::memset(s.out.v.data(), 0, static_cast<size_t>(nbi) * static_cast<size_t>(M) * 16 * sizeof(float));
-      for (const Job& job : jobs_) {
+      const int64_t b_item = it * blocks_per_item2;
+      const int nb_item = static_cast<int>(std::min(blocks_per_item2, nb2 - b_item));
+      std::memset(s.out.v.data(), 0, static_cast<size_t>(nb_item) * static_cast<size_t>(M) * 16 * sizeof(float));
+      const int64_t calls = (nb_item + per2 - 1) / per2;
+      for (int64_t jc = 0; jc < static_cast<int64_t>(jobs_.size()) * calls; ++jc) {  // one expert at a time
+        const Job& job = jobs_[static_cast<size_t>(jc / calls)];
+        const int64_t b0 = b_item + (jc % calls) * per2;
+        const int nbi = static_cast<int>(std::min(per2, b_item + nb_item - b0));
         const PackedStack& w = job.shared ? *sw2_ : w2;
         const int64_t e = job.shared ? 0 : job.expert;
         run_blocks(w, e, b0, nbi, Hb + job.row0 * ipmax, Hbb ? Hbb + job.row0 * ipmax : nullptr, ipmax, job.m, s,
                    s.acc.v.data(), acc_stride);
         for (int q = 0; q < nbi; ++q) {  // block b0 + q: its accumulators into its [M][16] output buffer
           const int64_t b = b0 + q;
-          float* outl = s.out.v.data() + q * M * 16;
+          float* outl = s.out.v.data() + (b - b_item) * M * 16;
           const float* acc = s.acc.v.data() + q * acc_stride;
           const float* ls = w.lane_scales(e, b);
           const float* bias = (!job.shared && add_w2_bias_) ? w2_bias_.data() + e * H + b * 16 : nullptr;
@@ -541,8 +576,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
           }
         }
       }
-      for (int q = 0; q < nbi; ++q) {
-        const int64_t b = b0 + q;
+      for (int q = 0; q < nb_item; ++q) {
+        const int64_t b = b_item + q;
         const float* outl = s.out.v.data() + q * M * 16;
         const int nl = static_cast<int>(std::min<int64_t>(16, H - b * 16));
         for (int64_t t = 0; t < M; ++t)
