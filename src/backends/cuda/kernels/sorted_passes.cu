@@ -10,8 +10,11 @@
 //   Bytes: gather moves rows*H*2 out (the token rows are re-read from L2 k times); the activation
 //   reads rows*R*2 and writes rows*I*2; the combine reads rows*H*2 and writes m*H*2. Against the
 //   GEMMs at M >= 1024 these are a few percent of the forward.
-//   One block per row (gather, activation) or per token (combine): the row count comes from the
-//   device (total_rows), so blocks past it leave at once; nothing syncs with the host.
+//   Grids are two-dimensional: rows (gather, activation) or tokens (combine) along x, column chunks
+//   along y. One block per whole row left a few hundred blocks at M = 128 (mixtral: 256 rows of
+//   28672 columns), far too few 16-byte loads in flight to stream: the activation ran at ~1 TB/s.
+//   The row count comes from the device (total_rows), so blocks past it leave at once; nothing
+//   syncs with the host.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -41,6 +44,10 @@ union Vec8 {
   T e[8];
 };
 
+// Vectors of one row a gather block copies (kPassThreads threads, kGatherUnroll loads in flight each).
+constexpr int kGatherUnroll = 4;
+constexpr int kGatherChunk = kPassThreads * kGatherUnroll;
+
 template <typename V>
 __global__ void __launch_bounds__(kPassThreads)
     gather_sorted_kernel(const V* __restrict__ src, int vecs, const int32_t* __restrict__ token,
@@ -48,19 +55,17 @@ __global__ void __launch_bounds__(kPassThreads)
                          V* __restrict__ dst, int32_t* __restrict__ row_of_slot) {
   const int64_t r = blockIdx.x;
   if (r >= *total) return;
-  if (threadIdx.x == 0) row_of_slot[slot[r]] = static_cast<int32_t>(r);
+  if (blockIdx.y == 0 && threadIdx.x == 0) row_of_slot[slot[r]] = static_cast<int32_t>(r);
   const V* s = src + static_cast<int64_t>(token[r]) * vecs;
   V* d = dst + r * vecs;
-  constexpr int kUnroll = 4;  // several loads in flight before the first store
-  int i = threadIdx.x;
-  for (; i + (kUnroll - 1) * kPassThreads < vecs; i += kUnroll * kPassThreads) {
-    V v[kUnroll];
+  const int i0 = blockIdx.y * kGatherChunk + threadIdx.x;
+  V v[kGatherUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = s[i + u * kPassThreads];
+  for (int u = 0; u < kGatherUnroll; ++u)
+    if (i0 + u * kPassThreads < vecs) v[u] = s[i0 + u * kPassThreads];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) d[i + u * kPassThreads] = v[u];
-  }
-  for (; i < vecs; i += kPassThreads) d[i] = s[i];
+  for (int u = 0; u < kGatherUnroll; ++u)
+    if (i0 + u * kPassThreads < vecs) d[i0 + u * kPassThreads] = v[u];
 }
 
 template <typename T>
@@ -88,10 +93,12 @@ __global__ void __launch_bounds__(kPassThreads)
   if (r >= (total ? static_cast<int64_t>(*total) : rows_bound)) return;
   const bool gated = act_gated(act);
   const int outn = gated ? n / 2 : n;
+  const int j0 = (blockIdx.y * kPassThreads + threadIdx.x) * 8;  // one vector of outputs per thread
+  if (j0 >= outn) return;
   const float* b = bias ? bias + static_cast<int64_t>(seg ? expert_of(seg, experts, r) : 0) * n : nullptr;
   const T* row = gu + r * n;
   T* o = inter + r * outn;
-  for (int j0 = threadIdx.x * 8; j0 < outn; j0 += kPassThreads * 8) {
+  {
     float g[8], u[8], y[8];
     if (!gated) {
       load8(row + j0, g);
@@ -156,6 +163,8 @@ __global__ void __launch_bounds__(kPassThreads)
                           const float* __restrict__ shared_gate, const T* __restrict__ hidden,
                           T* __restrict__ out) {
   const int64_t t = blockIdx.x;
+  const int cols = kVec ? kPassThreads * 8 : kPassThreads;  // this block's columns [c_begin, c_begin + cols)
+  const int c_begin = blockIdx.y * cols, c_end = min(h, c_begin + cols);
   __shared__ int64_t row_s[kMaxRoutingTopK];
   __shared__ float w_s[kMaxRoutingTopK];
   __shared__ const float* b_s[kMaxRoutingTopK];
@@ -168,8 +177,9 @@ __global__ void __launch_bounds__(kPassThreads)
   const float gate = shared && shared_gate ? shared_gate_of(hidden + t * h, shared_gate, h) : 1.0f;
   __syncthreads();
   if constexpr (kVec) {
-    for (int c = threadIdx.x * 8; c < h; c += kPassThreads * 8) {
+    for (int c = c_begin + threadIdx.x * 8; c < c_end; c += kPassThreads * 8) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll 4
       for (int s = 0; s < top_k; ++s) {
         float v[8];
         load8(y + row_s[s] * h + c, v);
@@ -187,7 +197,7 @@ __global__ void __launch_bounds__(kPassThreads)
       store8(out + t * h + c, acc);
     }
   } else {
-    for (int c = threadIdx.x; c < h; c += kPassThreads) {
+    for (int c = c_begin + threadIdx.x; c < c_end; c += kPassThreads) {
       float acc = 0.0f;
       for (int s = 0; s < top_k; ++s)
         acc += w_s[s] * (to_f32(y[row_s[s] * h + c]) + (b_s[s] ? b_s[s][c] : 0.0f));
@@ -216,8 +226,10 @@ cudaError_t launch_gather_sorted(Elem elem, const void* src, int h, const int32_
                                  void* dst, int32_t* row_of_slot, cudaStream_t stream) {
   if (rows_bound == 0) return cudaSuccess;
   if (elem == Elem::kF32 || h % 8 != 0 || rows_bound > 0x7fffffff) return cudaErrorInvalidValue;
-  const unsigned grid = static_cast<unsigned>(rows_bound);
-  if (aligned16(src) && aligned16(dst)) {
+  const bool vec = aligned16(src) && aligned16(dst);
+  const int vecs = vec ? h / 8 : h;
+  const dim3 grid(static_cast<unsigned>(rows_bound), static_cast<unsigned>((vecs + kGatherChunk - 1) / kGatherChunk));
+  if (vec) {
     gather_sorted_kernel<uint4><<<grid, kPassThreads, 0, stream>>>(
         static_cast<const uint4*>(src), h / 8, token_of_row, slot_of_row, total_rows, static_cast<uint4*>(dst),
         row_of_slot);
@@ -239,7 +251,8 @@ cudaError_t launch_activation_sorted(Elem elem, const void* gate_up, int n, cons
     return cudaErrorInvalidValue;  // our own workspaces: always aligned
   return by_half_elem(elem, [&](auto tag) {
     using T = decltype(tag);
-    activation_sorted_kernel<T><<<static_cast<unsigned>(rows_bound), kPassThreads, 0, stream>>>(
+    const dim3 grid(static_cast<unsigned>(rows_bound), static_cast<unsigned>((outn / 8 + kPassThreads - 1) / kPassThreads));
+    activation_sorted_kernel<T><<<grid, kPassThreads, 0, stream>>>(
         static_cast<const T*>(gate_up), n, seg_offsets, experts, bias, act, alpha, limit, interleaved,
         total_rows, rows_bound, static_cast<T*>(inter));
     return cudaGetLastError();
@@ -257,7 +270,9 @@ cudaError_t launch_combine_sorted(Elem elem, const void* y, int h, int64_t m, in
   return by_half_elem(elem, [&](auto tag) {
     using T = decltype(tag);
     const auto kernel = vec ? combine_sorted_kernel<T, true> : combine_sorted_kernel<T, false>;
-    kernel<<<static_cast<unsigned>(m), kPassThreads, 0, stream>>>(
+    const int cols = vec ? kPassThreads * 8 : kPassThreads;
+    const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>((h + cols - 1) / cols));
+    kernel<<<grid, kPassThreads, 0, stream>>>(
         static_cast<const T*>(y), h, top_k, row_of_slot, weight_of_row, seg_offsets, experts, bias,
         static_cast<const T*>(shared), shared_gate, static_cast<const T*>(hidden), static_cast<T*>(out));
     return cudaGetLastError();
