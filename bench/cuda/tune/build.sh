@@ -6,7 +6,7 @@ out=${1:-$root/build-tune}
 mkdir -p "$out"
 flags="-std=c++20 -O3 -DNDEBUG --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -I$root/src -I$root/include -isystem $root/.deps/cutlass/include"
 pids=()
-for n in 0 1 2 3 4 5 6 7; do
+for n in ${TUNE_CONFIGS:-0 1 2 3 4 5 6 7 8 9 10}; do
   nvcc $flags -DTUNE_CONFIG=$n -c "$root/bench/cuda/tune/tune_kernel.cu" -o "$out/tune_kernel_$n.o" &
   pids+=($!)
 done

@@ -53,8 +53,29 @@ struct Sched {  // swap-AB with 96-token tiles: a third fewer weight-tile reads 
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
 };
+#elif TUNE_CONFIG >= 8 && TUNE_CONFIG <= 10
+// Swap-AB with a token tile sized to the tokens per expert, so fewer padded rows: uniform routing
+// puts T ~ tpe +- sqrt(tpe) rows on an expert, and a 128-row tile pays a nearly empty third tile for
+// half the experts at tpe = 256 (deepseek-v3 / gpt-oss M = 8192, mixtral M = 1024). 144 covers
+// 256 + 2 sigma in two tiles, 136 trades a few third tiles for less padding, 80 covers 64 + 2 sigma
+// (qwen3 M = 1024) in one.
+template <int kTokens>
+struct SwapAB {
+  static constexpr bool kSwapAB = true;
+  using TileShape = Shape<_128, Int<kTokens>, _64>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+#if TUNE_CONFIG == 8
+using Sched = SwapAB<144>;
+#elif TUNE_CONFIG == 9
+using Sched = SwapAB<136>;
 #else
-#error "TUNE_CONFIG must be 0..7"
+using Sched = SwapAB<80>;
+#endif
+#else
+#error "TUNE_CONFIG must be 0..10"
 #endif
 
 #define TUNE_CAT2(a, b) a##b
