@@ -633,6 +633,38 @@ TEST(CpuBackend, DownGroupsAgreeBitwise) {
   }
 }
 
+// MOERUN_CPU_PROFILE=1: the runner times its stages and prints one report when destroyed; the output
+// is the same as without it. Unset, nothing is printed.
+TEST(CpuBackend, ProfileReportOnDestruction) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_PROFILE"); }
+  } guard;
+  MoeSpec s = base_spec();
+  s.act_dtype = DType::kBF16;
+  s.validate();
+  const MoeWeights w = random_weights(s, 5);
+  const int64_t M = 40;
+  HostTensor ids(DType::kI32, {M, s.top_k}), tw(DType::kF32, {M, s.top_k});
+  for (int64_t t = 0; t < M; ++t)
+    for (int j = 0; j < s.top_k; ++j) {
+      ids.as<int32_t>()[t * s.top_k + j] = static_cast<int32_t>((t * 3 + j * 5) % s.num_experts);
+      tw.as<float>()[t * s.top_k + j] = 0.5f;
+    }
+  auto cpu = make_cpu_backend();
+  unsetenv("MOERUN_CPU_PROFILE");
+  testing::internal::CaptureStderr();
+  const std::vector<float> plain = run_given_topk(*cpu, s, w, ids, tw, 2);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  setenv("MOERUN_CPU_PROFILE", "1", 1);
+  testing::internal::CaptureStderr();
+  const std::vector<float> profiled = run_given_topk(*cpu, s, w, ids, tw, 2);
+  const std::string report = testing::internal::GetCapturedStderr();
+  EXPECT_NE(report.find("moerun cpu profile"), std::string::npos) << report;
+  EXPECT_NE(report.find("2 forwards, 40 tokens each"), std::string::npos) << report;
+  EXPECT_NE(report.find("gemm1 kernels"), std::string::npos) << report;
+  EXPECT_TRUE(std::memcmp(plain.data(), profiled.data(), plain.size() * sizeof(float)) == 0);
+}
+
 TEST(CpuBackend, RefusesForeignLayoutTag) {
   MoeSpec s = base_spec();
   MoeWeights w = random_weights(s, 1);

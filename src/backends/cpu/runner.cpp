@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "moerun/error.hpp"
@@ -176,6 +177,13 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
   if (spec.router_bias) router_b_ = copy_f32(w.router_bias);
   if (spec.routing.correction_bias) corr_b_ = copy_f32(w.correction_bias);
   scratch_.resize(static_cast<size_t>(std::max(1, omp_get_num_procs())));
+  if (ForwardProfile::requested()) prof_ = std::make_unique<ForwardProfile>();
+}
+
+CpuRunner::~CpuRunner() {
+  if (!prof_) return;
+  const std::string r = prof_->report(spec_.summary() + ", " + variant_name(spec_, ks_, w13_->fmt, 64) + " at 64 tokens/expert");
+  if (!r.empty()) std::fputs(r.c_str(), stderr);
 }
 
 std::string variant_name(const MoeSpec& spec, const KernelSet& ks, kernels::PackFmt fmt, int64_t m) {
@@ -267,6 +275,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
   threads = std::clamp(threads, 1, std::max(1, procs / std::max(1, active.n)));
   if (omp_in_parallel()) threads = 1;
   if (static_cast<int>(scratch_.size()) < threads) scratch_.resize(static_cast<size_t>(threads));
+  ForwardProfile* const pf = prof_.get();
+  if (pf) pf->begin(threads, M);
 
   const int E = spec_.num_experts, k = spec_.top_k, H = h_;
   const DType adt = spec_.act_dtype;
@@ -281,6 +291,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
     for (int64_t c = 0; c < H; ++c) d[c] = load_act(args.hidden.data, adt, t * H + c);
     for (int64_t c = H; c < hp_; ++c) d[c] = 0.0f;
   }
+  if (pf) pf->mark(Phase::kConvert);
 
   // ---- routing ----
   const int32_t* ids;
@@ -315,6 +326,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
     ids = ti;
     tw = tf;
   }
+  if (pf) pf->mark(Phase::kRoute);
 
   // ---- dispatch and jobs ----
   dispatch::build_dispatch(spec_, ids, tw, M, disp_);
@@ -408,9 +420,14 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const int64_t nb2 = w2.nblocks;
   const float alpha = spec_.activation.swiglu_alpha, limit = spec_.activation.swiglu_limit;
 
+  if (pf) pf->mark(Phase::kPlan);
 #pragma omp parallel num_threads(threads)
   {
-    Scratch& s = scratch_[static_cast<size_t>(omp_get_thread_num())];
+    const int tid = omp_get_thread_num();
+    Scratch& s = scratch_[static_cast<size_t>(tid)];
+    // Profiling (profile.hpp): thread 0 marks each stage's end after its barrier; items add busy time.
+    const bool marker = pf && tid == 0;
+    auto clock = [pf] { return pf ? ForwardProfile::now() : 0.0; };
 
     // ---- gather ----
 #pragma omp for schedule(static)
@@ -459,6 +476,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
       }
     }
 
+    if (marker) pf->mark(Phase::kGather);
+
     // ---- GEMM1 + bias + LoRA + activation ----
 #pragma omp for schedule(dynamic, 1)
     for (size_t it = 0; it < items1_.size(); ++it) {
@@ -466,8 +485,10 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const Job& job = jobs_[static_cast<size_t>(item.job)];
       const PackedStack& w = job.shared ? *sw13_ : w13;
       const int64_t e = job.shared ? 0 : job.expert;
+      const double t0 = clock();
       run_blocks(w, e, item.b, item.nb, X + job.row0 * hp_, Xb ? Xb + job.row0 * hp_ : nullptr, hp_, job.m, s,
                  s.acc.v.data(), acc_stride);
+      const double t1 = clock();
       for (int q = 0; q < item.nb; ++q) {  // the epilogue per block, on that block's accumulators
         const int64_t b = item.b + q;
         float* acc = s.acc.v.data() + q * acc_stride;
@@ -499,7 +520,12 @@ void CpuRunner::forward(const ForwardArgs& args) {
           ks_.act(ka, v, v + 8, nc, alpha, limit, hrow);
         }
       }
+      if (pf) {
+        pf->add(tid, Phase::kGemm1, t1 - t0);
+        pf->add(tid, Phase::kEpilogue1, clock() - t1);
+      }
     }
+    if (marker) pf->mark(Phase::kGemm1);
 
     // ---- intermediate: padding, fp8 act quant, down LoRA ----
 #pragma omp for schedule(static)
@@ -531,6 +557,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
       }
     }
 
+    if (marker) pf->mark(Phase::kPost1);
+
     // ---- GEMM2 + bias + LoRA, router-weighted sum over experts, output ----
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < nitems2; ++it) {
@@ -544,8 +572,10 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const int nbi = static_cast<int>(std::min(per2, b_item + nb_item - b0));
         const PackedStack& w = job.shared ? *sw2_ : w2;
         const int64_t e = job.shared ? 0 : job.expert;
+        const double t0 = clock();
         run_blocks(w, e, b0, nbi, Hb + job.row0 * ipmax, Hbb ? Hbb + job.row0 * ipmax : nullptr, ipmax, job.m, s,
                    s.acc.v.data(), acc_stride);
+        const double t1 = clock();
         for (int q = 0; q < nbi; ++q) {  // block b0 + q: its accumulators into its [M][16] output buffer
           const int64_t b = b0 + q;
           float* outl = s.out.v.data() + (b - b_item) * M * 16;
@@ -575,7 +605,12 @@ void CpuRunner::forward(const ForwardArgs& args) {
             }
           }
         }
+        if (pf) {
+          pf->add(tid, Phase::kGemm2, t1 - t0);
+          pf->add(tid, Phase::kEpilogue2, clock() - t1);
+        }
       }
+      const double t_store = clock();
       for (int q = 0; q < nb_item; ++q) {
         const int64_t b = b_item + q;
         const float* outl = s.out.v.data() + q * M * 16;
@@ -583,7 +618,9 @@ void CpuRunner::forward(const ForwardArgs& args) {
         for (int64_t t = 0; t < M; ++t)
           for (int l = 0; l < nl; ++l) store_act(args.output.data, adt, t * H + b * 16 + l, outl[t * 16 + l]);
       }
+      if (pf) pf->add(tid, Phase::kStore, clock() - t_store);
     }
+    if (marker) pf->mark(Phase::kGemm2);
     if (ks_.amx) kernels::amx_release();
   }
 }

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/prepack.hpp"
+#include "backends/cpu/profile.hpp"
 #include "dispatch/dispatch.hpp"
 #include "moerun/backend.hpp"
 
@@ -44,6 +45,7 @@ std::string variant_name(const MoeSpec& spec, const KernelSet& ks, kernels::Pack
 class CpuRunner final : public Runner {
  public:
   CpuRunner(const MoeSpec& spec, const MoeWeights& weights, const RunnerOptions& options, CpuIsa isa);
+  ~CpuRunner() override;  // prints the MOERUN_CPU_PROFILE report, if one was taken
   void forward(const ForwardArgs& args) override;
   std::string variant_for(int64_t m) const override;
 
@@ -93,6 +95,7 @@ class CpuRunner final : public Runner {
   Grow<int32_t> topi_, row_expert_;
   Grow<uint16_t> xb_, hb_;
   std::vector<Scratch> scratch_;
+  std::unique_ptr<ForwardProfile> prof_;  // MOERUN_CPU_PROFILE set when the runner was created
 };
 
 }  // namespace moerun::cpu

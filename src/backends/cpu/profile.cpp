@@ -1,0 +1,59 @@
+// cpu/profile.cpp — see profile.hpp.
+#include "backends/cpu/profile.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace moerun::cpu {
+
+bool ForwardProfile::requested() {
+  const char* v = std::getenv("MOERUN_CPU_PROFILE");
+  return v && *v && !(v[0] == '0' && v[1] == '\0');
+}
+
+double ForwardProfile::now() { return omp_get_wtime(); }
+
+void ForwardProfile::begin(int threads, int64_t m) {
+  if (busy_.size() < static_cast<size_t>(threads)) busy_.resize(static_cast<size_t>(threads), std::array<double, kN>{});
+  threads_ = std::max(threads_, threads);
+  ++forwards_;
+  tokens_ += m;
+  last_ = now();
+}
+
+void ForwardProfile::mark(Phase p) {
+  const double t = now();
+  wall_[static_cast<size_t>(p)] += t - last_;
+  last_ = t;
+}
+
+std::string ForwardProfile::report(const std::string& what) const {
+  if (forwards_ == 0) return {};
+  const double per = 1e3 / static_cast<double>(forwards_);  // ms per forward
+  auto busy = [&](Phase p) {
+    double s = 0.0;
+    for (const auto& b : busy_) s += b[static_cast<size_t>(p)];
+    return s * per / std::max(1, threads_);
+  };
+  auto wall = [&](Phase p) { return wall_[static_cast<size_t>(p)] * per; };
+  double total = 0.0;
+  for (double w : wall_) total += w * per;
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "moerun cpu profile (%s; %d threads, %lld forwards, %.0f tokens each): ms per forward\n"
+                "  wall: convert %.2f  route %.2f  plan %.2f  gather %.2f  gemm1 %.2f  post1 %.2f  gemm2 %.2f  "
+                "[total %.2f]\n"
+                "  busy (mean over threads): gemm1 kernels %.2f + epilogue %.2f | gemm2 kernels %.2f + epilogue "
+                "%.2f + store %.2f\n",
+                what.c_str(), threads_, static_cast<long long>(forwards_),
+                static_cast<double>(tokens_) / static_cast<double>(forwards_), wall(Phase::kConvert),
+                wall(Phase::kRoute), wall(Phase::kPlan), wall(Phase::kGather), wall(Phase::kGemm1),
+                wall(Phase::kPost1), wall(Phase::kGemm2), total, busy(Phase::kGemm1), busy(Phase::kEpilogue1),
+                busy(Phase::kGemm2), busy(Phase::kEpilogue2), busy(Phase::kStore));
+  return buf;
+}
+
+}  // namespace moerun::cpu
