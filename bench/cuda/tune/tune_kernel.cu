@@ -57,8 +57,9 @@ struct Sched {  // swap-AB with 96-token tiles: a third fewer weight-tile reads 
 // Swap-AB with a token tile sized to the tokens per expert, so fewer padded rows: uniform routing
 // puts T ~ tpe +- sqrt(tpe) rows on an expert, and a 128-row tile pays a nearly empty third tile for
 // half the experts at tpe = 256 (deepseek-v3 / gpt-oss M = 8192, mixtral M = 1024). 144 covers
-// 256 + 2 sigma in two tiles, 136 trades a few third tiles for less padding, 80 covers 64 + 2 sigma
-// (qwen3 M = 1024) in one.
+// 256 + 2 sigma in two tiles; 128 pads like the token-row 128x256 schedule (what swapping alone
+// costs or gains); 80 covers 64 + 2 sigma (qwen3 M = 1024) in one. (136 = 8 x 17 does not build: the
+// smem layout needs the token tile in 16-row steps.)
 template <int kTokens>
 struct SwapAB {
   static constexpr bool kSwapAB = true;
@@ -70,7 +71,7 @@ struct SwapAB {
 #if TUNE_CONFIG == 8
 using Sched = SwapAB<144>;
 #elif TUNE_CONFIG == 9
-using Sched = SwapAB<136>;
+using Sched = SwapAB<128>;
 #else
 using Sched = SwapAB<80>;
 #endif

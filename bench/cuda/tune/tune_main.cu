@@ -28,7 +28,7 @@ const Cfg kCfgs[] = {{"coop-128x256-c1", tune_ws_0, tune_launch_0}, {"coop-128x2
                      {"ping-64x256-c1", tune_ws_2, tune_launch_2},   {"ping-128x128-c1", tune_ws_3, tune_launch_3},
                      {"coop-256x128-c1", tune_ws_4, tune_launch_4},  {"ping-64x256-c1x2", tune_ws_5, tune_launch_5},
                      {"swapab-128x64-c1", tune_ws_6, tune_launch_6}, {"swapab-128x96-c1", tune_ws_7, tune_launch_7},
-                     {"swapab-128x144-c1", tune_ws_8, tune_launch_8}, {"swapab-128x136-c1", tune_ws_9, tune_launch_9},
+                     {"swapab-128x144-c1", tune_ws_8, tune_launch_8}, {"swapab-128x128-c1", tune_ws_9, tune_launch_9},
                      {"swapab-128x80-c1", tune_ws_10, tune_launch_10}};
 
 void* alloc_random(size_t n, uint64_t seed, float scale) {
