@@ -91,7 +91,7 @@ size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 class CudaRunner final : public Runner {
  public:
   CudaRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptions& o)
-      : d_(spec, w, o.device_index, true), sm_count_(device_sm_count(o.device_index)) {
+      : d_(spec, w, o.device_index, true, GateUpLayout::kBlocks8), sm_count_(device_sm_count(o.device_index)) {
     cutlass_ok_ = d_.elem() == Elem::kBF16 || d_.elem() == Elem::kF16;
     if (cutlass_ok_) cutlass_ws_.reserve(cutlass_grouped_workspace_bytes(d_.elem(), d_.experts(), sm_count_));
   }
@@ -137,7 +137,7 @@ class CudaRunner final : public Runner {
     g1.act = cuda_detail::act_of(sp.activation.kind);
     g1.alpha = sp.activation.swiglu_alpha;
     g1.limit = sp.activation.swiglu_limit;
-    g1.interleaved = sp.activation.interleaved_gate_up;
+    g1.layout = d_.gate_up_layout();
     g1.bias = sp.expert_bias ? d_.b13.as<float>() : nullptr;
     g1.inter = d_.inter_buf.get();
     g1.ld_inter = I;
@@ -184,7 +184,7 @@ class CudaRunner final : public Runner {
       s1.act = g1.act;
       s1.alpha = g1.alpha;
       s1.limit = g1.limit;
-      s1.interleaved = false;  // shared w13 is gate rows then up rows
+      s1.layout = GateUpLayout::kHalves;  // shared w13 is gate rows then up rows
       s1.inter = d_.sinter.get();
       s1.ld_inter = d_.shared_inter();
       MOERUN_CUDA_CHECK(launch_grouped_gemm(el, sc, s1, s));
@@ -256,7 +256,7 @@ class CudaRunner final : public Runner {
     MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, g, s));
     MOERUN_CUDA_CHECK(launch_activation_sorted(el, gu, R, al.seg_offsets, E, sp.expert_bias ? d_.b13.as<float>() : nullptr,
                                                act, sp.activation.swiglu_alpha, sp.activation.swiglu_limit,
-                                               sp.activation.interleaved_gate_up, total, static_cast<int64_t>(rows),
+                                               d_.gate_up_layout(), total, static_cast<int64_t>(rows),
                                                d_.inter_buf.get(), s));
     g.a = d_.inter_buf.get();
     g.b = d_.w2.get();
@@ -289,7 +289,8 @@ class CudaRunner final : public Runner {
       }
       MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, sg, s));
       MOERUN_CUDA_CHECK(launch_activation_sorted(el, sgu, Rs, nullptr, 1, nullptr, act, sp.activation.swiglu_alpha,
-                                                 sp.activation.swiglu_limit, false, nullptr, m, d_.sinter.get(), s));
+                                                 sp.activation.swiglu_limit, GateUpLayout::kHalves, nullptr, m,
+                                                 d_.sinter.get(), s));
       sg.a = d_.sinter.get();
       sg.b = d_.sw2.get();
       sg.d = sd;

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "gate_up_layout.hpp"
+
 namespace moerun::cuda_kernels {
 
 // Element type of GEMM operands (activations and weights share it).
@@ -109,8 +111,11 @@ struct GroupedGemmParams {
   bool down = false;            // false: gate_up -> inter; true: down -> rows_out
   Act act = Act::kSiluAndMul;
   float alpha = 1.702f, limit = 7.0f;
-  bool interleaved = false;
-  const float* bias = nullptr;  // per expert [n] at bias + e * n
+  // Order of B's gate and up rows (gated gate_up only). kHalves and kPairs tiles pair them as the
+  // canonical layouts do; kBlocks8 (the cuda backend's own upload) and kPairs give each tile BN
+  // consecutive rows.
+  GateUpLayout layout = GateUpLayout::kHalves;
+  const float* bias = nullptr;  // per expert [n] at bias + e * n, in B's row order
   void* inter = nullptr;        // gate_up: [rows, n/2 or n] elem
   int64_t ld_inter = 0;
   float* rows_out = nullptr;    // down: rows_out[slot_of_row[r] * n + col] = w[r] * (acc + bias)
@@ -222,10 +227,10 @@ cudaError_t launch_gather_sorted(Elem elem, const void* src, int h, const int32_
                                  void* dst, int32_t* row_of_slot, cudaStream_t stream);
 // act: inter[r, :] = act(gate_up[r, :] + bias[e(r)]) for r < *total_rows (total_rows null: rows_bound),
 // where e(r) is the segment of r in seg_offsets[0..experts] (seg_offsets null: expert 0). gate_up is
-// [rows, n]: gate columns then up columns, or interleaved pairs; non-gated activations read n columns.
+// [rows, n], its gate and up columns (and the bias) in `layout`; non-gated activations read n columns.
 cudaError_t launch_activation_sorted(Elem elem, const void* gate_up, int n, const int32_t* seg_offsets,
                                      int experts, const float* bias, Act act, float alpha, float limit,
-                                     bool interleaved, const int32_t* total_rows, int64_t rows_bound,
+                                     GateUpLayout layout, const int32_t* total_rows, int64_t rows_bound,
                                      void* inter, cudaStream_t stream);
 // combine: out[t, :] = sum_s w[r] * (y[r, :] + bias[e(r), :]) (+ g_t * shared[t, :]) with
 // r = row_of_slot[t*k + s], w = weight_of_row, e(r) from seg_offsets; g_t = 1 or
