@@ -5,6 +5,7 @@
 
 #include "moerun/verify.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -513,6 +514,271 @@ TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
   unknown.tile = static_cast<CutlassTile>(7);
   EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, unknown, nullptr), cudaErrorInvalidValue);
   cudaFree(da); cudaFree(db); cudaFree(dd); cudaFree(dws); cudaFree(dseg);
+}
+
+// ---- the gated activation fused into the 128x256 gate_up GEMM (CutlassTile::kTokens128x256Act) ----
+
+// Sets MOERUN_CUDA_FUSED_ACT for the scope (the cuda backend reads it per call).
+class FusedAct {
+ public:
+  explicit FusedAct(bool on) { setenv("MOERUN_CUDA_FUSED_ACT", on ? "1" : "0", 1); }
+  ~FusedAct() { unsetenv("MOERUN_CUDA_FUSED_ACT"); }
+  FusedAct(const FusedAct&) = delete;
+  FusedAct& operator=(const FusedAct&) = delete;
+};
+
+// One runner and one set of inputs on the forced 128x256 CUTLASS path, once with the activation in
+// the gate_up GEMM's epilogue and once with the separate pass (MOERUN_CUDA_FUSED_ACT=0): both against
+// the reference, and against each other (the fused form skips gate_up's rounding to the element type,
+// so the two differ by rounding only).
+void check_fused_vs_unfused(const MoeSpec& spec, int64_t m, uint64_t seed, Route route) {
+  ForceGemm force(kCutlass);
+  spec.validate();
+  const Platform plat = sm90_platform();
+  auto be = make_cuda_backend();
+  const Support sup = supports(*be, spec, plat);
+  ASSERT_TRUE(sup.ok()) << "cuda refuses " << spec.summary() << ": " << (sup.reasons.empty() ? "" : sup.reasons.front());
+  const MoeWeights w = random_weights(spec, seed);
+  auto runner = be->create_runner(spec, w, plat, {});
+  auto ref = make_reference_backend()->create_runner(spec, w, plat, {});
+  ASSERT_EQ(runner->variant_for(m), kCutlass);
+  const Inputs in = make_inputs(spec, m, seed + 7, route);
+  HostTensor fused(spec.act_dtype, {m, spec.hidden}), unfused(spec.act_dtype, {m, spec.hidden}),
+      want(spec.act_dtype, {m, spec.hidden});
+  poison(fused);
+  poison(unfused);
+  {
+    FusedAct on(true);
+    runner->forward(host_args(in, fused));
+  }
+  {
+    FusedAct off(false);
+    runner->forward(host_args(in, unfused));
+  }
+  ref->forward(host_args(in, want));
+  const double tol = tolerance_for(spec).rel_l2;
+  const int64_t n = m * spec.hidden;
+  int64_t bad = 0;
+  EXPECT_LT(rel_error(fused, want, n, &bad), tol) << "fused " << spec.summary() << " m=" << m;
+  EXPECT_EQ(bad, 0) << "fused left non-finite outputs, " << spec.summary() << " m=" << m;
+  EXPECT_LT(rel_error(unfused, want, n, &bad), tol) << "unfused " << spec.summary() << " m=" << m;
+  EXPECT_EQ(bad, 0) << "unfused left non-finite outputs, " << spec.summary() << " m=" << m;
+  EXPECT_LT(rel_error(fused, unfused, n, &bad), tol) << "fused vs unfused " << spec.summary() << " m=" << m;
+}
+
+// Every gated activation, with and without expert bias, bf16 and fp16; SwigluOai from interleaved
+// (pairs) and split (halves) checkpoints, with its alpha and limit, once with a tight clamp. I = 200:
+// 2I = 400 is one full and one partial 256-column tile; 257 tokens x 2 slots over 8 experts give odd
+// group sizes and partial 128-row tiles.
+TEST(CudaFusedAct, SmallEveryGatedActivation) {
+  REQUIRE_GPU();
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kF16})
+    for (ActivationKind a : {ActivationKind::kSiluAndMul, ActivationKind::kGeluAndMul, ActivationKind::kGeluTanhAndMul,
+                             ActivationKind::kSwigluOai})
+      for (bool bias : {false, true}) {
+        MoeSpec s = make_spec(8, 2, 264, 200, a, f);
+        s.expert_bias = bias;
+        if (a == ActivationKind::kSwigluOai) s.activation.interleaved_gate_up = !bias;
+        SCOPED_TRACE(std::string(to_string(a)) + (bias ? " bias" : "") + (f == WeightFormat::kF16 ? " f16" : " bf16"));
+        check_fused_vs_unfused(s, 257, 1000 + static_cast<uint64_t>(a) * 10 + (bias ? 1 : 0), Route::kLogits);
+      }
+  MoeSpec g = make_spec(8, 2, 264, 200, ActivationKind::kSwigluOai);
+  g.activation.interleaved_gate_up = true;
+  g.activation.swiglu_alpha = 1.25f;
+  g.activation.swiglu_limit = 0.5f;  // most gates and ups clamped
+  g.expert_bias = true;
+  check_fused_vs_unfused(g, 129, 1100, Route::kLogits);
+}
+
+// Routing and shapes around the tiles: mostly empty experts, one hot expert (hundreds of rows: several
+// M tiles), given top-k with an odd count, gpt-oss-like I = 2880 (2I = 5760: 22.5 N tiles) with biases
+// and interleaved input, I = 136 (a 16-column last tile), fp16 with I = 1440, shared experts beside the
+// fused routed ones (theirs stay unfused, kHalves), and the swap-AB schedule (unfused pass over the
+// kBlocks8 gate_up) with split input and biases.
+TEST(CudaFusedAct, SmallRoutingAndShapes) {
+  REQUIRE_GPU();
+  MoeSpec empty = make_spec(64, 2, 128, 200);
+  empty.expert_bias = true;
+  check_fused_vs_unfused(empty, 5, 1200, Route::kLogits);
+  check_fused_vs_unfused(make_spec(16, 2, 264, 200, ActivationKind::kGeluTanhAndMul), 300, 1201, Route::kHotExpert);
+  check_fused_vs_unfused(make_spec(16, 3, 128, 96, ActivationKind::kSiluAndMul, WeightFormat::kF16), 41, 1202,
+                         Route::kTopkGiven);
+  MoeSpec gpt = make_spec(4, 2, 264, 2880, ActivationKind::kSwigluOai);
+  gpt.activation.interleaved_gate_up = true;
+  gpt.routing.softmax_after_topk = true;
+  gpt.expert_bias = true;
+  check_fused_vs_unfused(gpt, 161, 1203, Route::kLogits);
+  check_fused_vs_unfused(make_spec(4, 2, 136, 136), 700, 1204, Route::kLogits);
+  MoeSpec h = make_spec(4, 2, 136, 1440, ActivationKind::kGeluAndMul, WeightFormat::kF16);
+  h.expert_bias = true;
+  check_fused_vs_unfused(h, 333, 1205, Route::kHotExpert);
+  MoeSpec sh = make_spec(8, 2, 264, 136, ActivationKind::kSiluAndMul);
+  sh.shared.count = 1;
+  sh.shared.intermediate = 200;
+  sh.shared.gated_by_router = true;
+  sh.expert_bias = true;
+  check_fused_vs_unfused(sh, 130, 1206, Route::kLogits);
+  ForceGemm swap(kCutlassSwap);
+  MoeSpec split = make_spec(16, 2, 264, 200, ActivationKind::kSwigluOai);
+  split.expert_bias = true;
+  check_case("cuda", split, 97, 1207, Route::kLogits, 0.0f, kCutlassSwap);
+  split.activation.kind = ActivationKind::kSiluAndMul;
+  check_case("cuda", split, 97, 1208, Route::kLogits, 0.0f, kCutlassSwap);
+}
+
+// The own mma.sync kernels read the routed w13 in kBlocks8 (uploaded from split or interleaved
+// checkpoints): every variant, split and interleaved input, with and without biases, fp16, one
+// token (direct mode) and several tiles.
+TEST(CudaBackend, SmallBlocks8EveryMmaVariant) {
+  REQUIRE_GPU();
+  for (const char* v : {"mma-stream-m16-n32", "mma-stream-m16", "mma-stream-m32", "mma-tile-m64", "mma-tile-m128"}) {
+    ForceGemm force(v);
+    int i = 0;
+    for (bool interleaved : {false, true})
+      for (bool bias : {false, true}) {
+        MoeSpec s = make_spec(8, 2, 264, 200, interleaved ? ActivationKind::kSwigluOai : ActivationKind::kSiluAndMul,
+                              bias ? WeightFormat::kF16 : WeightFormat::kBF16);
+        s.activation.interleaved_gate_up = interleaved;
+        s.expert_bias = bias;
+        SCOPED_TRACE(std::string(v) + (interleaved ? " interleaved" : " split") + (bias ? " bias" : ""));
+        for (int64_t m : {1, 37, 257}) check_case("cuda", s, m, 1300 + 10 * static_cast<uint64_t>(i) + static_cast<uint64_t>(m),
+                                                   Route::kLogits, 0.0f, v);
+        ++i;
+      }
+  }
+}
+
+// The fused kernel alone: out[r, j] = act(D[r, gate j] + bias, D[r, up j] + bias) with D = A_g · B_g^T
+// in kBlocks8 column order, on exactly rows [seg[g], seg[g+1]) x [0, n/2) and nothing else (empty
+// groups first, between and last, groups around the 128-row tile, 2I = 400 over one full and one
+// partial N tile), and the one-group form. Operands are multiples of 1/8, so D is exact in fp32 and
+// only the activation and the rounding to bf16 remain.
+TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
+  REQUIRE_GPU();
+  using namespace cuda_kernels;
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int inter = 200, n = 2 * inter, k = 72;
+  const std::vector<int> sizes = {0, 1, 127, 128, 0, 129, 300, 0};
+  const int groups = static_cast<int>(sizes.size());
+  std::vector<int32_t> seg(1, 0);
+  for (int c : sizes) seg.push_back(seg.back() + c);
+  const int used = seg.back(), alloc_rows = used + 70;
+  std::mt19937 rng(19);
+  auto eighths = [&] { return static_cast<float>(static_cast<int>(rng() % 17) - 8) / 8.0f; };
+  std::vector<uint16_t> a(static_cast<size_t>(alloc_rows) * k), b(static_cast<size_t>(groups) * n * k);
+  for (auto& x : a) x = f32_to_bf16(eighths());
+  for (auto& x : b) x = f32_to_bf16(eighths());
+  std::vector<float> bias(static_cast<size_t>(groups) * n);
+  for (auto& x : bias) x = eighths();
+  const uint16_t kSentinel = 0x7FC1;  // a bf16 NaN
+  const size_t d_elems = static_cast<size_t>(alloc_rows) * inter;
+  const size_t ws = cutlass_grouped_workspace_bytes(Elem::kBF16, groups, sms);
+  void *da, *db, *dd, *dws;
+  float* dbias;
+  int32_t* dseg;
+  CK(cudaMalloc(&da, a.size() * 2));
+  CK(cudaMalloc(&db, b.size() * 2));
+  CK(cudaMalloc(&dd, d_elems * 2));
+  CK(cudaMalloc(&dws, ws));
+  CK(cudaMalloc(&dbias, bias.size() * 4));
+  CK(cudaMalloc(&dseg, seg.size() * 4));
+  CK(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dbias, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dseg, seg.data(), seg.size() * 4, cudaMemcpyHostToDevice));
+  const std::vector<uint16_t> sentinel(d_elems, kSentinel);
+  auto host_act = [](Act act, float g, float u) {
+    if (act == Act::kSwigluOai) {  // alpha 1.702, limit 7 (the params' defaults)
+      g = std::min(g, 7.0f);
+      u = std::min(std::max(u, -7.0f), 7.0f);
+      return g / (1.0f + std::exp(-1.702f * g)) * (u + 1.0f);
+    }
+    return g / (1.0f + std::exp(-g)) * u;  // SiluAndMul
+  };
+  auto check = [&](const std::vector<int>& group_of_row, Act act, bool with_bias, const char* what) {
+    std::vector<uint16_t> d(d_elems);
+    CK(cudaMemcpy(d.data(), dd, d_elems * 2, cudaMemcpyDeviceToHost));
+    int untouched_bad = 0, value_bad = 0;
+    for (int r = 0; r < alloc_rows; ++r)
+      for (int j = 0; j < inter; ++j) {
+        const uint16_t got = d[static_cast<size_t>(r) * inter + j];
+        const int g = group_of_row[static_cast<size_t>(r)];
+        if (g < 0) {
+          untouched_bad += got != kSentinel;
+          continue;
+        }
+        const GateUpCols c = gate_up_cols(GateUpLayout::kBlocks8, j, inter);
+        float gate = 0.0f, up = 0.0f;
+        for (int q = 0; q < k; ++q) {
+          const float x = bf16_to_f32(a[static_cast<size_t>(r) * k + q]);
+          gate += x * bf16_to_f32(b[(static_cast<size_t>(g) * n + c.gate) * k + q]);
+          up += x * bf16_to_f32(b[(static_cast<size_t>(g) * n + c.up) * k + q]);
+        }
+        if (with_bias) {
+          gate += bias[static_cast<size_t>(g) * n + c.gate];
+          up += bias[static_cast<size_t>(g) * n + c.up];
+        }
+        const float want = host_act(act, gate, up), x = bf16_to_f32(got);
+        value_bad += !(std::fabs(x - want) <= 1e-2f * std::fabs(want) + 1e-3f);
+      }
+    EXPECT_EQ(untouched_bad, 0) << what << ": elements outside the groups' rows were written";
+    EXPECT_EQ(value_bad, 0) << what << ": wrong values";
+  };
+  CutlassGroupedParams p;
+  p.groups = groups;
+  p.seg_offsets = dseg;
+  p.a = da;
+  p.b = db;
+  p.b_group_stride = static_cast<int64_t>(n) * k;
+  p.d = dd;
+  p.n = n;
+  p.k = k;
+  p.workspace = dws;
+  p.workspace_bytes = ws;
+  p.sm_count = sms;
+  p.tile = CutlassTile::kTokens128x256Act;
+  p.layout = GateUpLayout::kBlocks8;
+  std::vector<int> group_of_row(static_cast<size_t>(alloc_rows), -1);
+  for (int g = 0; g < groups; ++g)
+    for (int r = seg[static_cast<size_t>(g)]; r < seg[static_cast<size_t>(g) + 1]; ++r)
+      group_of_row[static_cast<size_t>(r)] = g;
+  for (Act act : {Act::kSiluAndMul, Act::kSwigluOai}) {
+    const bool with_bias = act == Act::kSwigluOai;
+    const char* what = with_bias ? "swiglu-oai + bias" : "silu-and-mul";
+    CutlassGroupedParams q = p;
+    q.act = act;
+    q.bias = with_bias ? dbias : nullptr;
+    CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
+    CK(launch_cutlass_grouped(Elem::kBF16, q, nullptr));
+    CK(cudaDeviceSynchronize());
+    check(group_of_row, act, with_bias, what);
+    // One group of the first 97 rows with group 0's weights and bias (the shared-expert form).
+    CutlassGroupedParams one = q;
+    one.groups = 1;
+    one.seg_offsets = nullptr;
+    one.rows = 97;
+    CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
+    CK(launch_cutlass_grouped(Elem::kBF16, one, nullptr));
+    CK(cudaDeviceSynchronize());
+    std::vector<int> first(static_cast<size_t>(alloc_rows), -1);
+    std::fill(first.begin(), first.begin() + 97, 0);
+    check(first, act, with_bias, what);
+  }
+  // What the fused kernel refuses: n not a multiple of 16, a non-gated activation, another layout.
+  CutlassGroupedParams bad = p;
+  bad.n = n - 8;
+  EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.act = Act::kRelu2;
+  EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.layout = GateUpLayout::kHalves;
+  EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.workspace_bytes = 64;
+  EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue);
+  cudaFree(da); cudaFree(db); cudaFree(dd); cudaFree(dws); cudaFree(dbias); cudaFree(dseg);
 }
 
 // Enough tokens per expert that the backend picks the CUTLASS engine by itself.

@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
         CK(launch_gather_sorted(Elem::kBF16, hidden, sh.h, dtor, dsor, dseg + sh.e, rows, xs, dros, st));
       });
       const double ta = time_ms([&] {
-        CK(launch_activation_sorted(Elem::kBF16, gu, R, dseg, sh.e, nullptr, Act::kSiluAndMul, 1.702f, 7.0f, false,
+        CK(launch_activation_sorted(Elem::kBF16, gu, R, dseg, sh.e, nullptr, Act::kSiluAndMul, 1.702f, 7.0f, GateUpLayout::kHalves,
                                     dseg + sh.e, rows, inter, st));
       });
       const double tc = time_ms([&] {

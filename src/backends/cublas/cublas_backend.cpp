@@ -31,7 +31,7 @@ void cublas_check(cublasStatus_t st, const char* call, const char* file, int lin
 class CublasRunner final : public Runner {
  public:
   CublasRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptions& o)
-      : d_(spec, w, o.device_index, false) {
+      : d_(spec, w, o.device_index, false, cuda_detail::spec_gate_up_layout(spec)) {  // w13 as given
     MOERUN_CUBLAS_CHECK(cublasCreate(&handle_));
     MOERUN_CUDA_CHECK(cudaMallocHost(&host_seg_, sizeof(int32_t) * (spec.num_experts + 1)));
   }

@@ -80,6 +80,13 @@ bool direct_enabled() {
   return !(v && v[0] == '0');
 }
 
+// MOERUN_CUDA_FUSED_ACT=0 keeps the separate activation pass after the 128x256 gate_up GEMM instead
+// of its fused-epilogue form (side-by-side benchmarks and tests; read per call like the above).
+bool fused_act_enabled() {
+  const char* v = std::getenv("MOERUN_CUDA_FUSED_ACT");
+  return !(v && v[0] == '0');
+}
+
 int device_sm_count(int device) {
   int n = 0;
   MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
@@ -91,7 +98,7 @@ size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 class CudaRunner final : public Runner {
  public:
   CudaRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptions& o)
-      : d_(spec, w, o.device_index, true), sm_count_(device_sm_count(o.device_index)) {
+      : d_(spec, w, o.device_index, true, GateUpLayout::kBlocks8), sm_count_(device_sm_count(o.device_index)) {
     cutlass_ok_ = d_.elem() == Elem::kBF16 || d_.elem() == Elem::kF16;
     if (cutlass_ok_) cutlass_ws_.reserve(cutlass_grouped_workspace_bytes(d_.elem(), d_.experts(), sm_count_));
   }
@@ -137,7 +144,7 @@ class CudaRunner final : public Runner {
     g1.act = cuda_detail::act_of(sp.activation.kind);
     g1.alpha = sp.activation.swiglu_alpha;
     g1.limit = sp.activation.swiglu_limit;
-    g1.interleaved = sp.activation.interleaved_gate_up;
+    g1.layout = d_.gate_up_layout();
     g1.bias = sp.expert_bias ? d_.b13.as<float>() : nullptr;
     g1.inter = d_.inter_buf.get();
     g1.ld_inter = I;
@@ -184,7 +191,7 @@ class CudaRunner final : public Runner {
       s1.act = g1.act;
       s1.alpha = g1.alpha;
       s1.limit = g1.limit;
-      s1.interleaved = false;  // shared w13 is gate rows then up rows
+      s1.layout = GateUpLayout::kHalves;  // shared w13 is gate rows then up rows
       s1.inter = d_.sinter.get();
       s1.ld_inter = d_.shared_inter();
       MOERUN_CUDA_CHECK(launch_grouped_gemm(el, sc, s1, s));
@@ -212,8 +219,11 @@ class CudaRunner final : public Runner {
   }
 
   // The large-M path: gather the tokens expert-sorted, CUTLASS grouped GEMM (gate_up), activation,
-  // CUTLASS grouped GEMM (down), weighted combine, all in the schedule `tile` the rule chose. Shared
-  // experts take the same engine as one group.
+  // CUTLASS grouped GEMM (down), weighted combine, all in the schedule `tile` the rule chose. With a
+  // gated activation and the 128x256 schedule the activation runs in the gate_up GEMM's epilogue
+  // (CutlassTile::kTokens128x256Act: w13 is in kBlocks8 order) and gate_up is never stored; the
+  // swap-AB schedule keeps the pass. Shared experts take the same engine as one group, unfused (their
+  // w13 is kHalves).
   void forward_cutlass(const ForwardArgs& args, int64_t m, CutlassTile tile) {
     const MoeSpec& sp = d_.spec();
     const Elem el = d_.elem();
@@ -221,10 +231,13 @@ class CudaRunner final : public Runner {
     const int E = d_.experts(), K = d_.top_k(), H = d_.hidden(), I = d_.inter(), R = d_.w13_rows();
     const int Rs = d_.shared_rows(), Is = d_.shared_inter();
     const size_t rows = static_cast<size_t>(m) * K;
-    // scratch: sorted tokens, later the down output [rows, H] | gate_up [rows, R] | row_of_slot [rows]
-    //          | shared gate_up [m, Rs] | shared down [m, H]
+    const Act act = cuda_detail::act_of(sp.activation.kind);
+    const bool fused = tile == CutlassTile::kTokens128x256 && sp.activation.gated() &&
+                       d_.gate_up_layout() == GateUpLayout::kBlocks8 && fused_act_enabled();
+    // scratch: sorted tokens, later the down output [rows, H] | gate_up [rows, R] (unfused only)
+    //          | row_of_slot [rows] | shared gate_up [m, Rs] | shared down [m, H]
     const size_t off_gu = align256(rows * H * es);
-    const size_t off_ros = off_gu + align256(rows * R * es);
+    const size_t off_ros = off_gu + (fused ? 0 : align256(rows * R * es));
     const size_t off_sgu = off_ros + align256(rows * 4);
     const size_t off_sd = off_sgu + align256(static_cast<size_t>(m) * Rs * es);
     const size_t scratch = off_sd + align256(Is > 0 ? static_cast<size_t>(m) * H * es : 0);
@@ -236,7 +249,6 @@ class CudaRunner final : public Runner {
     void* gu = base + off_gu;
     int32_t* row_of_slot = reinterpret_cast<int32_t*>(base + off_ros);
     const int32_t* total = al.seg_offsets + E;
-    const Act act = cuda_detail::act_of(sp.activation.kind);
 
     MOERUN_CUDA_CHECK(launch_gather_sorted(el, call.hidden, H, al.token_of_row, al.slot_of_row, total,
                                            static_cast<int64_t>(rows), xs, row_of_slot, s));
@@ -253,11 +265,23 @@ class CudaRunner final : public Runner {
     g.d = gu;
     g.n = R;
     g.k = H;
-    MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, g, s));
-    MOERUN_CUDA_CHECK(launch_activation_sorted(el, gu, R, al.seg_offsets, E, sp.expert_bias ? d_.b13.as<float>() : nullptr,
-                                               act, sp.activation.swiglu_alpha, sp.activation.swiglu_limit,
-                                               sp.activation.interleaved_gate_up, total, static_cast<int64_t>(rows),
-                                               d_.inter_buf.get(), s));
+    const float* b13 = sp.expert_bias ? d_.b13.as<float>() : nullptr;
+    if (fused) {
+      CutlassGroupedParams ga = g;
+      ga.tile = CutlassTile::kTokens128x256Act;
+      ga.d = d_.inter_buf.get();
+      ga.act = act;
+      ga.alpha = sp.activation.swiglu_alpha;
+      ga.limit = sp.activation.swiglu_limit;
+      ga.bias = b13;
+      ga.layout = d_.gate_up_layout();
+      MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, ga, s));
+    } else {
+      MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, g, s));
+      MOERUN_CUDA_CHECK(launch_activation_sorted(el, gu, R, al.seg_offsets, E, b13, act, sp.activation.swiglu_alpha,
+                                                 sp.activation.swiglu_limit, d_.gate_up_layout(), total,
+                                                 static_cast<int64_t>(rows), d_.inter_buf.get(), s));
+    }
     g.a = d_.inter_buf.get();
     g.b = d_.w2.get();
     g.b_group_stride = static_cast<int64_t>(H) * I;
@@ -289,7 +313,8 @@ class CudaRunner final : public Runner {
       }
       MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, sg, s));
       MOERUN_CUDA_CHECK(launch_activation_sorted(el, sgu, Rs, nullptr, 1, nullptr, act, sp.activation.swiglu_alpha,
-                                                 sp.activation.swiglu_limit, false, nullptr, m, d_.sinter.get(), s));
+                                                 sp.activation.swiglu_limit, GateUpLayout::kHalves, nullptr, m,
+                                                 d_.sinter.get(), s));
       sg.a = d_.sinter.get();
       sg.b = d_.sw2.get();
       sg.d = sd;
@@ -330,7 +355,8 @@ class CudaBackend final : public cuda_detail::GpuBackendBase {
          "tokens per tile, column-major output), so few-token experts pad the MMA work little"},
         {kCutlassVariant, 0.0,
          "large M: CUTLASS sm90 grouped GEMM (TMA, warp-specialized wgmma, 128x256 tiles, device-side "
-         "group sizes) between gather, activation and combine passes; bf16 and fp16"},
+         "group sizes) between gather and combine passes, gated activations fused into the gate_up "
+         "GEMM's epilogue (gate/up rows in blocks of 8); bf16 and fp16"},
     };
     caps_.variants[1].min_tokens_per_expert = kStreamMaxTpe;
     caps_.variants[2].min_tokens_per_expert = kStream32MaxTpe;

@@ -93,6 +93,32 @@ void upload_view(DeviceBuffer& dst, const TensorView& v, const std::string& what
   dst.upload(v.data, v.nbytes());
 }
 
+cuda_kernels::GateUpLayout spec_gate_up_layout(const MoeSpec& spec) {
+  return spec.activation.interleaved_gate_up ? cuda_kernels::GateUpLayout::kPairs
+                                             : cuda_kernels::GateUpLayout::kHalves;
+}
+
+void upload_gate_up(DeviceBuffer& dst, const TensorView& v, int experts, int inter, size_t row_bytes,
+                    cuda_kernels::GateUpLayout from, cuda_kernels::GateUpLayout to, const std::string& what) {
+  using cuda_kernels::GateUpLayout;
+  if (from == to || v.empty() || v.numel() == 0) {
+    upload_view(dst, v, what);
+    return;
+  }
+  const size_t rows = static_cast<size_t>(experts) * 2 * inter;
+  if (to != GateUpLayout::kBlocks8 || inter % 8 != 0 || v.nbytes() != rows * row_bytes)
+    throw_error(ErrorKind::kInvalidArgument, "cuda: cannot reorder " + what + " for the device (" +
+                                                 std::to_string(v.nbytes()) + " bytes, I = " + std::to_string(inter) + ")");
+  dst.reserve(rows * row_bytes);
+  const cudaMemcpyKind kind = v.device == DeviceKind::kCuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+  char* d = static_cast<char*>(dst.get());
+  const char* s = static_cast<const char*>(v.data);
+  const auto bytes = [row_bytes](int64_t r) { return static_cast<size_t>(r) * row_bytes; };
+  for (const cuda_kernels::GateUpRowCopy& c : cuda_kernels::blocks8_upload_plan(from, experts, inter))
+    MOERUN_CUDA_CHECK(cudaMemcpy2D(d + bytes(c.dst_row), bytes(c.dst_pitch), s + bytes(c.src_row), bytes(c.src_pitch),
+                                   bytes(c.width), static_cast<size_t>(c.height), kind));
+}
+
 namespace {
 void check_matrix(const ExpertMatrix& m, WeightFormat f, const char* what) {
   if (m.layout != "canonical")
@@ -104,7 +130,8 @@ void check_matrix(const ExpertMatrix& m, WeightFormat f, const char* what) {
 }
 }  // namespace
 
-DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index, bool need_tiles)
+DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index, bool need_tiles,
+                     cuda_kernels::GateUpLayout gate_up)
     : spec_(spec), device_(device_index), need_tiles_(need_tiles) {
   MOERUN_CUDA_CHECK(cudaSetDevice(device_));
   if (spec.weight_format != WeightFormat::kBF16 && spec.weight_format != WeightFormat::kF16)
@@ -120,10 +147,15 @@ DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index,
   check_matrix(w.w2, spec.weight_format, "w2");
   if (w.w13.experts != E_ || w.w13.rows != R_ || w.w13.cols != H_ || w.w2.rows != H_ || w.w2.cols != I_)
     throw_error(ErrorKind::kInvalidArgument, "cuda: expert weight shapes do not match the spec");
-  upload_view(w13, w.w13.data, "w13");
+  // Gated: w13 (and its bias) in the row order the runner's kernels read; not gated: as given.
+  const cuda_kernels::GateUpLayout given = spec_gate_up_layout(spec);
+  gate_up_ = spec.activation.gated() ? gate_up : cuda_kernels::GateUpLayout::kHalves;
+  const cuda_kernels::GateUpLayout from = spec.activation.gated() ? given : gate_up_;
+  upload_gate_up(w13, w.w13.data, E_, I_, static_cast<size_t>(H_) * dtype_size(w.w13.data.dtype), from, gate_up_,
+                 "w13");
   upload_view(w2, w.w2.data, "w2");
   if (spec.expert_bias) {
-    upload_view(b13, w.w13_bias.view(), "w13_bias");
+    upload_gate_up(b13, w.w13_bias.view(), E_, I_, sizeof(float), from, gate_up_, "w13_bias");
     upload_view(b2, w.w2_bias.view(), "w2_bias");
   }
   if (spec.routing.correction_bias) upload_view(corr, w.correction_bias.view(), "correction_bias");

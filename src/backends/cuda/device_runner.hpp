@@ -40,10 +40,24 @@ class GpuBackendBase : public Backend {
 // Copies a host tensor (or an expert matrix's data) to a new device buffer; empty views give none.
 void upload_view(DeviceBuffer& dst, const TensorView& v, const std::string& what);
 
+// The order of gate and up rows the spec's w13 comes in: kPairs with interleaved_gate_up, else kHalves.
+cuda_kernels::GateUpLayout spec_gate_up_layout(const MoeSpec& spec);
+
+// Uploads `experts` gated [2 * inter] row blocks of row_bytes each (w13: a row of H elements; its
+// bias: one float) given in layout `from`, reordered into `to` on the way: one strided copy per
+// run of rows (cudaMemcpy2D), no full-size temporary. from == to is a plain copy; otherwise `to` must
+// be kBlocks8 (inter % 8 == 0).
+void upload_gate_up(DeviceBuffer& dst, const TensorView& v, int experts, int inter, size_t row_bytes,
+                    cuda_kernels::GateUpLayout from, cuda_kernels::GateUpLayout to, const std::string& what);
+
 // The device state of one runner: weights, workspaces, and the routed/aligned tokens of a call.
 class DeviceMoe {
  public:
-  DeviceMoe(const MoeSpec& spec, const MoeWeights& weights, int device_index, bool need_tiles);
+  // gate_up: the row order to keep the routed experts' w13 and its bias in on the device, when the
+  // activation is gated (the cuda backend: kBlocks8; cublas: spec_gate_up_layout(spec), as given).
+  // Shared experts' w13 stays in kHalves.
+  DeviceMoe(const MoeSpec& spec, const MoeWeights& weights, int device_index, bool need_tiles,
+            cuda_kernels::GateUpLayout gate_up);
   ~DeviceMoe();
 
   // Resolves the call's tensors to device pointers (staging host tensors into workspaces), routes
@@ -71,6 +85,8 @@ class DeviceMoe {
   int w13_rows() const noexcept { return R_; }
   int shared_inter() const noexcept { return Is_; }
   int shared_rows() const noexcept { return Rs_; }
+  // Row order of w13 and b13 on the device (gated activations; non-gated: kHalves, unused).
+  cuda_kernels::GateUpLayout gate_up_layout() const noexcept { return gate_up_; }
 
   // Weights.
   DeviceBuffer w13, w2, b13, b2, corr, router_w, router_b, sw13, sw2, sgate;
@@ -86,6 +102,7 @@ class DeviceMoe {
   MoeSpec spec_;
   cuda_kernels::Elem elem_;
   int E_, K_, H_, I_, R_, Is_ = 0, Rs_ = 0;
+  cuda_kernels::GateUpLayout gate_up_ = cuda_kernels::GateUpLayout::kHalves;
   int device_;
   bool need_tiles_;
   int64_t cap_m_ = -1;

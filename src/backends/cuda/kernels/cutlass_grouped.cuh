@@ -1,8 +1,9 @@
 // cuda/kernels/cutlass_grouped.cuh — the large-M engine: a CUTLASS 3.x sm90 grouped GEMM (pointer
 // array, TMA loads and stores, warp-specialized cooperative wgmma, persistent group scheduler).
 // Included by one .cu file per element type and schedule (cutlass_grouped_{bf16,f16}.cu: token rows;
-// cutlass_grouped_swap_{bf16,f16}.cu: swap-AB), each of which instantiates exactly one kernel type:
-// the CI compiles this on two cores.
+// cutlass_grouped_swap_{bf16,f16}.cu: swap-AB; cutlass_grouped_act_{bf16,f16}.cu, through
+// cutlass_grouped_act.cuh: token rows with the gated activation in the epilogue), each of which
+// instantiates exactly one kernel type: the CI compiles this on two cores.
 //
 // NOTES:
 //   Problem shapes live on the device. The host passes the group count (an upper bound: the local
@@ -53,6 +54,15 @@
 //   only D's layout and which pointer is which; the mainloop and its TMA boxes are the same kind.
 //   One kernel type per dtype beside the token-row one (its own .cu files), so the CI's two cores
 //   still compile one CUTLASS kernel per translation unit.
+//
+// NOTES, fused activation (CutlassTile::kTokens128x256Act, cutlass_grouped_act.cuh):
+//   With a gated activation the backend's 128x256 gate_up GEMM is this schedule's mainloop with our
+//   own register-direct epilogue, which applies act(gate + bias, up + bias) and writes only the
+//   intermediate [rows, I]: gate_up's [rows, 2I] store and the activation pass (read 2I, write I per
+//   row) are gone. It relies on the cuda backend's kBlocks8 weight order (gate_up_layout.hpp), which
+//   puts each gate column and its up column in one thread's accumulators. The swap-AB schedule still
+//   stores gate_up and runs the pass (its pairing would run along the accumulator rows instead).
+//   MOERUN_CUDA_FUSED_ACT=0 selects the unfused form for side-by-side runs.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -185,11 +195,12 @@ struct GroupArrays {
 
 // One thread per group: its (M, N, K), pointers and leading dimensions. Group g covers rows
 // [seg[g], seg[g+1]) of the tokens and of D, or rows [0, rows) when seg is null (one group).
-// `tokens` is [rows, k], `weights` group g's [n, k] at weights + g * w_group_stride, `d` [rows, n];
+// `tokens` is [rows, k], `weights` group g's [n, k] at weights + g * w_group_stride, `d` [rows, ld_d]
+// (ld_d = n; n/2 for the fused-activation kernel, whose output is the intermediate);
 // a swap-AB kernel gets the weights as A and the tokens as B, and the shape (n, M_g, k).
 template <typename G, typename T>
 __global__ void fill_group_args(int groups, const int32_t* __restrict__ seg, int64_t rows, const T* tokens,
-                                const T* weights, int64_t w_group_stride, T* d, int n, int k,
+                                const T* weights, int64_t w_group_stride, T* d, int64_t ld_d, int n, int k,
                                 GroupArrays<G, T> out) {
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= groups) return;
@@ -206,7 +217,7 @@ __global__ void fill_group_args(int groups, const int32_t* __restrict__ seg, int
     out.a[g] = x;
     out.b[g] = w;
   }
-  out.d[g] = d + start * n;  // row `start` of D: element (row, col) at col + row * n in both layouts
+  out.d[g] = d + start * ld_d;  // row `start` of D: element (row, col) at col + row * ld_d in both layouts
   typename G::StrideA sa{};
   cute::get<0>(sa) = k;
   out.sa[g] = sa;
@@ -214,7 +225,7 @@ __global__ void fill_group_args(int groups, const int32_t* __restrict__ seg, int
   cute::get<0>(sb) = k;
   out.sb[g] = sb;
   typename G::StrideD sd{};
-  cute::get<G::kLdModeD>(sd) = n;
+  cute::get<G::kLdModeD>(sd) = ld_d;
   out.sd[g] = sd;
 }
 
@@ -293,7 +304,7 @@ cudaError_t launch_t(const CutlassGroupedParams& p, cudaStream_t stream) {
   T* d = static_cast<T*>(p.d);
   constexpr int kFillThreads = 128;
   fill_group_args<G, T><<<(p.groups + kFillThreads - 1) / kFillThreads, kFillThreads, 0, stream>>>(
-      p.groups, p.seg_offsets, p.rows, tokens, weights, p.b_group_stride, d, p.n, p.k, arr);
+      p.groups, p.seg_offsets, p.rows, tokens, weights, p.b_group_stride, d, p.n, p.n, p.k, arr);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
 
   const auto args = make_arguments<T, Schedule>(arr, p.groups, p.sm_count, device);

@@ -12,8 +12,9 @@
 //   segment and K past the end are zero-filled by the copy itself (src-size 0), so they cost no
 //   memory traffic: a decode tile of 16 rows holding one token reads only that token.
 //   For gate_up with a gated activation a block's BN weight rows are BN/2 gate rows and the BN/2 up
-//   rows of the same intermediate columns (or BN consecutive rows when gate/up are interleaved), so
-//   the activation is applied in the epilogue and only the intermediate [rows, I] is written.
+//   rows of the same intermediate columns (kHalves), or BN consecutive rows (kPairs, and kBlocks8,
+//   the cuda backend's upload: BN/2 is a multiple of 8, so a tile holds whole 16-row blocks), so the
+//   activation is applied in the epilogue and only the intermediate [rows, I] is written.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -79,19 +80,16 @@ struct TileShape {
   static_assert((BM * kChunks) % kThreads == 0 && (BN * kChunks) % kThreads == 0,
                 "every thread copies the same number of chunks");
   static_assert(kChunks == 8, "the swizzle assumes 8 chunks (128 bytes) per row");
+  static_assert(BN % 16 == 0, "a gated kBlocks8 tile must hold whole 16-row (gate 8, up 8) blocks");
 };
 
 // Global weight row behind tile-local B row rr, or -1 when it is past the matrix.
-__device__ __forceinline__ int b_row_of(int rr, int tile_n, int BN, int n, bool gated, bool interleaved) {
-  if (!gated) {
+__device__ __forceinline__ int b_row_of(int rr, int tile_n, int BN, int n, bool gated, GateUpLayout layout) {
+  if (!gated || layout != GateUpLayout::kHalves) {  // BN consecutive rows
     const int g = tile_n * BN + rr;
     return g < n ? g : -1;
   }
   const int half = BN / 2, c0 = tile_n * half, inter = n / 2;
-  if (interleaved) {
-    const int g = 2 * c0 + rr;
-    return g < n ? g : -1;
-  }
   const int j = rr < half ? rr : rr - half;
   if (c0 + j >= inter) return -1;
   return rr < half ? c0 + j : inter + c0 + j;
@@ -167,7 +165,7 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
 #pragma unroll
   for (int i = 0; i < S::kBChunksPerThread; ++i) {
     const int c = tid + i * S::kThreads, r = c / S::kChunks, ch = c % S::kChunks;
-    const int g = b_row_of(r, tile_n, S::BN, p.n, gated, p.interleaved);
+    const int g = b_row_of(r, tile_n, S::BN, p.n, gated, p.layout);
     b_ok[i] = g >= 0;
     b_src[i] = B + static_cast<int64_t>(g >= 0 ? g : 0) * K + ch * 8;
     b_ch[i] = ch;
@@ -294,12 +292,11 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
       if (c0 + c >= outn) continue;
       float v;
       if (gated) {
-        const int gc = p.interleaved ? 2 * c : c;
-        const int uc = p.interleaved ? 2 * c + 1 : S::BN / 2 + c;
-        float g = ep[r * S::kEpiLd + gc], u = ep[r * S::kEpiLd + uc];
+        const GateUpCols lc = gate_up_cols(p.layout, c, S::BN / 2);  // tile-local B rows
+        float g = ep[r * S::kEpiLd + lc.gate], u = ep[r * S::kEpiLd + lc.up];
         if (bias) {
-          g += bias[b_row_of(gc, tile_n, S::BN, p.n, true, p.interleaved)];
-          u += bias[b_row_of(uc, tile_n, S::BN, p.n, true, p.interleaved)];
+          g += bias[b_row_of(lc.gate, tile_n, S::BN, p.n, true, p.layout)];
+          u += bias[b_row_of(lc.up, tile_n, S::BN, p.n, true, p.layout)];
         }
         v = apply_act(p.act, g, u, p.alpha, p.limit);
       } else {

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "gate_up_layout.hpp"
+
 namespace moerun::cuda_kernels {
 
 // Element type of GEMM operands (activations and weights share it).
@@ -109,8 +111,11 @@ struct GroupedGemmParams {
   bool down = false;            // false: gate_up -> inter; true: down -> rows_out
   Act act = Act::kSiluAndMul;
   float alpha = 1.702f, limit = 7.0f;
-  bool interleaved = false;
-  const float* bias = nullptr;  // per expert [n] at bias + e * n
+  // Order of B's gate and up rows (gated gate_up only). kHalves and kPairs tiles pair them as the
+  // canonical layouts do; kBlocks8 (the cuda backend's own upload) and kPairs give each tile BN
+  // consecutive rows.
+  GateUpLayout layout = GateUpLayout::kHalves;
+  const float* bias = nullptr;  // per expert [n] at bias + e * n, in B's row order
   void* inter = nullptr;        // gate_up: [rows, n/2 or n] elem
   int64_t ld_inter = 0;
   float* rows_out = nullptr;    // down: rows_out[slot_of_row[r] * n + col] = w[r] * (acc + bias)
@@ -153,11 +158,15 @@ inline cudaError_t launch_grouped_gemm(Elem elem, GemmConfig c, const GroupedGem
 // sizes are read on the device from seg_offsets, so no launch waits for the host and a sequence of
 // launches can be captured in a CUDA graph. k and n must be multiples of 8 (16-byte rows for TMA).
 
-// The CUTLASS schedule: both compute the same D from the same arguments; they differ in speed only.
+// The CUTLASS schedule: kTokens128x256 and kSwapAB compute the same D from the same arguments and
+// differ in speed only; kTokens128x256Act writes the gated activation of that D instead.
 enum class CutlassTile : int {
   kTokens128x256 = 0,  // 128 token rows x 256 weight rows x 64: the default, many tokens per expert
   kSwapAB = 1,         // D^T = B · A^T, 128 weight rows x 64 tokens x 64: little padding at 16-64
                        // tokens per expert, where 128-row token tiles do 2-8x the useful MMA work
+  kTokens128x256Act = 2,  // kTokens128x256's mainloop with the gated activation in the epilogue: B is
+                          // a gated w13 in GateUpLayout::kBlocks8, D the intermediate [rows, n/2]
+                          // (no [rows, n] gate_up round trip, no activation pass)
 };
 
 struct CutlassGroupedParams {
@@ -167,50 +176,67 @@ struct CutlassGroupedParams {
   const void* a = nullptr;               // [rows, k] row-major, rows of group g contiguous
   const void* b = nullptr;               // group g's [n, k] (K contiguous) at b + g * b_group_stride
   int64_t b_group_stride = 0;            // elements
-  void* d = nullptr;                     // [rows, n] row-major
+  void* d = nullptr;                     // [rows, n] row-major ([rows, n/2] for kTokens128x256Act)
   int n = 0, k = 0;
   void* workspace = nullptr;             // device, cutlass_grouped_workspace_bytes(elem, groups, sm_count)
   size_t workspace_bytes = 0;
   int sm_count = 0;                      // the device's multiprocessor count (one persistent CTA each)
   CutlassTile tile = CutlassTile::kTokens128x256;
+  // kTokens128x256Act only: d[r, j] = act(D[r, gate j] + bias_g[gate j], D[r, up j] + bias_g[up j])
+  // for j < n/2, with D's columns (B's rows) in kBlocks8 order; d is [rows, n/2] (n % 16 == 0).
+  Act act = Act::kSiluAndMul;             // a gated activation
+  float alpha = 1.702f, limit = 7.0f;     // kSwigluOai
+  const float* bias = nullptr;            // group g's [n] at bias + g * n (kBlocks8 order), or null
+  GateUpLayout layout = GateUpLayout::kBlocks8;  // the only layout the fused epilogue pairs
 };
 
 size_t cutlass_grouped_workspace_bytes_bf16(int groups, int sm_count);
 size_t cutlass_grouped_workspace_bytes_f16(int groups, int sm_count);
 size_t cutlass_grouped_swap_workspace_bytes_bf16(int groups, int sm_count);
 size_t cutlass_grouped_swap_workspace_bytes_f16(int groups, int sm_count);
+size_t cutlass_grouped_act_workspace_bytes_bf16(int groups, int sm_count);
+size_t cutlass_grouped_act_workspace_bytes_f16(int groups, int sm_count);
 cudaError_t launch_cutlass_grouped_bf16(const CutlassGroupedParams& p, cudaStream_t stream);
 cudaError_t launch_cutlass_grouped_f16(const CutlassGroupedParams& p, cudaStream_t stream);
 cudaError_t launch_cutlass_grouped_swap_bf16(const CutlassGroupedParams& p, cudaStream_t stream);
 cudaError_t launch_cutlass_grouped_swap_f16(const CutlassGroupedParams& p, cudaStream_t stream);
+cudaError_t launch_cutlass_grouped_act_bf16(const CutlassGroupedParams& p, cudaStream_t stream);
+cudaError_t launch_cutlass_grouped_act_f16(const CutlassGroupedParams& p, cudaStream_t stream);
 
-// Workspace bytes for `groups` groups (never 0 for groups > 0), enough for either CutlassTile, so one
-// workspace serves both schedules. Elem::kF32 has no CUTLASS path: 0.
+// Workspace bytes for `groups` groups (never 0 for groups > 0), enough for every CutlassTile, so one
+// workspace serves all schedules. Elem::kF32 has no CUTLASS path: 0.
 inline size_t cutlass_grouped_workspace_bytes(Elem elem, int groups, int sm_count) {
-  size_t a = 0, b = 0;
+  size_t a = 0, b = 0, c = 0;
   switch (elem) {
     case Elem::kBF16:
       a = cutlass_grouped_workspace_bytes_bf16(groups, sm_count);
       b = cutlass_grouped_swap_workspace_bytes_bf16(groups, sm_count);
+      c = cutlass_grouped_act_workspace_bytes_bf16(groups, sm_count);
       break;
     case Elem::kF16:
       a = cutlass_grouped_workspace_bytes_f16(groups, sm_count);
       b = cutlass_grouped_swap_workspace_bytes_f16(groups, sm_count);
+      c = cutlass_grouped_act_workspace_bytes_f16(groups, sm_count);
       break;
     case Elem::kF32: break;
   }
-  return a > b ? a : b;
+  const size_t ab = a > b ? a : b;
+  return ab > c ? ab : c;
 }
 // Enqueues the pointer-array fill and the grouped GEMM of p.tile. Returns cudaErrorInvalidValue for a
 // bad argument (k or n not a multiple of 8, workspace too small, no seg_offsets with groups > 1, f32,
-// an unknown tile).
+// an unknown tile; for the act tile also n not a multiple of 16, a non-gated activation or a layout
+// other than kBlocks8).
 inline cudaError_t launch_cutlass_grouped(Elem elem, const CutlassGroupedParams& p, cudaStream_t stream) {
-  const bool swap = p.tile == CutlassTile::kSwapAB;
-  if (!swap && p.tile != CutlassTile::kTokens128x256) return cudaErrorInvalidValue;
-  switch (elem) {
-    case Elem::kBF16: return swap ? launch_cutlass_grouped_swap_bf16(p, stream) : launch_cutlass_grouped_bf16(p, stream);
-    case Elem::kF16: return swap ? launch_cutlass_grouped_swap_f16(p, stream) : launch_cutlass_grouped_f16(p, stream);
-    case Elem::kF32: break;
+  const bool bf16 = elem == Elem::kBF16;
+  if (!bf16 && elem != Elem::kF16) return cudaErrorInvalidValue;
+  switch (p.tile) {
+    case CutlassTile::kTokens128x256:
+      return bf16 ? launch_cutlass_grouped_bf16(p, stream) : launch_cutlass_grouped_f16(p, stream);
+    case CutlassTile::kSwapAB:
+      return bf16 ? launch_cutlass_grouped_swap_bf16(p, stream) : launch_cutlass_grouped_swap_f16(p, stream);
+    case CutlassTile::kTokens128x256Act:
+      return bf16 ? launch_cutlass_grouped_act_bf16(p, stream) : launch_cutlass_grouped_act_f16(p, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -222,10 +248,10 @@ cudaError_t launch_gather_sorted(Elem elem, const void* src, int h, const int32_
                                  void* dst, int32_t* row_of_slot, cudaStream_t stream);
 // act: inter[r, :] = act(gate_up[r, :] + bias[e(r)]) for r < *total_rows (total_rows null: rows_bound),
 // where e(r) is the segment of r in seg_offsets[0..experts] (seg_offsets null: expert 0). gate_up is
-// [rows, n]: gate columns then up columns, or interleaved pairs; non-gated activations read n columns.
+// [rows, n], its gate and up columns (and the bias) in `layout`; non-gated activations read n columns.
 cudaError_t launch_activation_sorted(Elem elem, const void* gate_up, int n, const int32_t* seg_offsets,
                                      int experts, const float* bias, Act act, float alpha, float limit,
-                                     bool interleaved, const int32_t* total_rows, int64_t rows_bound,
+                                     GateUpLayout layout, const int32_t* total_rows, int64_t rows_bound,
                                      void* inter, cudaStream_t stream);
 // combine: out[t, :] = sum_s w[r] * (y[r, :] + bias[e(r), :]) (+ g_t * shared[t, :]) with
 // r = row_of_slot[t*k + s], w = weight_of_row, e(r) from seg_offsets; g_t = 1 or

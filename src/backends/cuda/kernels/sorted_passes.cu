@@ -87,7 +87,7 @@ template <typename T>
 __global__ void __launch_bounds__(kPassThreads)
     activation_sorted_kernel(const T* __restrict__ gu, int n, const int32_t* __restrict__ seg, int experts,
                              const float* __restrict__ bias, Act act, float alpha, float limit,
-                             bool interleaved, const int32_t* __restrict__ total, int64_t rows_bound,
+                             GateUpLayout layout, const int32_t* __restrict__ total, int64_t rows_bound,
                              T* __restrict__ inter) {
   const int64_t r = blockIdx.x;
   if (r >= (total ? static_cast<int64_t>(*total) : rows_bound)) return;
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kPassThreads)
 #pragma unroll
       for (int i = 0; i < 8; ++i) y[i] = apply_act(act, g[i], 0.0f, alpha, limit);
     } else {
-      if (interleaved) {  // (gate, up) pairs: columns 2j, 2j+1
+      if (layout == GateUpLayout::kPairs) {  // (gate, up) pairs: columns 2j, 2j+1
         float p[16];
         load8(row + 2 * j0, p);
         load8(row + 2 * j0 + 8, p + 8);
@@ -123,14 +123,15 @@ __global__ void __launch_bounds__(kPassThreads)
             g[i] += b[2 * (j0 + i)];
             u[i] += b[2 * (j0 + i) + 1];
           }
-      } else {  // gate columns [0, outn), up columns [outn, n)
-        load8(row + j0, g);
-        load8(row + outn + j0, u);
+      } else {  // kHalves, kBlocks8: gate j0..j0+7 and up j0..j0+7 are 8 consecutive columns each
+        const GateUpCols c = gate_up_cols(layout, j0, outn);
+        load8(row + c.gate, g);
+        load8(row + c.up, u);
         if (b)
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
-            g[i] += b[j0 + i];
-            u[i] += b[outn + j0 + i];
+            g[i] += b[c.gate + i];
+            u[i] += b[c.up + i];
           }
       }
 #pragma unroll
@@ -243,7 +244,7 @@ cudaError_t launch_gather_sorted(Elem elem, const void* src, int h, const int32_
 
 cudaError_t launch_activation_sorted(Elem elem, const void* gate_up, int n, const int32_t* seg_offsets,
                                      int experts, const float* bias, Act act, float alpha, float limit,
-                                     bool interleaved, const int32_t* total_rows, int64_t rows_bound,
+                                     GateUpLayout layout, const int32_t* total_rows, int64_t rows_bound,
                                      void* inter, cudaStream_t stream) {
   if (rows_bound == 0) return cudaSuccess;
   const int outn = act_gated(act) ? n / 2 : n;
@@ -253,7 +254,7 @@ cudaError_t launch_activation_sorted(Elem elem, const void* gate_up, int n, cons
     using T = decltype(tag);
     const dim3 grid(static_cast<unsigned>(rows_bound), static_cast<unsigned>((outn / 8 + kPassThreads - 1) / kPassThreads));
     activation_sorted_kernel<T><<<grid, kPassThreads, 0, stream>>>(
-        static_cast<const T*>(gate_up), n, seg_offsets, experts, bias, act, alpha, limit, interleaved,
+        static_cast<const T*>(gate_up), n, seg_offsets, experts, bias, act, alpha, limit, layout,
         total_rows, rows_bound, static_cast<T*>(inter));
     return cudaGetLastError();
   });
