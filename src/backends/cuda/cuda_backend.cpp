@@ -80,11 +80,17 @@ bool direct_enabled() {
   return !(v && v[0] == '0');
 }
 
-// MOERUN_CUDA_FUSED_ACT=0 keeps the separate activation pass after the 128x256 gate_up GEMM instead
-// of its fused-epilogue form (side-by-side benchmarks and tests; read per call like the above).
+// MOERUN_CUDA_FUSED_ACT=1 runs the 128x256 gate_up GEMM with the gated activation in its epilogue
+// (cutlass_grouped_act.cuh) instead of the GEMM and the separate activation pass. Off by default: on
+// the H200 (2026-11-30, same binary, alternated twice, graph replay) the fused form was slower on every
+// row that takes it: mixtral-8x7b M=1024 1.81-1.90 vs 1.37-1.39 ms, M=8192 11.27 vs 9.06-9.11 ms;
+// qwen3-30b-a3b M=1024 0.51-0.52 vs 0.41 ms, M=8192 1.75 vs 1.36-1.39 ms; deepseek-v3 M=8192 12.81 vs
+// 11.98-12.00 ms; gpt-oss-120b M=8192 4.14-4.16 vs 3.59-3.64 ms. Its register-direct 4-byte stores
+// hold both consumer warpgroups off the tensor cores far longer than the TMA-store epilogue saves in
+// pass traffic (bench/results/2026-11-30_bac4eac_h200/NOTES.md). Read per call like the above.
 bool fused_act_enabled() {
   const char* v = std::getenv("MOERUN_CUDA_FUSED_ACT");
-  return !(v && v[0] == '0');
+  return v && v[0] == '1';
 }
 
 int device_sm_count(int device) {
@@ -219,11 +225,11 @@ class CudaRunner final : public Runner {
   }
 
   // The large-M path: gather the tokens expert-sorted, CUTLASS grouped GEMM (gate_up), activation,
-  // CUTLASS grouped GEMM (down), weighted combine, all in the schedule `tile` the rule chose. With a
-  // gated activation and the 128x256 schedule the activation runs in the gate_up GEMM's epilogue
-  // (CutlassTile::kTokens128x256Act: w13 is in kBlocks8 order) and gate_up is never stored; the
-  // swap-AB schedule keeps the pass. Shared experts take the same engine as one group, unfused (their
-  // w13 is kHalves).
+  // CUTLASS grouped GEMM (down), weighted combine, all in the schedule `tile` the rule chose. With
+  // MOERUN_CUDA_FUSED_ACT=1, a gated activation and the 128x256 schedule, the activation runs in the
+  // gate_up GEMM's epilogue instead (CutlassTile::kTokens128x256Act: w13 is in kBlocks8 order) and
+  // gate_up is never stored (measured slower: fused_act_enabled). Shared experts take the same engine
+  // as one group, unfused (their w13 is kHalves).
   void forward_cutlass(const ForwardArgs& args, int64_t m, CutlassTile tile) {
     const MoeSpec& sp = d_.spec();
     const Elem el = d_.elem();
@@ -355,8 +361,7 @@ class CudaBackend final : public cuda_detail::GpuBackendBase {
          "tokens per tile, column-major output), so few-token experts pad the MMA work little"},
         {kCutlassVariant, 0.0,
          "large M: CUTLASS sm90 grouped GEMM (TMA, warp-specialized wgmma, 128x256 tiles, device-side "
-         "group sizes) between gather and combine passes, gated activations fused into the gate_up "
-         "GEMM's epilogue (gate/up rows in blocks of 8); bf16 and fp16"},
+         "group sizes) between gather, activation and combine passes; bf16 and fp16"},
     };
     caps_.variants[1].min_tokens_per_expert = kStreamMaxTpe;
     caps_.variants[2].min_tokens_per_expert = kStream32MaxTpe;

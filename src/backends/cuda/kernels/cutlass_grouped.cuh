@@ -62,7 +62,12 @@
 //   row) are gone. It relies on the cuda backend's kBlocks8 weight order (gate_up_layout.hpp), which
 //   puts each gate column and its up column in one thread's accumulators. The swap-AB schedule still
 //   stores gate_up and runs the pass (its pairing would run along the accumulator rows instead).
-//   MOERUN_CUDA_FUSED_ACT=0 selects the unfused form for side-by-side runs.
+//   Measured slower than the unfused form on every row that takes it (7-38% on the H200: the numbers
+//   are at fused_act_enabled in cuda_backend.cpp), so it runs only with MOERUN_CUDA_FUSED_ACT=1. The
+//   suspected cost is the register-direct epilogue itself: both consumer warpgroups compute and store
+//   4-byte pairs while no MMA runs on the SM, where the TMA-store epilogue hands a tile to the copy
+//   engine in a few hundred cycles. Next: stage the 128 x 128 output tile in shared memory and store it
+//   with bulk copies, then measure again.
 #pragma once
 
 #include <cuda_runtime.h>
