@@ -2,7 +2,8 @@
 // machine's limits (memory read bandwidth, FMA peaks, AMX bf16 tile peak) measured in the same run.
 //
 //   cpu_moe_bench [--quick] [--json PATH] [--threads N] [--only SHAPE] [--m 1,64,...] [--compare-v1]
-//                 [--compare-amx1] [--compare-down1] [--budget S] [--stream-sweep 4,8,16,...]
+//                 [--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE] [--budget S]
+//                 [--stream-sweep 4,8,16,...]
 //
 // --budget S: seconds of timed calls per row (default 0.8, 0.25 with --quick; at least 3 calls).
 // --stream-sweep N,...: instead of the usual rows, time the bf16 qwen3-30b-a3b and deepseek-v2-lite layers
@@ -15,6 +16,8 @@
 // default two (rows "cpu-amx1" and "cpu", cpu_speedup_vs_amx1); it replaces --compare-v1.
 // --compare-down1 likewise with one call's N-blocks per down-GEMM work item (MOERUN_CPU_DOWN_GROUP=1)
 // against the automatic down groups (rows "cpu-down1", cpu_speedup_vs_down1); it replaces both.
+// --compare-env VAR=VALUE likewise with any cpu-backend environment setting read when a runner is
+// created (rows "cpu-alt" with variant "VAR=VALUE", cpu_speedup_vs_alt); it replaces all three.
 //
 // The oneDNN baseline runs every activated expert (and the shared experts) as two bf16 matmuls
 // (f32 where oneDNN has no bf16 matmul for the ISA) with weights reordered once to format_tag::any,
@@ -79,6 +82,7 @@ struct Opts {
   bool compare_v1 = false;  // also time the cpu backend with MOERUN_CPU_KERNELS=v1, interleaved call by call
   bool compare_amx1 = false;  // the same with MOERUN_CPU_AMX_NBLOCKS=1
   bool compare_down1 = false;  // the same with MOERUN_CPU_DOWN_GROUP=1
+  std::string compare_env;     // "VAR=VALUE": the same with that setting
   std::vector<int64_t> ms;  // token counts to run instead of the defaults
   double budget = -1;  // seconds of timed calls per row (< 0: 0.8, or 0.25 with --quick)
   std::vector<int> sweep;  // --stream-sweep crossovers (MOERUN_CPU_STREAM_MAX_TOKENS values)
@@ -554,17 +558,20 @@ struct Bench {
       if (with_ref && M <= 4) ref_t = run_ref(m, M);
       std::string variant;
       double t;
-      if (opt.compare_v1 || opt.compare_amx1 || opt.compare_down1) {
+      if (opt.compare_v1 || opt.compare_amx1 || opt.compare_down1 || !opt.compare_env.empty()) {
         // (environment variable, value, row name, JSON speedup key) of the alternative timed call by call
-        struct Alt { const char *env, *value, *row, *key; };
-        const Alt alt = opt.compare_down1 ? Alt{"MOERUN_CPU_DOWN_GROUP", "1", "cpu-down1", "cpu_speedup_vs_down1"}
-                        : opt.compare_amx1 ? Alt{"MOERUN_CPU_AMX_NBLOCKS", "1", "cpu-amx1", "cpu_speedup_vs_amx1"}
-                                           : Alt{"MOERUN_CPU_KERNELS", "v1", "cpu-v1", "cpu_speedup_vs_v1"};
-        const auto [t2, t1] = run_cpu_vs_v1(m, M, threads, alt.env, alt.value);
+        struct Alt { std::string env, value; const char *row, *key; };
+        const size_t eq = opt.compare_env.find('=');
+        const Alt alt = !opt.compare_env.empty()
+                            ? Alt{opt.compare_env.substr(0, eq), opt.compare_env.substr(eq + 1), "cpu-alt", "cpu_speedup_vs_alt"}
+                        : opt.compare_down1 ? Alt{"MOERUN_CPU_DOWN_GROUP", "1", "cpu-down1", "cpu_speedup_vs_down1"}
+                        : opt.compare_amx1  ? Alt{"MOERUN_CPU_AMX_NBLOCKS", "1", "cpu-amx1", "cpu_speedup_vs_amx1"}
+                                            : Alt{"MOERUN_CPU_KERNELS", "v1", "cpu-v1", "cpu_speedup_vs_v1"};
+        const auto [t2, t1] = run_cpu_vs_v1(m, M, threads, alt.env.c_str(), alt.value.c_str());
         t = t2;
         RunnerOptions ro;
         variant = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro)->variant_for(M);
-        row(m, alt.row, M, threads, t1, std::string(alt.env) + "=" + alt.value, 0, variant);
+        row(m, alt.row, M, threads, t1, alt.env + "=" + alt.value, 0, variant);
         rows.back()[alt.key] = t1 / t2;
       } else {
         t = run_cpu(m, M, threads, &variant);
@@ -644,6 +651,9 @@ int main(int argc, char** argv) {
     else if (a == "--compare-v1") b.opt.compare_v1 = true;
     else if (a == "--compare-amx1") b.opt.compare_amx1 = true;
     else if (a == "--compare-down1") b.opt.compare_down1 = true;
+    else if (a == "--compare-env" && i + 1 < argc && std::strchr(argv[i + 1], '=') != nullptr &&
+             argv[i + 1][0] != '=')
+      b.opt.compare_env = argv[++i];
     else if (a == "--m" && i + 1 < argc) b.opt.ms = parse_list(argv[++i]);
     else if (a == "--budget" && i + 1 < argc) b.opt.budget = std::atof(argv[++i]);
     else if (a == "--stream-sweep" && i + 1 < argc) {
@@ -651,7 +661,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE] [--m 1,64,...] [--compare-v1] "
-                   "[--compare-amx1] [--compare-down1] [--budget S] [--stream-sweep 4,8,16,...]\n",
+                   "[--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE] [--budget S] [--stream-sweep 4,8,16,...]\n",
                    argv[0]);
       return 2;
     }

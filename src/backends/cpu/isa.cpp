@@ -126,6 +126,7 @@ KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
   KernelSet k;
   k.variant = variant;
   k.act = kernels::act_avx2;
+  k.act_rows = kernels::act_rows_avx2;
   k.isa = isa;
   switch (isa) {
     case CpuIsa::kScalar:

@@ -75,6 +75,7 @@ struct KernelSet {
   void (*panel)(const kernels::BlockRef&, float*) = nullptr;
   void (*tile)(const float*, int64_t, const float*, int64_t, int, float*) = nullptr;
   void (*act)(kernels::Act, const float*, const float*, int, float, float, float*) = nullptr;  // every level: AVX2
+  void (*act_rows)(kernels::Act, const float*, int64_t, int, float, float, float*, int64_t) = nullptr;  // the same
   bool amx = false;  // large calls go through bf16 panels and AMX tiles
   int stream_max_m = 4;  // calls with at most this many tokens take `stream`, larger ones panel + tile
   int stream_max_m_cheap = 4;  // the same for bf16 and f32 weights

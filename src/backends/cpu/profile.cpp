@@ -16,12 +16,14 @@ bool ForwardProfile::requested() {
 
 double ForwardProfile::now() { return omp_get_wtime(); }
 
-void ForwardProfile::begin(int threads, int64_t m) {
+bool ForwardProfile::begin(int threads, int64_t m) {
+  if (seen_++ == 0) return false;
   if (busy_.size() < static_cast<size_t>(threads)) busy_.resize(static_cast<size_t>(threads), std::array<double, kN>{});
   threads_ = std::max(threads_, threads);
   ++forwards_;
   tokens_ += m;
   last_ = now();
+  return true;
 }
 
 void ForwardProfile::mark(Phase p) {
@@ -43,7 +45,7 @@ std::string ForwardProfile::report(const std::string& what) const {
   for (double w : wall_) total += w * per;
   char buf[1024];
   std::snprintf(buf, sizeof buf,
-                "moerun cpu profile (%s; %d threads, %lld forwards, %.0f tokens each): ms per forward\n"
+                "moerun cpu profile (%s; %d threads, %lld forwards after the first, %.0f tokens each): ms per forward\n"
                 "  wall: convert %.2f  route %.2f  plan %.2f  gather %.2f  gemm1 %.2f  post1 %.2f  gemm2 %.2f  "
                 "[total %.2f]\n"
                 "  busy (mean over threads): gemm1 kernels %.2f + epilogue %.2f | gemm2 kernels %.2f + epilogue "

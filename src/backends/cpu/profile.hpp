@@ -1,7 +1,7 @@
 // cpu/profile.hpp — MOERUN_CPU_PROFILE=1: where a cpu forward's time goes.
 //
-// A runner created with the variable set times its forwards and, when it is destroyed, prints one
-// report to stderr: the wall time of each stage of the forward (runner.cpp NOTES), and inside the two
+// A runner created with the variable set times its forwards after the first (which grows the
+// workspaces and would be counted as planning) and, when it is destroyed, prints one report to stderr: the wall time of each stage of the forward (runner.cpp NOTES), and inside the two
 // GEMM stages the threads' busy time split into kernel calls and epilogues (mean over threads). It is a
 // measurement aid for benchmarks (cpu_moe_bench rows run with it set), off by default, and costs two
 // clock reads per work item when on.
@@ -33,8 +33,11 @@ class ForwardProfile {
   // True when MOERUN_CPU_PROFILE is set to a value other than "0" or empty.
   static bool requested();
 
-  // Before a forward of m tokens on `threads` threads.
-  void begin(int threads, int64_t m);
+  // Before a forward of m tokens on `threads` threads. Returns false for the runner's first forward,
+  // which is not timed (the caller then passes no profile to it).
+  bool begin(int threads, int64_t m);
+  // Mean tokens of the timed forwards (0 before any).
+  int64_t mean_tokens() const noexcept { return forwards_ ? tokens_ / forwards_ : 0; }
   // Wall time since the previous mark (or begin) goes to phase p. Called by one thread, after the
   // phase's barrier.
   void mark(Phase p);
@@ -50,7 +53,7 @@ class ForwardProfile {
   std::vector<std::array<double, kN>> busy_;
   std::array<double, kN> wall_{};
   double last_ = 0.0;
-  int64_t forwards_ = 0, tokens_ = 0;
+  int64_t seen_ = 0, forwards_ = 0, tokens_ = 0;
   int threads_ = 0;
 };
 

@@ -182,7 +182,8 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
 
 CpuRunner::~CpuRunner() {
   if (!prof_) return;
-  const std::string r = prof_->report(spec_.summary() + ", " + variant_name(spec_, ks_, w13_->fmt, 64) + " at 64 tokens/expert");
+  const int64_t m = prof_->mean_tokens();
+  const std::string r = prof_->report(spec_.summary() + ", " + variant_name(spec_, ks_, w13_->fmt, m) + " by the rule");
   if (!r.empty()) std::fputs(r.c_str(), stderr);
 }
 
@@ -275,8 +276,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   threads = std::clamp(threads, 1, std::max(1, procs / std::max(1, active.n)));
   if (omp_in_parallel()) threads = 1;
   if (static_cast<int>(scratch_.size()) < threads) scratch_.resize(static_cast<size_t>(threads));
-  ForwardProfile* const pf = prof_.get();
-  if (pf) pf->begin(threads, M);
+  ForwardProfile* const pf = prof_ && prof_->begin(threads, M) ? prof_.get() : nullptr;
 
   const int E = spec_.num_experts, k = spec_.top_k, H = h_;
   const DType adt = spec_.act_dtype;
@@ -501,24 +501,24 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const bool gated = w.map != LaneMap::kPlain;
         const int64_t c0 = gated ? b * 8 : b * 16;
         const int nc = static_cast<int>(std::min<int64_t>(gated ? 8 : 16, I - c0));
-        for (int64_t i = 0; i < job.m; ++i) {
-          const int64_t row = job.row0 + i;
-          float* v = acc + i * 16;  // scaled in place, then the activation writes the H columns
-          const bool lora_row = lora1 && row < R && row_adapter(row) >= 0;
-          if (ls || bias || lora_row)
-            for (int l = 0; l < 16; ++l) {
-              float a = v[l];
-              if (ls) a *= ls[l];
-              const int32_t r = lrow[l];
-              if (r >= 0) {
-                if (bias) a += bias[r];
-                if (lora_row) a += lora1[row * R13 + r];
+        if (ls || bias || lora1)  // scaled in place, row by row; then one activation call for the block
+          for (int64_t i = 0; i < job.m; ++i) {
+            const int64_t row = job.row0 + i;
+            float* v = acc + i * 16;
+            const bool lora_row = lora1 && row < R && row_adapter(row) >= 0;
+            if (ls || bias || lora_row)
+              for (int l = 0; l < 16; ++l) {
+                float a = v[l];
+                if (ls) a *= ls[l];
+                const int32_t r = lrow[l];
+                if (r >= 0) {
+                  if (bias) a += bias[r];
+                  if (lora_row) a += lora1[row * R13 + r];
+                }
+                v[l] = a;
               }
-              v[l] = a;
-            }
-          float* hrow = Hb + row * ipmax + c0;
-          ks_.act(ka, v, v + 8, nc, alpha, limit, hrow);
-        }
+          }
+        ks_.act_rows(ka, acc, job.m, nc, alpha, limit, Hb + job.row0 * ipmax + c0, ipmax);
       }
       if (pf) {
         pf->add(tid, Phase::kGemm1, t1 - t0);
@@ -596,12 +596,26 @@ void CpuRunner::forward(const ForwardArgs& args) {
             }
             const float* lo = (lora2 && !job.shared && row_adapter(row) >= 0) ? lora2 + row * H + b * 16 : nullptr;
             float* o = outl + t * 16;
-            for (int l = 0; l < nl; ++l) {
-              float y = acc[i * 16 + l];
-              if (ls) y *= ls[l];
-              if (bias) y += bias[l];
-              if (lo) y += lo[l];
-              o[l] += wgt * y;
+            // y = acc (* scale) (+ bias) (+ LoRA), o += w * y: the same operations in the same order
+            // as one pass per lane with the tests inside, as whole-row passes without branches, so
+            // the compiler vectorizes them (this loop runs rows x blocks times a forward).
+            float y[16];
+            const float* a = acc + i * 16;
+            for (int l = 0; l < 16; ++l) y[l] = a[l];
+            if (ls)
+              for (int l = 0; l < 16; ++l) y[l] *= ls[l];
+            if (nl == 16) {
+              if (bias)
+                for (int l = 0; l < 16; ++l) y[l] += bias[l];
+              if (lo)
+                for (int l = 0; l < 16; ++l) y[l] += lo[l];
+              for (int l = 0; l < 16; ++l) o[l] += wgt * y[l];
+            } else {
+              for (int l = 0; l < nl; ++l) {
+                if (bias) y[l] += bias[l];
+                if (lo) y[l] += lo[l];
+                o[l] += wgt * y[l];
+              }
             }
           }
         }

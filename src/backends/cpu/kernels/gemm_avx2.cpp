@@ -356,6 +356,17 @@ void act_avx2(Act a, const float* g, const float* u, int n, float alpha, float l
   }
 }
 
+void act_rows_avx2(Act a, const float* acc, int64_t rows, int n, float alpha, float limit, float* out, int64_t ldo) {
+  if (n == 8 && a != Act::kGeluMul) {  // the common gated block: one act8 per row, no tail
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* v = acc + i * 16;
+      _mm256_storeu_ps(out + i * ldo, act8(a, _mm256_loadu_ps(v), _mm256_loadu_ps(v + 8), alpha, limit));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < rows; ++i) act_avx2(a, acc + i * 16, acc + i * 16 + 8, n, alpha, limit, out + i * ldo);
+}
+
 void stream_avx2(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {
   switch (b.fmt) {
     case PackFmt::kF32: return stream_f<PackFmt::kF32>(b, x, ldx, m, acc);

@@ -99,6 +99,10 @@ constexpr bool gated(Act a) noexcept { return a != Act::kRelu2 && a != Act::kSil
 // within 2e-7 relative of std::exp on [-87, 88], arguments clamped there); gelu-erf stays scalar.
 // out may alias g or u.
 void act_avx2(Act a, const float* g, const float* u, int n, float alpha, float limit, float* out);
+// act_avx2 over the rows of one block's accumulators: row i reads g = acc + 16 i, u = g + 8 and
+// writes n values at out + i * ldo. One call per block instead of one per row (the GEMM1 epilogue
+// made one call per row and block: ~30 ns each, a tenth of an AMX forward at 1024 tokens).
+void act_rows_avx2(Act a, const float* acc, int64_t rows, int n, float alpha, float limit, float* out, int64_t ldo);
 
 // ---- AVX-512F/BW/VL (gemm_avx512.cpp) ----
 void stream_avx512(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc);
