@@ -561,6 +561,29 @@ TEST(CpuBackend, AmxOneAndTwoNBlocksPerCallAgreeOnOddShapes) {
     }
 }
 
+// MOERUN_CPU_AMX_PREFETCH: the AMX tiles' prefetch distance follows MOERUN_CPU_PREFETCH (default 4 KiB)
+// unless set itself.
+TEST(CpuBackend, AmxPrefetchKnob) {
+  struct EnvGuard {
+    ~EnvGuard() {
+      unsetenv("MOERUN_CPU_AMX_PREFETCH");
+      unsetenv("MOERUN_CPU_PREFETCH");
+    }
+  } guard;
+  unsetenv("MOERUN_CPU_AMX_PREFETCH");
+  unsetenv("MOERUN_CPU_PREFETCH");
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_prefetch, cpu::kPrefetchBytes);
+  setenv("MOERUN_CPU_PREFETCH", "2048", 1);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_prefetch, 2048);
+  setenv("MOERUN_CPU_AMX_PREFETCH", "16384", 1);
+  EXPECT_EQ(cpu::amx_prefetch_override(), 16384);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_prefetch, 16384);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch, 2048);
+  setenv("MOERUN_CPU_AMX_PREFETCH", "x", 1);
+  EXPECT_EQ(cpu::amx_prefetch_override(), -1);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_prefetch, 2048);
+}
+
 // MOERUN_CPU_DOWN_GROUP: unset (the runner decides), or 1..64 N-blocks per gemm2 item.
 TEST(CpuBackend, DownGroupKnob) {
   struct EnvGuard {

@@ -92,6 +92,9 @@ struct KernelSet {
   // Software prefetch distance (bytes) the runner puts in BlockRef::prefetch for the streaming kernels
   // and the AMX tiles: kPrefetchBytes, or MOERUN_CPU_PREFETCH=<bytes> (0 = off; measurement).
   int prefetch = 0;
+  // The same distance for the AMX tiles' weight panels: `prefetch`, or MOERUN_CPU_AMX_PREFETCH=<bytes>
+  // (measurement: a tile call consumes its panels in bursts, not at the streaming kernels' pace).
+  int amx_prefetch = 0;
   // AMX N-blocks per tile call and work item (1 or 2): kAmxNBlocks, or MOERUN_CPU_AMX_NBLOCKS=1 for the
   // one-block kernel (measurement). Only calls that take AMX tiles pair their blocks (runner.cpp).
   int amx_nblocks = 2;
@@ -113,6 +116,8 @@ inline constexpr int kAmxNBlocks = 2;
 // MOERUN_CPU_AMX_NBLOCKS parsed: 1 or 2, or -1 when unset or anything else.
 int amx_nblocks_override();
 
+// MOERUN_CPU_AMX_PREFETCH parsed: bytes in [0, 65536], or -1 when unset or invalid.
+int amx_prefetch_override();
 // MOERUN_CPU_DOWN_GROUP parsed: 1..64, or -1 when unset or anything else.
 int down_group_override();
 

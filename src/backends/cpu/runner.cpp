@@ -233,7 +233,7 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
       kernels::panel_to_bf16_vnni(f, w.kp, pb);
       panel = pb;
     }
-    kernels::tile_amx(panel, w.kp, xb, ldx, mi, acc, ref.prefetch);
+    kernels::tile_amx(panel, w.kp, xb, ldx, mi, acc, ks_.amx_prefetch);
     return;
   }
   float* panel = s.panel.get(static_cast<size_t>(w.kp * 16));
@@ -258,7 +258,7 @@ void CpuRunner::run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, c
         panels[q] = pb;
       }
     }
-    kernels::tile_amx2(panels[0], panels[1], w.kp, xb, ldx, static_cast<int>(m), acc, acc + acc_stride, ks_.prefetch);
+    kernels::tile_amx2(panels[0], panels[1], w.kp, xb, ldx, static_cast<int>(m), acc, acc + acc_stride, ks_.amx_prefetch);
     return;
   }
   for (int q = 0; q < nb; ++q) run_block(w, e, b + q, x, xb, ldx, m, s, acc + q * acc_stride);
