@@ -87,7 +87,7 @@ bool direct_enabled() {
 // qwen3-30b-a3b M=1024 0.51-0.52 vs 0.41 ms, M=8192 1.75 vs 1.36-1.39 ms; deepseek-v3 M=8192 12.81 vs
 // 11.98-12.00 ms; gpt-oss-120b M=8192 4.14-4.16 vs 3.59-3.64 ms. Its register-direct 4-byte stores
 // hold both consumer warpgroups off the tensor cores far longer than the TMA-store epilogue saves in
-// pass traffic (bench/results/2026-11-30_bac4eac_h200/NOTES.md). Read per call like the above.
+// pass traffic (bench/results/2026-11-30_2ce71f6_h200/NOTES.md). Read per call like the above.
 bool fused_act_enabled() {
   const char* v = std::getenv("MOERUN_CUDA_FUSED_ACT");
   return v && v[0] == '1';

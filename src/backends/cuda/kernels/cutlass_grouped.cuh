@@ -32,6 +32,9 @@
 //   expert's last M tile can be partial (n = 2880: 22.5 tiles); TMA clips its loads and stores at n.
 //   Token tile 64, not 96 or 128: at 16-64 tokens per expert (the measured 82% case, mixtral M=128)
 //   the padded MMA work is 1-4x the useful work instead of 2-8x (128-row tiles) or 1.5-6x (96).
+//   Wider token tiles do not rescue ~256 tokens per expert either: 80, 96, 128 and 144 all measured
+//   slower than the 128x256 token-row schedule there (deepseek-v3 M=8192: 13.2-18.5 vs 11.05 ms,
+//   bench/results/2026-11-30_2ce71f6_h200/tune_bac4eac/tune.log).
 //   Its cost is smem bandwidth (estimate, not measured): each consumer warpgroup's m64n64k16 wgmma
 //   reads 2 KB of A and 2 KB of B, ~32 clk at 128 B/clk, for ~32 clk of math, so the tile cannot
 //   beat the tensor-core peak with margin to spare; fine where it is meant to run (weight-bandwidth
