@@ -652,8 +652,8 @@ int main(int argc, char** argv) {
     else if (a == "--compare-amx1") b.opt.compare_amx1 = true;
     else if (a == "--compare-down1") b.opt.compare_down1 = true;
     else if (a == "--compare-env" && i + 1 < argc && std::strchr(argv[i + 1], '=') != nullptr &&
-             argv[i + 1][0] != '=')
-      b.opt.compare_env = argv[++i];
+             argv[i + 1][0] != '=' && std::strncmp(argv[i + 1], "MOERUN_CPU_ISA=", 15) != 0)
+      b.opt.compare_env = argv[++i];  // (the ISA cap is read once per process: not comparable here)
     else if (a == "--m" && i + 1 < argc) b.opt.ms = parse_list(argv[++i]);
     else if (a == "--budget" && i + 1 < argc) b.opt.budget = std::atof(argv[++i]);
     else if (a == "--stream-sweep" && i + 1 < argc) {

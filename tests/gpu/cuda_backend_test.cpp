@@ -403,6 +403,24 @@ TEST(CudaBackend, SmallTileM64Forced) {
     }
 }
 
+// A grouped GEMM launch's arguments: groups over seg (device), A [rows, k], per-group B [n, k], D.
+cuda_kernels::CutlassGroupedParams grouped_params(int groups, const int32_t* seg, const void* a, const void* b,
+                                                  void* d, int n, int k, void* ws, size_t ws_bytes, int sms) {
+  cuda_kernels::CutlassGroupedParams p;
+  p.groups = groups;
+  p.seg_offsets = seg;
+  p.a = a;
+  p.b = b;
+  p.b_group_stride = static_cast<int64_t>(n) * k;
+  p.d = d;
+  p.n = n;
+  p.k = k;
+  p.workspace = ws;
+  p.workspace_bytes = ws_bytes;
+  p.sm_count = sms;
+  return p;
+}
+
 // The grouped GEMM alone, both schedules: D must equal A_g · B_g^T on exactly rows [seg[g], seg[g+1])
 // x [0, n) and leave every other element of the buffer alone (empty groups first, between and last,
 // groups around the 64-token tile, rows past seg[E], n and k off the tile sizes), and the one-group
@@ -467,18 +485,7 @@ TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
   };
   for (CutlassTile tile : {CutlassTile::kTokens128x256, CutlassTile::kSwapAB}) {
     const char* what = tile == CutlassTile::kSwapAB ? "swap-AB" : "128x256";
-    CutlassGroupedParams p;
-    p.groups = groups;
-    p.seg_offsets = dseg;
-    p.a = da;
-    p.b = db;
-    p.b_group_stride = static_cast<int64_t>(n) * k;
-    p.d = dd;
-    p.n = n;
-    p.k = k;
-    p.workspace = dws;
-    p.workspace_bytes = ws;
-    p.sm_count = sms;
+    CutlassGroupedParams p = grouped_params(groups, dseg, da, db, dd, n, k, dws, ws, sms);
     p.tile = tile;
     CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
     CK(launch_cutlass_grouped(Elem::kBF16, p, nullptr));
@@ -564,6 +571,11 @@ void check_fused_vs_unfused(const MoeSpec& spec, int64_t m, uint64_t seed, Route
   EXPECT_LT(rel_error(unfused, want, n, &bad), tol) << "unfused " << spec.summary() << " m=" << m;
   EXPECT_EQ(bad, 0) << "unfused left non-finite outputs, " << spec.summary() << " m=" << m;
   EXPECT_LT(rel_error(fused, unfused, n, &bad), tol) << "fused vs unfused " << spec.summary() << " m=" << m;
+  // The fused form skips gate_up's rounding to the element type, so some output differs in its last
+  // bits; bitwise equal outputs would mean both forwards took the same (unfused) path.
+  EXPECT_NE(std::memcmp(fused.data(), unfused.data(), fused.nbytes()), 0)
+      << "MOERUN_CUDA_FUSED_ACT=1 gave the unfused output bit for bit: the fused kernel did not run, "
+      << spec.summary() << " m=" << m;
 }
 
 // Every gated activation, with and without expert bias, bf16 and fp16; SwigluOai from interleaved
@@ -725,18 +737,7 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
     EXPECT_EQ(untouched_bad, 0) << what << ": elements outside the groups' rows were written";
     EXPECT_EQ(value_bad, 0) << what << ": wrong values";
   };
-  CutlassGroupedParams p;
-  p.groups = groups;
-  p.seg_offsets = dseg;
-  p.a = da;
-  p.b = db;
-  p.b_group_stride = static_cast<int64_t>(n) * k;
-  p.d = dd;
-  p.n = n;
-  p.k = k;
-  p.workspace = dws;
-  p.workspace_bytes = ws;
-  p.sm_count = sms;
+  CutlassGroupedParams p = grouped_params(groups, dseg, da, db, dd, n, k, dws, ws, sms);
   p.tile = CutlassTile::kTokens128x256Act;
   p.layout = GateUpLayout::kBlocks8;
   std::vector<int> group_of_row(static_cast<size_t>(alloc_rows), -1);

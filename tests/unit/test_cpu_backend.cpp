@@ -465,6 +465,26 @@ TEST(CpuBackend, AmxNBlocksKnob) {
   }
 }
 
+// Top-2 routing over 8 experts where expert e gets counts[e] tokens: the expert ids sorted by expert,
+// token t takes slots t and t + M (distinct experts, since no count may exceed M = half the total).
+// Router weight of token t, slot j: w0 + dj * j + dt * t.
+struct Top2 {
+  HostTensor ids, tw;
+};
+Top2 top2_from_counts(const std::vector<int>& counts, float w0, float dj, float dt) {
+  std::vector<int32_t> slots;
+  for (size_t e = 0; e < counts.size(); ++e) slots.insert(slots.end(), static_cast<size_t>(counts[e]), static_cast<int32_t>(e));
+  const int64_t M = static_cast<int64_t>(slots.size()) / 2;
+  EXPECT_EQ(M * 2, static_cast<int64_t>(slots.size()));
+  Top2 r{HostTensor(DType::kI32, {M, 2}), HostTensor(DType::kF32, {M, 2})};
+  for (int64_t t = 0; t < M; ++t)
+    for (int j = 0; j < 2; ++j) {
+      r.ids.as<int32_t>()[t * 2 + j] = slots[static_cast<size_t>(t + j * M)];
+      r.tw.as<float>()[t * 2 + j] = w0 + dj * static_cast<float>(j) + dt * static_cast<float>(t);
+    }
+  return r;
+}
+
 // One forward with given top-k ids / weights (bf16 activations), output as floats.
 std::vector<float> run_given_topk(const Backend& b, const MoeSpec& s, const MoeWeights& w, const HostTensor& ids,
                                   const HostTensor& tw, int threads) {
@@ -497,19 +517,8 @@ TEST(CpuBackend, AmxOneAndTwoNBlocksPerCallAgreeOnOddShapes) {
   struct EnvGuard {
     ~EnvGuard() { unsetenv("MOERUN_CPU_AMX_NBLOCKS"); }
   } guard;
-  // Per-expert token counts (top 2 of 8): the sequence of expert ids sorted by expert, token t takes
-  // slots t and t + M, distinct experts because no count exceeds M.
-  const int counts[8] = {0, 1, 15, 16, 17, 33, 40, 20};
-  std::vector<int32_t> slots;
-  for (int e = 0; e < 8; ++e) slots.insert(slots.end(), static_cast<size_t>(counts[e]), e);
-  const int64_t M = static_cast<int64_t>(slots.size()) / 2;
-  ASSERT_EQ(M * 2, static_cast<int64_t>(slots.size()));
-  HostTensor ids(DType::kI32, {M, 2}), tw(DType::kF32, {M, 2});
-  for (int64_t t = 0; t < M; ++t)
-    for (int j = 0; j < 2; ++j) {
-      ids.as<int32_t>()[t * 2 + j] = slots[static_cast<size_t>(t + j * M)];
-      tw.as<float>()[t * 2 + j] = 0.3f + 0.4f * static_cast<float>(j) + 0.001f * static_cast<float>(t);
-    }
+  const Top2 r = top2_from_counts({0, 1, 15, 16, 17, 33, 40, 20}, 0.3f, 0.4f, 0.001f);
+  const HostTensor &ids = r.ids, &tw = r.tw;
   struct Shape3 {
     int hidden, intermediate;
     ActivationKind act;
@@ -612,16 +621,8 @@ TEST(CpuBackend, DownGroupsAgreeBitwise) {
   struct EnvGuard {
     ~EnvGuard() { unsetenv("MOERUN_CPU_DOWN_GROUP"); }
   } guard;
-  const int counts[8] = {0, 1, 15, 16, 17, 33, 40, 20};
-  std::vector<int32_t> slots;
-  for (int e = 0; e < 8; ++e) slots.insert(slots.end(), static_cast<size_t>(counts[e]), e);
-  const int64_t M = static_cast<int64_t>(slots.size()) / 2;
-  HostTensor ids(DType::kI32, {M, 2}), tw(DType::kF32, {M, 2});
-  for (int64_t t = 0; t < M; ++t)
-    for (int j = 0; j < 2; ++j) {
-      ids.as<int32_t>()[t * 2 + j] = slots[static_cast<size_t>(t + j * M)];
-      tw.as<float>()[t * 2 + j] = 0.25f + 0.5f * static_cast<float>(j) - 0.002f * static_cast<float>(t);
-    }
+  const Top2 r = top2_from_counts({0, 1, 15, 16, 17, 33, 40, 20}, 0.25f, 0.5f, -0.002f);
+  const HostTensor &ids = r.ids, &tw = r.tw;
   auto ref = make_reference_backend();
   auto cpu = make_cpu_backend();
   IsaCapGuard cap;

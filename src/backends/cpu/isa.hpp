@@ -89,8 +89,8 @@ struct KernelSet {
     return (f == kernels::PackFmt::kBF16 || f == kernels::PackFmt::kF32) ? stream_max_m_cheap : stream_max_m;
   }
   std::string variant = "v2";
-  // Software prefetch distance (bytes) the runner puts in BlockRef::prefetch for the streaming kernels
-  // and the AMX tiles: kPrefetchBytes, or MOERUN_CPU_PREFETCH=<bytes> (0 = off; measurement).
+  // Software prefetch distance (bytes) the runner puts in BlockRef::prefetch for the streaming kernels:
+  // kPrefetchBytes, or MOERUN_CPU_PREFETCH=<bytes> (0 = off; measurement).
   int prefetch = 0;
   // The same distance for the AMX tiles' weight panels: `prefetch`, or MOERUN_CPU_AMX_PREFETCH=<bytes>
   // (measurement: a tile call consumes its panels in bursts, not at the streaming kernels' pace).
@@ -99,7 +99,9 @@ struct KernelSet {
   // one-block kernel (measurement). Only calls that take AMX tiles pair their blocks (runner.cpp).
   int amx_nblocks = 2;
   // Down-GEMM N-blocks per work item when some job's down GEMM is tiled (0 = the runner decides:
-  // runner.cpp, down groups), or MOERUN_CPU_DOWN_GROUP=<n> (1 = one call's blocks per item; measurement).
+  // runner.cpp, down groups), or MOERUN_CPU_DOWN_GROUP=<n> (measurement): n N-blocks per item, rounded
+  // down to whole calls (pairs where AMX pairs blocks), 1 = one call's blocks; only where some job's
+  // down GEMM is tiled (decode-only calls keep one call per item).
   int down_group = 0;
 };
 

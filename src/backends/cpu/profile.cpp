@@ -11,7 +11,7 @@ namespace moerun::cpu {
 
 bool ForwardProfile::requested() {
   const char* v = std::getenv("MOERUN_CPU_PROFILE");
-  return v && *v && !(v[0] == '0' && v[1] == '\0');
+  return v && v[0] == '1' && v[1] == '\0';
 }
 
 double ForwardProfile::now() { return omp_get_wtime(); }

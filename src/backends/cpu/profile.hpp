@@ -30,7 +30,7 @@ enum class Phase : int {
 
 class ForwardProfile {
  public:
-  // True when MOERUN_CPU_PROFILE is set to a value other than "0" or empty.
+  // True when MOERUN_CPU_PROFILE is "1".
   static bool requested();
 
   // Before a forward of m tokens on `threads` threads. Returns false for the runner's first forward,

@@ -90,7 +90,7 @@ bool direct_enabled() {
 // pass traffic (bench/results/2026-11-30_2ce71f6_h200/NOTES.md). Read per call like the above.
 bool fused_act_enabled() {
   const char* v = std::getenv("MOERUN_CUDA_FUSED_ACT");
-  return v && v[0] == '1';
+  return v && v[0] == '1' && v[1] == '\0';
 }
 
 int device_sm_count(int device) {

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <utility>
@@ -56,6 +57,22 @@ cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// Raises a kernel's dynamic shared-memory limit to `bytes`, once per device: the attribute belongs to
+// the device that is current, and runners may drive several GPUs from several threads. Tag names the
+// kernel instantiation (its shape or CUTLASS kernel type), so each gets its own record.
+template <typename Tag, typename Kernel>
+cudaError_t ensure_max_dynamic_smem(Kernel* kernel, int bytes) {
+  static std::atomic<uint64_t> done{0};  // bit d: set on device d (devices past 63 set it every launch)
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess && bit != 0) done.fetch_or(bit, std::memory_order_acq_rel);
+  return e;
 }
 
 template <typename T> __device__ __forceinline__ float to_f32(T v);

@@ -59,10 +59,10 @@
 //   still compile one CUTLASS kernel per translation unit.
 //
 // NOTES, fused activation (CutlassTile::kTokens128x256Act, cutlass_grouped_act.cuh):
-//   With a gated activation the backend's 128x256 gate_up GEMM is this schedule's mainloop with our
-//   own register-direct epilogue, which applies act(gate + bias, up + bias) and writes only the
-//   intermediate [rows, I]: gate_up's [rows, 2I] store and the activation pass (read 2I, write I per
-//   row) are gone. It relies on the cuda backend's kBlocks8 weight order (gate_up_layout.hpp), which
+//   With a gated activation the backend's 128x256 gate_up GEMM can run as this schedule's mainloop
+//   with our own register-direct epilogue, which applies act(gate + bias, up + bias) and writes only
+//   the intermediate [rows, I], so gate_up's [rows, 2I] store and the activation pass (read 2I, write
+//   I per row) are not needed. It relies on the cuda backend's kBlocks8 weight order (gate_up_layout.hpp), which
 //   puts each gate column and its up column in one thread's accumulators. The swap-AB schedule still
 //   stores gate_up and runs the pass (its pairing would run along the accumulator rows instead).
 //   Measured slower than the unfused form on every row that takes it (7-38% on the H200: the numbers
@@ -86,6 +86,7 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "common.cuh"
 #include "launch.hpp"
 
 namespace moerun::cuda_kernels::sm90 {
@@ -295,14 +296,10 @@ cudaError_t launch_t(const CutlassGroupedParams& p, cudaStream_t stream) {
   if (p.sm_count <= 0 || !p.workspace || p.workspace_bytes < workspace_bytes_t<T, Schedule>(p.groups, p.sm_count))
     return cudaErrorInvalidValue;
   if (!p.seg_offsets && p.groups != 1) return cudaErrorInvalidValue;
-  static bool configured = false;  // raise the dynamic shared-memory limit once
-  if (!configured) {
-    const cudaError_t e = cudaFuncSetAttribute(cutlass::device_kernel<typename G::Kernel>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(G::Kernel::SharedStorageSize));
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
+  if (const cudaError_t e = ensure_max_dynamic_smem<G>(cutlass::device_kernel<typename G::Kernel>,
+                                                       static_cast<int>(G::Kernel::SharedStorageSize));
+      e != cudaSuccess)
+    return e;
   int device = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return e;

@@ -212,7 +212,10 @@ class ActEpilogue {
 };
 
 // The fused kernel type: the token-row mainloop with ActEpilogue (no shared memory for it, so the
-// mainloop's stage count is the carve-out of an empty epilogue).
+// mainloop's stage count is the carve-out of an empty epilogue). It spells out the same kernel
+// assembly as GroupedGemm in cutlass_grouped.cuh with its own epilogue: a shared base template put
+// the kernel's name through a base class, which nvcc's host stub for the 128x256 instantiation could
+// not resolve (CUDA 13.0: "GroupedKernel ... does not name a template type").
 template <typename T>
 struct GroupedGemmAct {
   using Schedule = CooperativeTile128x256;
@@ -291,14 +294,10 @@ cudaError_t launch_act_t(const CutlassGroupedParams& p, cudaStream_t stream) {
   if (p.sm_count <= 0 || !p.workspace || p.workspace_bytes < act_workspace_bytes_t<T>(p.groups, p.sm_count))
     return cudaErrorInvalidValue;
   if (!p.seg_offsets && p.groups != 1) return cudaErrorInvalidValue;
-  static bool configured = false;  // raise the dynamic shared-memory limit once
-  if (!configured) {
-    const cudaError_t e = cudaFuncSetAttribute(cutlass::device_kernel<typename G::Kernel>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(G::Kernel::SharedStorageSize));
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
+  if (const cudaError_t e = ensure_max_dynamic_smem<G>(cutlass::device_kernel<typename G::Kernel>,
+                                                       static_cast<int>(G::Kernel::SharedStorageSize));
+      e != cudaSuccess)
+    return e;
   int device = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return e;

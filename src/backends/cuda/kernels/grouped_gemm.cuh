@@ -331,14 +331,9 @@ using ShapeStreamM16N32 = TileShape<16, 32, 1, 2, 8>;
 
 template <typename T, typename S>
 cudaError_t launch_shape(const GroupedGemmParams& p, cudaStream_t stream) {
-  static bool configured = false;  // raising the dynamic smem limit once per instantiation
-  if (!configured) {
-    const cudaError_t e = cudaFuncSetAttribute(grouped_gemm_kernel<T, S>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(S::kSmem));
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
+  if (const cudaError_t e = ensure_max_dynamic_smem<std::pair<T, S>>(grouped_gemm_kernel<T, S>, static_cast<int>(S::kSmem));
+      e != cudaSuccess)
+    return e;
   const bool gated = !p.down && act_gated(p.act);
   const int ntiles = gated ? (p.n / 2 + S::BN / 2 - 1) / (S::BN / 2) : (p.n + S::BN - 1) / S::BN;
   if (p.grid_tiles <= 0 || ntiles <= 0) return cudaSuccess;

@@ -162,10 +162,9 @@ __global__ void __launch_bounds__(kPassThreads)
                           const float* __restrict__ weight_of_row, const int32_t* __restrict__ seg,
                           int experts, const float* __restrict__ bias, const T* __restrict__ shared,
                           const float* __restrict__ shared_gate, const T* __restrict__ hidden,
-                          T* __restrict__ out) {
+                          int cols, T* __restrict__ out) {
   const int64_t t = blockIdx.x;
-  const int cols = kVec ? kPassThreads * 8 : kPassThreads;  // this block's columns [c_begin, c_begin + cols)
-  const int c_begin = blockIdx.y * cols, c_end = min(h, c_begin + cols);
+  const int c_begin = blockIdx.y * cols, c_end = min(h, c_begin + cols);  // this block's columns
   __shared__ int64_t row_s[kMaxRoutingTopK];
   __shared__ float w_s[kMaxRoutingTopK];
   __shared__ const float* b_s[kMaxRoutingTopK];
@@ -271,11 +270,14 @@ cudaError_t launch_combine_sorted(Elem elem, const void* y, int h, int64_t m, in
   return by_half_elem(elem, [&](auto tag) {
     using T = decltype(tag);
     const auto kernel = vec ? combine_sorted_kernel<T, true> : combine_sorted_kernel<T, false>;
-    const int cols = vec ? kPassThreads * 8 : kPassThreads;
+    // One block per token and column chunk; with a router-gated shared expert one block per token,
+    // since every block computes the token's gate (a dot product over the hidden row).
+    const bool gate = shared && shared_gate;
+    const int cols = gate ? h : vec ? kPassThreads * 8 : kPassThreads;
     const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>((h + cols - 1) / cols));
     kernel<<<grid, kPassThreads, 0, stream>>>(
         static_cast<const T*>(y), h, top_k, row_of_slot, weight_of_row, seg_offsets, experts, bias,
-        static_cast<const T*>(shared), shared_gate, static_cast<const T*>(hidden), static_cast<T*>(out));
+        static_cast<const T*>(shared), shared_gate, static_cast<const T*>(hidden), cols, static_cast<T*>(out));
     return cudaGetLastError();
   });
 }
