@@ -505,6 +505,40 @@ std::vector<float> run_given_topk(const Backend& b, const MoeSpec& s, const MoeW
   return to_f32(out);
 }
 
+// A knob that must not change results: at every ISA level of this machine, every value of `env` ("" =
+// unset) and 1 and 2 threads, the cpu backend's output must match `want` (the reference) within the
+// tolerance and equal the first run bit for bit. The variable is unset again on return.
+void expect_knob_invariant(const Backend& cpu, const MoeSpec& s, const MoeWeights& w, const HostTensor& ids,
+                           const HostTensor& tw, const std::vector<float>& want, const char* env,
+                           std::initializer_list<const char*> values, const std::string& what0) {
+  struct EnvGuard {
+    const char* name;
+    ~EnvGuard() { unsetenv(name); }
+  } guard{env};
+  IsaCapGuard cap;
+  for (CpuIsa isa : levels()) {
+    set_cpu_isa_cap(isa);
+    std::vector<float> first;
+    std::string first_what;
+    for (const char* v : values)
+      for (int threads : {1, 2}) {
+        if (*v) setenv(env, v, 1);
+        else unsetenv(env);
+        const std::string what = what0 + " [" + std::string(to_string(isa)) + ", " + env + "='" + v +
+                                 "', threads " + std::to_string(threads) + "]";
+        const std::vector<float> got = run_given_topk(cpu, s, w, ids, tw, threads);
+        expect_close(got, want, tolerance(s), what);
+        if (first.empty()) {
+          first = got;
+          first_what = what;
+        } else {
+          EXPECT_TRUE(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0)
+              << what << ": differs from " << first_what;
+        }
+      }
+  }
+}
+
 // Two N-blocks per AMX call (default) and one (MOERUN_CPU_AMX_NBLOCKS=1) on odd shapes: odd numbers of
 // w13 and w2 N-blocks (the last block alone; the w2 one with 8 padding lanes), an odd number of 32-k
 // steps, experts with 0, 1, 15, 16, 17, 33, 40 and 20 tokens (stream, AVX-512 tiles and AMX tiles side by
@@ -514,9 +548,6 @@ std::vector<float> run_given_topk(const Backend& b, const MoeSpec& s, const MoeW
 // be bitwise equal (tile_amx2 gives tile_amx's accumulators; the epilogues run per block). At levels
 // below AMX the knob changes nothing and the test checks only that.
 TEST(CpuBackend, AmxOneAndTwoNBlocksPerCallAgreeOnOddShapes) {
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("MOERUN_CPU_AMX_NBLOCKS"); }
-  } guard;
   const Top2 r = top2_from_counts({0, 1, 15, 16, 17, 33, 40, 20}, 0.3f, 0.4f, 0.001f);
   const HostTensor &ids = r.ids, &tw = r.tw;
   struct Shape3 {
@@ -533,7 +564,6 @@ TEST(CpuBackend, AmxOneAndTwoNBlocksPerCallAgreeOnOddShapes) {
                            {200, 56, ActivationKind::kRelu2, 0}};
   auto ref = make_reference_backend();
   auto cpu = make_cpu_backend();
-  IsaCapGuard cap;
   for (const Shape3& sh : shapes)
     for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kFp8Block, WeightFormat::kInt8PerChannel}) {
       MoeSpec s = base_spec();
@@ -549,24 +579,9 @@ TEST(CpuBackend, AmxOneAndTwoNBlocksPerCallAgreeOnOddShapes) {
       s.validate();
       const MoeWeights w = random_weights(s, 17);
       const std::vector<float> want = run_given_topk(*ref, s, w, ids, tw, 0);
-      for (CpuIsa isa : levels()) {
-        set_cpu_isa_cap(isa);
-        std::vector<float> first;
-        for (const char* nb : {"2", "1"})
-          for (int threads : {1, 2}) {
-            setenv("MOERUN_CPU_AMX_NBLOCKS", nb, 1);
-            const std::string what = std::string(to_string(f)) + " H=" + std::to_string(sh.hidden) + " I=" +
-                                     std::to_string(sh.intermediate) + " shared=" + std::to_string(sh.shared) + " [" +
-                                     std::string(to_string(isa)) + ", MOERUN_CPU_AMX_NBLOCKS=" + nb + ", threads " +
-                                     std::to_string(threads) + "]";
-            const std::vector<float> got = run_given_topk(*cpu, s, w, ids, tw, threads);
-            expect_close(got, want, tolerance(s), what);
-            if (first.empty()) first = got;
-            else EXPECT_TRUE(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0)
-                << what << ": differs from MOERUN_CPU_AMX_NBLOCKS=2, 1 thread";
-          }
-      }
-      unsetenv("MOERUN_CPU_AMX_NBLOCKS");
+      expect_knob_invariant(*cpu, s, w, ids, tw, want, "MOERUN_CPU_AMX_NBLOCKS", {"2", "1"},
+                            std::string(to_string(f)) + " H=" + std::to_string(sh.hidden) + " I=" +
+                                std::to_string(sh.intermediate) + " shared=" + std::to_string(sh.shared));
     }
 }
 
@@ -618,14 +633,10 @@ TEST(CpuBackend, DownGroupKnob) {
 // 0..40 tokens put streaming and tiled down calls in one item; hidden 200 gives 13 w2 blocks, so
 // groups of 2, 3 and 5 leave a short last item (and with AMX pairs, a lone last block).
 TEST(CpuBackend, DownGroupsAgreeBitwise) {
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("MOERUN_CPU_DOWN_GROUP"); }
-  } guard;
   const Top2 r = top2_from_counts({0, 1, 15, 16, 17, 33, 40, 20}, 0.25f, 0.5f, -0.002f);
   const HostTensor &ids = r.ids, &tw = r.tw;
   auto ref = make_reference_backend();
   auto cpu = make_cpu_backend();
-  IsaCapGuard cap;
   for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block}) {
     MoeSpec s = base_spec();
     s.hidden = 200;
@@ -637,23 +648,8 @@ TEST(CpuBackend, DownGroupsAgreeBitwise) {
     s.validate();
     const MoeWeights w = random_weights(s, 23);
     const std::vector<float> want = run_given_topk(*ref, s, w, ids, tw, 0);
-    for (CpuIsa isa : levels()) {
-      set_cpu_isa_cap(isa);
-      std::vector<float> first;
-      for (const char* g : {"", "1", "2", "3", "5", "64"})
-        for (int threads : {1, 2}) {
-          if (*g) setenv("MOERUN_CPU_DOWN_GROUP", g, 1);
-          else unsetenv("MOERUN_CPU_DOWN_GROUP");
-          const std::string what = std::string(to_string(f)) + " [" + std::string(to_string(isa)) +
-                                   ", MOERUN_CPU_DOWN_GROUP='" + g + "', threads " + std::to_string(threads) + "]";
-          const std::vector<float> got = run_given_topk(*cpu, s, w, ids, tw, threads);
-          expect_close(got, want, tolerance(s), what);
-          if (first.empty()) first = got;
-          else EXPECT_TRUE(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0)
-              << what << ": differs from the automatic group, 1 thread";
-        }
-    }
-    unsetenv("MOERUN_CPU_DOWN_GROUP");
+    expect_knob_invariant(*cpu, s, w, ids, tw, want, "MOERUN_CPU_DOWN_GROUP", {"", "1", "2", "3", "5", "64"},
+                          std::string(to_string(f)));
   }
 }
 
