@@ -653,6 +653,54 @@ TEST(CpuBackend, DownGroupsAgreeBitwise) {
   }
 }
 
+// MOERUN_CPU_STREAM_RUN: unset (the runner decides), or 1..64 blocks per streaming work item.
+TEST(CpuBackend, StreamRunKnob) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_STREAM_RUN"); }
+  } guard;
+  unsetenv("MOERUN_CPU_STREAM_RUN");
+  EXPECT_EQ(cpu::stream_run_override(), -1);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).stream_run, 0);
+  for (const char* n : {"1", "5", "64"}) {
+    setenv("MOERUN_CPU_STREAM_RUN", n, 1);
+    EXPECT_EQ(cpu::stream_run_override(), std::atoi(n));
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).stream_run, std::atoi(n));
+  }
+  for (const char* bad : {"", "0", "65", "-3", "four"}) {
+    setenv("MOERUN_CPU_STREAM_RUN", bad, 1);
+    EXPECT_EQ(cpu::stream_run_override(), -1) << "'" << bad << "'";
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).stream_run, 0) << "'" << bad << "'";
+  }
+}
+
+// Stream runs (runner.cpp NOTES) change only which blocks share a work item: every run length, the
+// automatic one included, must give bitwise the same output and match the reference. Decode routing
+// (every expert at most 4 tokens: all jobs stream, so gemm2 takes runs too) and mixed routing (gemm1
+// runs beside tiled jobs); hidden 200 gives 13 w2 blocks and intermediate 56 seven gated w13 blocks, so
+// runs of 2, 3 and 5 leave short last items; bf16, fp8-block and mxfp4 (32-k groups); a shared expert.
+TEST(CpuBackend, StreamRunsAgreeBitwise) {
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  const std::vector<std::vector<int>> routings = {{0, 1, 2, 3, 1, 0, 4, 3}, {0, 1, 15, 16, 17, 33, 40, 20}};
+  for (const std::vector<int>& counts : routings) {
+    const Top2 r = top2_from_counts(counts, 0.35f, 0.3f, 0.003f);
+    for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
+      MoeSpec s = base_spec();
+      s.hidden = f == WeightFormat::kMxfp4 ? 192 : 200;  // mxfp4: K a multiple of its 32-k groups
+      s.intermediate = f == WeightFormat::kMxfp4 ? 64 : 56;
+      s.act_dtype = DType::kBF16;
+      s.weight_format = f;
+      s.shared.count = 1;
+      s.shared.intermediate = f == WeightFormat::kMxfp4 ? 32 : 40;
+      s.validate();
+      const MoeWeights w = random_weights(s, 29);
+      const std::vector<float> want = run_given_topk(*ref, s, w, r.ids, r.tw, 0);
+      expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_STREAM_RUN", {"", "1", "2", "3", "5", "64"},
+                            std::string(to_string(f)) + " tokens " + std::to_string(r.ids.shape()[0]));
+    }
+  }
+}
+
 // MOERUN_CPU_PROFILE=1: the runner times its stages and prints one report when destroyed; the output
 // is the same as without it. Unset, nothing is printed.
 TEST(CpuBackend, ProfileReportOnDestruction) {

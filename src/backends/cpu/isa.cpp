@@ -115,6 +115,11 @@ int down_group_override() {
   return n >= 1 ? n : -1;
 }
 
+int stream_run_override() {
+  const int n = env_count("MOERUN_CPU_STREAM_RUN", 64);
+  return n >= 1 ? n : -1;
+}
+
 int stream_max_tokens_override() { return env_count("MOERUN_CPU_STREAM_MAX_TOKENS", kStreamMaxTokensLimit); }
 
 KernelSet kernels_for(CpuIsa isa) {
@@ -190,6 +195,7 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   k.amx_nblocks = kAmxNBlocks;
   if (const int n = amx_nblocks_override(); n > 0) k.amx_nblocks = n;
   if (const int n = down_group_override(); n > 0) k.down_group = n;
+  if (const int n = stream_run_override(); n > 0) k.stream_run = n;
   return k;
 }
 

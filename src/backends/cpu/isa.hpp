@@ -103,6 +103,10 @@ struct KernelSet {
   // down to whole calls (pairs where AMX pairs blocks), 1 = one call's blocks; only where some job's
   // down GEMM is tiled (decode-only calls keep one call per item).
   int down_group = 0;
+  // Consecutive N-blocks of one expert per work item where a job streams its weights (decode), in
+  // gemm1 and in gemm2 when no down GEMM is tiled (0 = the runner decides: runner.cpp, stream runs), or
+  // MOERUN_CPU_STREAM_RUN=<n> (measurement): n blocks, 1 = one block per item.
+  int stream_run = 0;
 };
 
 // 4 KiB ahead: on Zen 1 (1 thread, qwen3 bf16) M=1 8.1 -> 6.6 ms and M=16 94 -> 76 ms against no
@@ -122,6 +126,8 @@ int amx_nblocks_override();
 int amx_prefetch_override();
 // MOERUN_CPU_DOWN_GROUP parsed: 1..64, or -1 when unset or anything else.
 int down_group_override();
+// MOERUN_CPU_STREAM_RUN parsed: 1..64, or -1 when unset or anything else.
+int stream_run_override();
 
 // Kernels for the given level (kAvx512Bf16 and kAmx: the AVX-512 set plus stream_bf16; kAmx adds the
 // tiles). Throws Error{kUnsupported} below AVX2.

@@ -20,6 +20,14 @@
 // threads, and at most kDownGroupMaxCalls calls; MOERUN_CPU_DOWN_GROUP=<blocks> overrides it (1: one
 // call per item). Each output element still sums the experts in job order: results are bitwise the
 // same for every group.
+// Stream runs: a streaming job's block is 16 rows x K of packed weights (6-64 KiB), and each block
+// starts a new memory stream whose first lines arrive cold: the software prefetch runs ahead into the
+// next block in memory, which with one block per item is usually another thread's item. So where a job
+// streams (decode), a gemm1 item takes up to kStreamRunMax consecutive blocks of its expert, and when no
+// job's down GEMM is tiled the gemm2 items are down groups (above) of as many blocks, expert by expert:
+// each thread then walks runs of contiguous weights. As many as keep the items at least four (gemm1)
+// or two (gemm2) per thread; MOERUN_CPU_STREAM_RUN=<n> overrides it (1: one block per item). The blocks
+// and their epilogues are the same, so results do not depend on the runs.
 // AMX pairs: where a job's calls take AMX tiles, a gemm1 item covers two adjacent N-blocks (the last
 // one alone when the count is odd) and one tile_amx2 call computes both; a gemm2 item covers two
 // N-blocks of the hidden size when any job takes AMX tiles. Only when the single-block items number at
@@ -48,6 +56,7 @@ constexpr int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 // Down groups (NOTES): the output-buffer budget of one gemm2 item, and the most calls per item.
 constexpr int64_t kDownGroupOutBytes = 512 * 1024;
 constexpr int64_t kDownGroupMaxCalls = 8;
+constexpr int64_t kStreamRunMax = 8;  // stream runs (NOTES): at most this many blocks per item
 
 inline float bf16_bits_to_f32(uint16_t b) {
   const uint32_t u = static_cast<uint32_t>(b) << 16;
@@ -343,11 +352,13 @@ void CpuRunner::forward(const ForwardArgs& args) {
   int64_t singles1 = 0;
   for (const Job& j : jobs_) singles1 += j.shared ? sw13_->nblocks : w13_->nblocks;
   const bool pair1 = ks_.amx_nblocks == 2 && singles1 >= 2 * static_cast<int64_t>(threads);
+  const int64_t run1 = ks_.stream_run > 0 ? ks_.stream_run
+                                          : std::clamp<int64_t>(singles1 / (4 * threads), 1, kStreamRunMax);
   items1_.clear();
   for (size_t j = 0; j < jobs_.size(); ++j) {
     const PackedStack& w = jobs_[j].shared ? *sw13_ : *w13_;
     const int64_t nb = w.nblocks;
-    const int64_t step = pair1 && takes_amx(w.fmt, jobs_[j].m) ? 2 : 1;
+    const int64_t step = jobs_[j].m <= ks_.stream_max(w.fmt) ? run1 : pair1 && takes_amx(w.fmt, jobs_[j].m) ? 2 : 1;
     for (int64_t b = 0; b < nb; b += step)
       items1_.push_back(Item{static_cast<int32_t>(j), static_cast<int32_t>(b), static_cast<int32_t>(std::min(step, nb - b))});
   }
@@ -369,6 +380,9 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const int64_t by_items = std::max<int64_t>(1, w2_->nblocks / (per2 * 2 * threads));
       group2 = std::min({by_buffer, by_items, kDownGroupMaxCalls});
     }
+  } else {  // every job streams: stream runs (NOTES)
+    group2 = ks_.stream_run > 0 ? ks_.stream_run
+                                : std::clamp<int64_t>(w2_->nblocks / (2 * threads), 1, kStreamRunMax);
   }
   const int64_t blocks_per_item2 = per2 * group2;
   const int64_t nitems2 = (w2_->nblocks + blocks_per_item2 - 1) / blocks_per_item2;
@@ -485,44 +499,48 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const Job& job = jobs_[static_cast<size_t>(item.job)];
       const PackedStack& w = job.shared ? *sw13_ : w13;
       const int64_t e = job.shared ? 0 : job.expert;
-      const double t0 = clock();
-      run_blocks(w, e, item.b, item.nb, X + job.row0 * hp_, Xb ? Xb + job.row0 * hp_ : nullptr, hp_, job.m, s,
-                 s.acc.v.data(), acc_stride);
-      const double t1 = clock();
-      for (int q = 0; q < item.nb; ++q) {  // the epilogue per block, on that block's accumulators
-        const int64_t b = item.b + q;
-        float* acc = s.acc.v.data() + q * acc_stride;
-        const float* ls = w.lane_scales(e, b);
-        const int32_t* lrow = w.lane_row.data() + b * 16;
-        const float* bias = (!job.shared && !w13_bias_.empty()) ? w13_bias_.data() + e * w.rows : nullptr;
-        const ActivationKind ak = job.shared ? shared_act_ : spec_.activation.kind;
-        const kernels::Act ka = static_cast<kernels::Act>(ak);
-        const int64_t I = w.outputs;
-        const bool gated = w.map != LaneMap::kPlain;
-        const int64_t c0 = gated ? b * 8 : b * 16;
-        const int nc = static_cast<int>(std::min<int64_t>(gated ? 8 : 16, I - c0));
-        if (ls || bias || lora1)  // scaled in place, row by row; then one activation call for the block
-          for (int64_t i = 0; i < job.m; ++i) {
-            const int64_t row = job.row0 + i;
-            float* v = acc + i * 16;
-            const bool lora_row = lora1 && row < R && row_adapter(row) >= 0;
-            if (ls || bias || lora_row)
-              for (int l = 0; l < 16; ++l) {
-                float a = v[l];
-                if (ls) a *= ls[l];
-                const int32_t r = lrow[l];
-                if (r >= 0) {
-                  if (bias) a += bias[r];
-                  if (lora_row) a += lora1[row * R13 + r];
+      // An AMX pair in one call; a stream run (NOTES) block by block, each with its epilogue.
+      const int per_call = takes_amx(w.fmt, job.m) ? item.nb : 1;
+      for (int q0 = 0; q0 < item.nb; q0 += per_call) {
+        const double t0 = clock();
+        run_blocks(w, e, item.b + q0, per_call, X + job.row0 * hp_, Xb ? Xb + job.row0 * hp_ : nullptr, hp_, job.m, s,
+                   s.acc.v.data(), acc_stride);
+        const double t1 = clock();
+        for (int q = 0; q < per_call; ++q) {  // the epilogue per block, on that block's accumulators
+          const int64_t b = item.b + q0 + q;
+          float* acc = s.acc.v.data() + q * acc_stride;
+          const float* ls = w.lane_scales(e, b);
+          const int32_t* lrow = w.lane_row.data() + b * 16;
+          const float* bias = (!job.shared && !w13_bias_.empty()) ? w13_bias_.data() + e * w.rows : nullptr;
+          const ActivationKind ak = job.shared ? shared_act_ : spec_.activation.kind;
+          const kernels::Act ka = static_cast<kernels::Act>(ak);
+          const int64_t I = w.outputs;
+          const bool gated = w.map != LaneMap::kPlain;
+          const int64_t c0 = gated ? b * 8 : b * 16;
+          const int nc = static_cast<int>(std::min<int64_t>(gated ? 8 : 16, I - c0));
+          if (ls || bias || lora1)  // scaled in place, row by row; then one activation call for the block
+            for (int64_t i = 0; i < job.m; ++i) {
+              const int64_t row = job.row0 + i;
+              float* v = acc + i * 16;
+              const bool lora_row = lora1 && row < R && row_adapter(row) >= 0;
+              if (ls || bias || lora_row)
+                for (int l = 0; l < 16; ++l) {
+                  float a = v[l];
+                  if (ls) a *= ls[l];
+                  const int32_t r = lrow[l];
+                  if (r >= 0) {
+                    if (bias) a += bias[r];
+                    if (lora_row) a += lora1[row * R13 + r];
+                  }
+                  v[l] = a;
                 }
-                v[l] = a;
-              }
-          }
-        ks_.act_rows(ka, acc, job.m, nc, alpha, limit, Hb + job.row0 * ipmax + c0, ipmax);
-      }
-      if (pf) {
-        pf->add(tid, Phase::kGemm1, t1 - t0);
-        pf->add(tid, Phase::kEpilogue1, clock() - t1);
+            }
+          ks_.act_rows(ka, acc, job.m, nc, alpha, limit, Hb + job.row0 * ipmax + c0, ipmax);
+        }
+        if (pf) {
+          pf->add(tid, Phase::kGemm1, t1 - t0);
+          pf->add(tid, Phase::kEpilogue1, clock() - t1);
+        }
       }
     }
     if (marker) pf->mark(Phase::kGemm1);
