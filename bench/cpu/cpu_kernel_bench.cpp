@@ -1,9 +1,12 @@
-// bench/cpu/cpu_kernel_bench.cpp — the cpu backend's AVX2 kernels alone, per packed format: memory
-// streaming at m = 1 (GB/s of packed bytes), cache-resident streaming at m = 1..8 and panel + tile at
-// larger m (ns per k pair and GFLOP/s). Used to judge one kernel change side by side with the previous
-// kernel set ("v1", kept callable through kernels_for_variant) in the same process.
+// bench/cpu/cpu_kernel_bench.cpp — the cpu backend's kernels alone at one ISA level (AVX2 unless
+// --isa says otherwise), per packed format: memory streaming at m = 1 (GB/s of packed bytes),
+// cache-resident streaming at m = 1..8 and panel + tile at larger m (ns per k pair and GFLOP/s). Used
+// to judge one kernel change side by side with the previous kernel set ("v1", kept callable through
+// kernels_for_variant) in the same process, and to tell a compute-bound kernel (cached time per k
+// pair close to the memory one) from a memory-bound one. At avx512-bf16 and above, the formats the
+// AVX512-BF16 kernel takes run through it on bf16 activations, as in the runner.
 //
-//   cpu_kernel_bench [--variants v1,v2] [--formats bf16,fp8-block,...] [--reps N]
+//   cpu_kernel_bench [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N]
 //
 // Each number is the median over --reps alternating rounds (variant A, variant B, A, B, ...), so that
 // load from other processes on a shared machine hits both variants alike.
@@ -22,6 +25,7 @@
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/prepack.hpp"
 #include "moerun/formats.hpp"
+#include "moerun/platform.hpp"
 
 using namespace moerun;
 using namespace moerun::cpu;
@@ -57,6 +61,7 @@ struct Set {
     kernels::BlockRef r = p->block(0, b);
     r.data = data.get() + static_cast<size_t>(c) * p->nblocks * p->block_bytes + static_cast<size_t>(b) * p->block_bytes;
     if (gs) r.gscale = gs.get() + static_cast<size_t>(c) * p->nblocks * p->gs_block_bytes + static_cast<size_t>(b) * p->gs_block_bytes;
+    r.prefetch = kPrefetchBytes;  // the runner's default distance
     return r;
   }
 };
@@ -98,6 +103,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::vector<std::string> variants = {"v1", "v2"}, formats;
   int reps = 41;
+  CpuIsa isa = CpuIsa::kAvx2;
   std::vector<int> ms = {1, 2, 3, 4, 5, 6, 8, 12, 16, 64};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -105,18 +111,46 @@ int main(int argc, char** argv) {
     else if (a == "--formats" && i + 1 < argc) formats = split(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--m" && i + 1 < argc) { ms.clear(); for (auto& t : split(argv[++i])) ms.push_back(std::atoi(t.c_str())); }
-    else {
-      std::fprintf(stderr, "usage: %s [--variants v1,v2] [--formats bf16,...] [--reps N] [--m 1,4,...]\n", argv[0]);
+    else if (a == "--isa" && i + 1 < argc) {
+      const std::string n = argv[++i];
+      bool found = false;
+      for (CpuIsa c : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx})
+        if (n == to_string(c)) {
+          isa = c;
+          found = true;
+        }
+      if (!found) {
+        std::fprintf(stderr, "unknown --isa '%s' (avx2, avx512, avx512-bf16, amx)\n", n.c_str());
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "usage: %s [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N] [--m 1,4,...]\n", argv[0]);
       return 2;
     }
   }
+  if (isa > Platform::detect().cpu.isa()) {
+    std::fprintf(stderr, "this CPU does not run --isa %s (it has %s)\n", std::string(to_string(isa)).c_str(),
+                 std::string(to_string(Platform::detect().cpu.isa())).c_str());
+    return 2;
+  }
   std::vector<KernelSet> ks;
-  for (const auto& v : variants) ks.push_back(kernels_for_variant(CpuIsa::kAvx2, v));
+  for (const auto& v : variants) ks.push_back(kernels_for_variant(isa, v));
   const int64_t N = 1536, K = 2048;
   std::vector<float> x(static_cast<size_t>(64 * K));
   std::mt19937 g(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (float& v : x) v = nd(g);
+  std::vector<uint16_t> xb(x.size());  // the same activations in bf16, for the AVX512-BF16 kernel
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    xb[i] = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  }
+  // One streaming call the way the runner makes it (run_block): the bf16 kernel where it takes the format.
+  auto stream = [&](const KernelSet& k, const kernels::BlockRef& b, int m, float* acc) {
+    if (k.stream_bf16 != nullptr && k.uses_bf16_stream(b.fmt)) k.stream_bf16(b, xb.data(), K, m, acc);
+    else k.stream(b, x.data(), K, m, acc);
+  };
   std::vector<float> acc(64 * 16);
   std::vector<float, std::allocator<float>> panel_raw(static_cast<size_t>(K * 16 + 16));
   float* panel = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(panel_raw.data()) + 63) & ~uintptr_t{63});
@@ -135,7 +169,7 @@ int main(int argc, char** argv) {
         for (size_t v = 0; v < ks.size(); ++v) {
           const double t0 = now_s();
           for (int c = 0; c < s.copies; ++c)
-            for (int64_t b = 0; b < nb; ++b) ks[v].stream(s.block(c, b), x.data(), K, 1, acc.data());
+            for (int64_t b = 0; b < nb; ++b) stream(ks[v], s.block(c, b), 1, acc.data());
           t[v].push_back(now_s() - t0);
         }
       std::printf("%-12s %-22s", F.name, "mem m=1");
@@ -152,12 +186,12 @@ int main(int argc, char** argv) {
       for (int r = 0; r < reps; ++r)
         for (size_t v = 0; v < ks.size(); ++v) {
           const KernelSet& k = ks[v];
-          const bool stream = m <= k.stream_max(s.p->fmt);
+          const bool streams = m <= k.stream_max(s.p->fmt);
           const double t0 = now_s();
           for (int it = 0; it < iters; ++it)
             for (int64_t b = 0; b < cb; ++b) {
-              if (stream) {
-                k.stream(s.block(0, b), x.data(), K, m, acc.data());
+              if (streams) {
+                stream(k, s.block(0, b), m, acc.data());
               } else {
                 k.panel(s.block(0, b), panel);
                 k.tile(panel, s.p->kp, x.data(), K, m, acc.data());
