@@ -608,24 +608,31 @@ TEST(CpuBackend, AmxPrefetchKnob) {
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_prefetch, 2048);
 }
 
-// MOERUN_CPU_DOWN_GROUP: unset (the runner decides), or 1..64 N-blocks per gemm2 item.
-TEST(CpuBackend, DownGroupKnob) {
+// A count knob of the cpu kernel set (1..64): unset or invalid, the override is -1 and the field 0
+// (the runner decides); a valid count reaches the field. The variable is unset again on return.
+void expect_count_knob(const char* env, int (*override_fn)(), int cpu::KernelSet::*field) {
   struct EnvGuard {
-    ~EnvGuard() { unsetenv("MOERUN_CPU_DOWN_GROUP"); }
-  } guard;
-  unsetenv("MOERUN_CPU_DOWN_GROUP");
-  EXPECT_EQ(cpu::down_group_override(), -1);
-  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).down_group, 0);
+    const char* name;
+    ~EnvGuard() { unsetenv(name); }
+  } guard{env};
+  unsetenv(env);
+  EXPECT_EQ(override_fn(), -1) << env;
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).*field, 0) << env;
   for (const char* n : {"1", "3", "64"}) {
-    setenv("MOERUN_CPU_DOWN_GROUP", n, 1);
-    EXPECT_EQ(cpu::down_group_override(), std::atoi(n));
-    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).down_group, std::atoi(n));
+    setenv(env, n, 1);
+    EXPECT_EQ(override_fn(), std::atoi(n)) << env << "=" << n;
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).*field, std::atoi(n)) << env << "=" << n;
   }
   for (const char* bad : {"", "0", "65", "-1", "x", "2 "}) {
-    setenv("MOERUN_CPU_DOWN_GROUP", bad, 1);
-    EXPECT_EQ(cpu::down_group_override(), -1) << "'" << bad << "'";
-    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).down_group, 0) << "'" << bad << "'";
+    setenv(env, bad, 1);
+    EXPECT_EQ(override_fn(), -1) << env << "='" << bad << "'";
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).*field, 0) << env << "='" << bad << "'";
   }
+}
+
+// MOERUN_CPU_DOWN_GROUP: unset (the runner decides), or 1..64 N-blocks per gemm2 item.
+TEST(CpuBackend, DownGroupKnob) {
+  expect_count_knob("MOERUN_CPU_DOWN_GROUP", cpu::down_group_override, &cpu::KernelSet::down_group);
 }
 
 // Down groups (runner.cpp NOTES) change only which calls share a gemm2 item: every group size, the
@@ -655,22 +662,7 @@ TEST(CpuBackend, DownGroupsAgreeBitwise) {
 
 // MOERUN_CPU_STREAM_RUN: unset (the runner decides), or 1..64 blocks per streaming work item.
 TEST(CpuBackend, StreamRunKnob) {
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("MOERUN_CPU_STREAM_RUN"); }
-  } guard;
-  unsetenv("MOERUN_CPU_STREAM_RUN");
-  EXPECT_EQ(cpu::stream_run_override(), -1);
-  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).stream_run, 0);
-  for (const char* n : {"1", "5", "64"}) {
-    setenv("MOERUN_CPU_STREAM_RUN", n, 1);
-    EXPECT_EQ(cpu::stream_run_override(), std::atoi(n));
-    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).stream_run, std::atoi(n));
-  }
-  for (const char* bad : {"", "0", "65", "-3", "four"}) {
-    setenv("MOERUN_CPU_STREAM_RUN", bad, 1);
-    EXPECT_EQ(cpu::stream_run_override(), -1) << "'" << bad << "'";
-    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).stream_run, 0) << "'" << bad << "'";
-  }
+  expect_count_knob("MOERUN_CPU_STREAM_RUN", cpu::stream_run_override, &cpu::KernelSet::stream_run);
 }
 
 // Stream runs (runner.cpp NOTES) change only which blocks share a work item: every run length, the
