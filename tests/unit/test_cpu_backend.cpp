@@ -350,7 +350,7 @@ TEST(CpuBackend, ZeroTokensAndVariantNames) {
 }
 
 // Which streaming kernel a layer's decode calls name (and take): no kernel runs, so every level is checked
-// on any machine.
+// on any machine. At the AMX level mxfp4 and fp8 calls of 2-16 tokens per expert decode onto AMX tiles.
 TEST(CpuBackend, Bf16LayersNameTheBf16StreamingKernel) {
   MoeSpec s = base_spec();  // 8 experts, top 2: m tokens = m / 4 per expert
   for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kFp8PerChannel,
@@ -367,8 +367,10 @@ TEST(CpuBackend, Bf16LayersNameTheBf16StreamingKernel) {
         EXPECT_EQ(ks.stream_bf16 != nullptr, act == DType::kBF16 && isa >= CpuIsa::kAvx512Bf16) << what;
         EXPECT_EQ(ks.uses_bf16_stream(pf), bf16) << what;
         const std::string v = cpu::variant_name(s, ks, pf, 1);
-        if (bf16) EXPECT_EQ(v, "avx512bf16-stream") << what;
+        const bool amx_decode = bf16 && isa == CpuIsa::kAmx && cpu::kernels::amx_stream_native(pf);
+        if (bf16) EXPECT_EQ(v, "avx512bf16-stream") << what;  // one token per expert or fewer
         else EXPECT_EQ(v, ks.prefix + "-stream") << what;
+        EXPECT_EQ(cpu::variant_name(s, ks, pf, 40) == "amx-bf16-stream", amx_decode) << what;  // 10 per expert
         EXPECT_EQ(cpu::variant_name(s, ks, pf, 4000).find("stream"), std::string::npos) << what;
       }
 }
@@ -627,6 +629,23 @@ void expect_count_knob(const char* env, int (*override_fn)(), int cpu::KernelSet
     setenv(env, bad, 1);
     EXPECT_EQ(override_fn(), -1) << env << "='" << bad << "'";
     EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).*field, 0) << env << "='" << bad << "'";
+  }
+}
+
+// MOERUN_CPU_AMX_STREAM=0 keeps the AVX512-BF16 streaming kernel at the AMX level; otherwise decode
+// of mxfp4 and fp8 weights runs on AMX tiles (stream_amx_bf16).
+TEST(CpuBackend, AmxStreamKnob) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_AMX_STREAM"); }
+  } guard;
+  for (const char* v : {"", "1", "x", "0"}) {
+    if (*v) setenv("MOERUN_CPU_AMX_STREAM", v, 1);
+    else unsetenv("MOERUN_CPU_AMX_STREAM");
+    const bool on = std::strcmp(v, "0") != 0;
+    const cpu::KernelSet ks = cpu::kernels_for(CpuIsa::kAmx);
+    EXPECT_EQ(ks.amx_stream, on) << "'" << v << "'";
+    EXPECT_EQ(ks.stream_bf16, on ? cpu::kernels::stream_amx_bf16 : cpu::kernels::stream_avx512bf16) << "'" << v << "'";
+    EXPECT_FALSE(cpu::kernels_for(CpuIsa::kAvx512Bf16).amx_stream);
   }
 }
 

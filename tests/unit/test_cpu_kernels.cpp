@@ -446,9 +446,21 @@ TEST(CpuKernels, AmxTwoBlockTilesMatchOneBlockTilesAndScalarLoop) {
 // scale group). Both accumulate products exactly representable in f32 (bf16 x bf16, or bf16 x f32 on the
 // kernel's f32 fallback) in f32: they differ only in summation order and in where group scales apply.
 // Both are also checked against the dense double loop.
+void stream_bf16_matches_f32_stream(const KernelSet& ks);
+void stream_bf16_decodes_every_code(const KernelSet& ks);
+
+// At the AMX level stream_bf16 is the AMX decode stream (mxfp4 and fp8 on tiles): the same checks.
 TEST(CpuKernels, Avx512Bf16StreamMatchesF32StreamOnBf16Activations) {
   if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 + AVX512-VBMI here";
-  const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
+  for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
+    if (isa > detected_isa()) break;
+    SCOPED_TRACE(std::string(to_string(isa)));
+    stream_bf16_matches_f32_stream(kernels_for(isa));
+    if (isa == CpuIsa::kAmx) kernels::amx_release();
+  }
+}
+
+void stream_bf16_matches_f32_stream(const KernelSet& ks) {
   ASSERT_NE(ks.stream_bf16, nullptr);
   for (WeightFormat f : kAllFormats) {
     const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
@@ -499,7 +511,15 @@ TEST(CpuKernels, Avx512Bf16StreamMatchesF32StreamOnBf16Activations) {
 // with the f32 kernel.
 TEST(CpuKernels, Avx512Bf16StreamDecodesEveryCodeExactly) {
   if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 + AVX512-VBMI here";
-  const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
+  for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {  // kAmx: the AMX decode stream
+    if (isa > detected_isa()) break;
+    SCOPED_TRACE(std::string(to_string(isa)));
+    stream_bf16_decodes_every_code(kernels_for(isa));
+    if (isa == CpuIsa::kAmx) kernels::amx_release();
+  }
+}
+
+void stream_bf16_decodes_every_code(const KernelSet& ks) {
   for (WeightFormat f : {WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block, WeightFormat::kMxfp4, WeightFormat::kNvfp4,
                          WeightFormat::kBF16}) {
     Stack s = make_stack(f, 1, 16, 256, 99u + static_cast<uint32_t>(f));

@@ -45,6 +45,11 @@ Capabilities make_caps() {
       {"avx512bf16-stream", static_cast<double>(cpu::kAvx512Bf16StreamMaxTokens),
        "decode with bf16 activations: bf16/fp8/fp4 weights decoded to bf16 pairs by byte shuffles, one VDPBF16PS "
        "per 32 weights", CpuIsa::kAvx512Bf16, 0.0, {DType::kBF16}},
+      // The AMX level's decode for mxfp4 and fp8 weights (again per format: variant()).
+      {"amx-bf16-stream", 16.0,
+       "2-16 tokens per expert with bf16 activations on AMX: mxfp4/fp8 weights decoded 16 k pairs at a time "
+       "into a bf16 tile in L1, one TDPBF16PS per 512 weights whatever the token count", CpuIsa::kAmx, 1.0,
+       {DType::kBF16}},
       // AMX multiplies bf16 operands: exact for bf16 activations, a precision loss for f16/f32 ones (measured
       // 2e-3..6e-3 relative on the H200 host's Xeon), so only bf16 layers take it.
       {"amx-bf16-tiles", 0.0, "prefill on AMX: bf16 VNNI panels, 4 x 16x16 f32 accumulator tiles", CpuIsa::kAmx,

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "moerun/error.hpp"
 
@@ -120,6 +121,11 @@ int stream_run_override() {
   return n >= 1 ? n : -1;
 }
 
+bool amx_stream_enabled() {
+  const char* v = std::getenv("MOERUN_CPU_AMX_STREAM");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
 int stream_max_tokens_override() { return env_count("MOERUN_CPU_STREAM_MAX_TOKENS", kStreamMaxTokensLimit); }
 
 KernelSet kernels_for(CpuIsa isa) {
@@ -169,7 +175,8 @@ KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
     case CpuIsa::kAmx:
       k.prefix = "avx512";  // decode and non-bf16 prefill run the AVX-512 kernels; `amx` adds the tiles
       k.stream = kernels::stream_avx512;
-      k.stream_bf16 = kernels::stream_avx512bf16;
+      k.amx_stream = amx_stream_enabled();
+      k.stream_bf16 = k.amx_stream ? kernels::stream_amx_bf16 : kernels::stream_avx512bf16;
       k.stream_max_m = kAmxStreamMaxTokens;
       k.stream_max_m_cheap = kAmxStreamMaxTokensCheapDecode;
       k.stream_max_m_bf16 = kAvx512Bf16StreamMaxTokens;
@@ -187,7 +194,8 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   if (variant != "v1" && variant != "v2")
     throw_error(ErrorKind::kInvalidArgument, "cpu backend: unknown kernel variant '" + variant + "' (knows v1, v2)");
   KernelSet k = kernels_default(isa, variant);
-  if (const int n = stream_max_tokens_override(); n >= 0) k.stream_max_m = k.stream_max_m_cheap = k.stream_max_m_bf16 = n;
+  if (const int n = stream_max_tokens_override(); n >= 0)
+    k.stream_max_m = k.stream_max_m_cheap = k.stream_max_m_bf16 = k.stream_max_m_amx = n;
   k.prefetch = kPrefetchBytes;
   if (const int n = prefetch_override(); n >= 0) k.prefetch = n;
   k.amx_prefetch = k.prefetch;

@@ -84,8 +84,9 @@ struct KernelSet {
   bool uses_bf16_stream(kernels::PackFmt f) const noexcept {
     return stream_bf16 != nullptr && kernels::bf16_stream_native(f);
   }
+  int stream_max_m_amx = 16;  // the same where stream_bf16 decodes onto AMX tiles (amx_stream)
   int stream_max(kernels::PackFmt f) const noexcept {
-    if (uses_bf16_stream(f)) return stream_max_m_bf16;
+    if (uses_bf16_stream(f)) return amx_stream && kernels::amx_stream_native(f) ? stream_max_m_amx : stream_max_m_bf16;
     return (f == kernels::PackFmt::kBF16 || f == kernels::PackFmt::kF32) ? stream_max_m_cheap : stream_max_m;
   }
   std::string variant = "v2";
@@ -107,6 +108,10 @@ struct KernelSet {
   // gemm1 and in gemm2 when no down GEMM is tiled (0 = the runner decides: runner.cpp, stream runs), or
   // MOERUN_CPU_STREAM_RUN=<n> (measurement): n blocks, 1 = one block per item.
   int stream_run = 0;
+  // kAmx: stream_bf16 is kernels::stream_amx_bf16 (mxfp4 and fp8 calls of 2-16 tokens decoded onto AMX
+  // tiles, which therefore stream up to stream_max_m_amx tokens), unless MOERUN_CPU_AMX_STREAM=0
+  // (measurement) keeps stream_avx512bf16 and the AMX tiles from 5 tokens.
+  bool amx_stream = false;
 };
 
 // 4 KiB ahead: on Zen 1 (1 thread, qwen3 bf16) M=1 8.1 -> 6.6 ms and M=16 94 -> 76 ms against no
@@ -128,6 +133,8 @@ int amx_prefetch_override();
 int down_group_override();
 // MOERUN_CPU_STREAM_RUN parsed: 1..64, or -1 when unset or anything else.
 int stream_run_override();
+// MOERUN_CPU_AMX_STREAM=0: false; unset or anything else: true.
+bool amx_stream_enabled();
 
 // Kernels for the given level (kAvx512Bf16 and kAmx: the AVX-512 set plus stream_bf16; kAmx adds the
 // tiles). Throws Error{kUnsupported} below AVX2.

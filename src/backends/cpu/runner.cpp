@@ -198,7 +198,12 @@ CpuRunner::~CpuRunner() {
 
 std::string variant_name(const MoeSpec& spec, const KernelSet& ks, kernels::PackFmt fmt, int64_t m) {
   const double per_expert = static_cast<double>(m) * spec.top_k / std::max(1, spec.num_experts);
-  if (per_expert <= ks.stream_max(fmt)) return ks.uses_bf16_stream(fmt) ? "avx512bf16-stream" : ks.prefix + "-stream";
+  if (per_expert <= ks.stream_max(fmt)) {
+    if (!ks.uses_bf16_stream(fmt)) return ks.prefix + "-stream";
+    // stream_amx_bf16 leaves one-token calls to the VDPBF16PS kernel: name the kernel most calls take.
+    return ks.amx_stream && kernels::amx_stream_native(fmt) && per_expert > 1.0 ? "amx-bf16-stream"
+                                                                               : "avx512bf16-stream";
+  }
   return ks.amx ? "amx-bf16-tiles" : ks.prefix + "-tiled";
 }
 

@@ -10,10 +10,24 @@
 // loads for 4 dot products, and each A tile is loaded once for both blocks. A pass of 1-16 tokens
 // uses A4 and C0, C1 only. Every C tile sees the same sequence of dot products (k ascending) as in
 // tile_amx, so both kernels give bitwise the same accumulators.
+//
+// stream_amx_bf16 (2-16 tokens) has its own configuration, loaded when a thread switches between the
+// two: C0 / C1 and A4 / A7 of m rows, B5 / B6 of 16 k pairs. The same decoders as the AVX512-BF16
+// kernel (bf16_decode.hpp) write 16 k pairs as one bf16 B tile in L1 and one TDPBF16PS multiplies it
+// with the tokens' A tile, so the cost per k pair hardly grows with the tokens: on the H200 host's Xeon
+// (one core, cached) 2.2-2.5 ns per mxfp4 or fp8-block pair for 1, 2 or 4 tokens, against 2.0, 3.0
+// and 5.0 ns (mxfp4) for the VDPBF16PS kernel, which therefore keeps one-token calls. Calls of up to 16
+// tokens take this instead of AMX tiles on converted panels (which decode to f32, round to bf16 and
+// store a whole panel first). Sets alternate by step so that a tile is not reloaded while a product
+// still reads it. A K group of 16 pairs (mxfp4) gets its own C tile, stored and scaled into the
+// accumulators by its group scale; longer groups (fp8 blocks) and ungrouped formats accumulate their
+// steps in C0.
 #include <immintrin.h>
 
 #include <cstring>
 
+#include "backends/cpu/kernels/avx512_decode.hpp"
+#include "backends/cpu/kernels/bf16_decode.hpp"
 #include "backends/cpu/kernels/kernels.hpp"
 
 namespace moerun::cpu::kernels {
@@ -27,19 +41,123 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// The tile configuration is loaded once per thread until amx_release (LDTILECFG costs as much as
-// several tile dot products, and a forward calls tile_amx / tile_amx2 once per N-block or pair).
-thread_local bool t_configured = false;
+// The tile configuration is loaded once per thread until amx_release or until the thread switches
+// between the tile kernels and the decode stream (LDTILECFG costs as much as several tile dot products,
+// and a forward calls a kernel once per N-block or pair). t_config: 0 none, 16 the tile kernels',
+// 100 + m the decode stream's for m tokens.
+thread_local int t_config = 0;
 
 void load_config() {
-  if (t_configured) return;
+  if (t_config == 16) return;
   TileConfig c;
   for (int t = 0; t < 8; ++t) {
     c.colsb[t] = 64;
     c.rows[t] = 16;
   }
   _tile_loadconfig(&c);
-  t_configured = true;
+  t_config = 16;
+}
+
+void load_stream_config(int m) {
+  if (t_config == 100 + m) return;
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {  // C0, C1, A4, A7: m rows; B5, B6: 16 k pairs; 2, 3 unused
+    c.colsb[t] = t == 2 || t == 3 ? 0 : 64;
+    c.rows[t] = static_cast<uint8_t>(t == 5 || t == 6 ? 16 : t == 2 || t == 3 ? 0 : m);
+  }
+  _tile_loadconfig(&c);
+  t_config = 100 + m;
+}
+
+// Decodes k pairs [p, p + 16) of block b into one B tile image (1 KiB, 64-byte rows).
+template <PackFmt F>
+[[gnu::always_inline]] inline void decode_tile(const Dec<F>& dec, const BlockRef& b, int64_t p, uint16_t* out) {
+#pragma GCC unroll 16
+  for (int q = 0; q < 16; ++q) _mm512_store_si512(out + q * 32, dec(b.data, p + q));
+}
+
+// acc[t][16] += c[t][16] * scale for the m token rows of a stored C tile.
+[[gnu::always_inline]] inline void fold_rows(const float* c, __m512 scale, int m, float* acc) {
+  for (int t = 0; t < m; ++t)
+    _mm512_storeu_ps(acc + t * 16, _mm512_fmadd_ps(_mm512_load_ps(c + t * 16), scale, _mm512_loadu_ps(acc + t * 16)));
+}
+
+template <PackFmt F>
+void stream_amx_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
+  load_stream_config(m);
+  const Dec<F> dec;
+  constexpr int G = group_size(F);
+  constexpr int kStepBytes = 16 * 2 * bytes_per_k(F);  // packed bytes of one 16-pair step
+  const int64_t steps = b.kp / 32;                     // kp is a multiple of 32 (kKAlign)
+  const size_t stride = static_cast<size_t>(ldx) * 2;
+  alignas(64) uint16_t bt[2][16 * 32];
+  alignas(64) float ct[2][16 * 16];
+  // Step j: B tile from pairs [16 j, 16 j + 16), A tile = k [32 j, 32 j + 32) of the m tokens.
+  auto load = [&](int64_t j, uint16_t* img) {
+    prefetch_pair<kStepBytes>(b, j);
+    decode_tile<F>(dec, b, j * 16, img);
+  };
+  if constexpr (G == 32) {
+    // One C tile per group (= step), alternating C0 / C1 with the A and B sets.
+    std::memset(acc, 0, static_cast<size_t>(m) * 16 * sizeof(float));
+    int64_t j = 0;
+    for (; j + 2 <= steps; j += 2) {
+      load(j, bt[0]);
+      _tile_loadd(5, bt[0], 64);
+      _tile_loadd(4, xb + j * 32, stride);
+      _tile_zero(0);
+      _tile_dpbf16ps(0, 4, 5);
+      load(j + 1, bt[1]);
+      _tile_loadd(6, bt[1], 64);
+      _tile_loadd(7, xb + (j + 1) * 32, stride);
+      _tile_zero(1);
+      _tile_dpbf16ps(1, 7, 6);
+      _tile_stored(0, ct[0], 64);
+      fold_rows(ct[0], group_scale<F>(b.gscale, j, b.gmul), m, acc);
+      _tile_stored(1, ct[1], 64);
+      fold_rows(ct[1], group_scale<F>(b.gscale, j + 1, b.gmul), m, acc);
+    }
+    if (j < steps) {
+      load(j, bt[0]);
+      _tile_loadd(5, bt[0], 64);
+      _tile_loadd(4, xb + j * 32, stride);
+      _tile_zero(0);
+      _tile_dpbf16ps(0, 4, 5);
+      _tile_stored(0, ct[0], 64);
+      fold_rows(ct[0], group_scale<F>(b.gscale, j, b.gmul), m, acc);
+    }
+  } else {
+    // C0 accumulates the steps of a group (all of K without groups); A / B sets alternate by step.
+    const int64_t gsteps = G ? G / 32 : steps;  // fp8 blocks: 128 k = 4 steps
+    if constexpr (G != 0) std::memset(acc, 0, static_cast<size_t>(m) * 16 * sizeof(float));
+    for (int64_t g0 = 0; g0 < steps; g0 += gsteps) {
+      const int64_t g1 = g0 + gsteps < steps ? g0 + gsteps : steps;
+      _tile_zero(0);
+      int64_t j = g0;
+      for (; j + 2 <= g1; j += 2) {
+        load(j, bt[0]);
+        _tile_loadd(5, bt[0], 64);
+        _tile_loadd(4, xb + j * 32, stride);
+        _tile_dpbf16ps(0, 4, 5);
+        load(j + 1, bt[1]);
+        _tile_loadd(6, bt[1], 64);
+        _tile_loadd(7, xb + (j + 1) * 32, stride);
+        _tile_dpbf16ps(0, 7, 6);
+      }
+      if (j < g1) {
+        load(j, bt[0]);
+        _tile_loadd(5, bt[0], 64);
+        _tile_loadd(4, xb + j * 32, stride);
+        _tile_dpbf16ps(0, 4, 5);
+      }
+      _tile_stored(0, ct[0], 64);
+      if constexpr (G != 0) {
+        fold_rows(ct[0], group_scale<F>(b.gscale, g0 / gsteps, b.gmul), m, acc);
+      } else {
+        std::memcpy(acc, ct[0], static_cast<size_t>(m) * 16 * sizeof(float));
+      }
+    }
+  }
 }
 
 template <int NT>
@@ -164,9 +282,21 @@ void tile_amx2(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const
   }
 }
 
+void stream_amx_bf16(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
+  if (m >= 2 && m <= 16) {  // one token: the VDPBF16PS kernel measured faster (see NOTES)
+    switch (b.fmt) {
+      case PackFmt::kMxfp4: stream_amx_t<PackFmt::kMxfp4>(b, xb, ldx, m, acc); return;
+      case PackFmt::kFp8: stream_amx_t<PackFmt::kFp8>(b, xb, ldx, m, acc); return;
+      case PackFmt::kFp8Block: stream_amx_t<PackFmt::kFp8Block>(b, xb, ldx, m, acc); return;
+      default: break;
+    }
+  }
+  stream_avx512bf16(b, xb, ldx, m, acc);
+}
+
 void amx_release() {
   _tile_release();
-  t_configured = false;
+  t_config = 0;
 }
 
 }  // namespace moerun::cpu::kernels

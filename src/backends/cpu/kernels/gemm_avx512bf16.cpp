@@ -35,99 +35,11 @@
 #include <cstring>
 
 #include "backends/cpu/kernels/avx512_decode.hpp"
+#include "backends/cpu/kernels/bf16_decode.hpp"
 #include "backends/cpu/kernels/kernels.hpp"
 
 namespace moerun::cpu::kernels {
 namespace {
-
-// ---- tables ----------------------------------------------------------------------------------------
-// bf16 bits of n * 2^q for 0 <= n < 256 (exact: at most 8 significant bits), assuming a normal result.
-constexpr uint16_t bf16_bits(int n, int q) {
-  if (n == 0) return 0;
-  int top = 7;
-  while (!((n >> top) & 1)) --top;
-  const int biased = top + q + 127;
-  const int mant = (n << (7 - top)) & 0x7F;
-  return static_cast<uint16_t>((biased << 7) | mant);
-}
-// e4m3 magnitude code c (0..127) / 256: normal (8 + m) * 2^(e - 18), subnormal m * 2^-17.
-constexpr uint16_t e4m3_mag_bf16(int c) {
-  const int e = c >> 3, m = c & 7;
-  return bf16_bits(e ? 8 + m : m, (e ? e : 1) - 18);
-}
-
-struct alignas(64) Tables {
-  uint16_t e2m1[32] = {};                      // bf16 of the e2m1 nibble (i & 15)
-  uint8_t fp8_spread[64] = {};                 // vpermb index: byte j <- code of its word
-  uint16_t fp8_sub[32] = {};                   // e4m3 subnormal magnitude m (index m < 8) / 256 as bf16
-  uint8_t fp4_spread[64] = {};                 // vpermb index: byte j <- byte holding its word's nibble
-};
-
-constexpr Tables make_tables() {
-  Tables t;
-  for (int c = 0; c < 8; ++c) t.fp8_sub[c] = e4m3_mag_bf16(c);
-  constexpr int twice[8] = {0, 1, 2, 3, 4, 6, 8, 12};  // 2 * e2m1 magnitude
-  for (int i = 0; i < 32; ++i)
-    t.e2m1[i] = static_cast<uint16_t>(bf16_bits(twice[i & 7], -1) | ((i & 8) ? 0x8000 : 0));
-  for (int j = 0; j < 64; ++j) {
-    const int word = j / 2, lane = word / 2, odd = word & 1;
-    // fp8 pair: bytes 0-15 = k even of lanes 0-15, bytes 16-31 = k odd.
-    t.fp8_spread[j] = static_cast<uint8_t>(odd * 16 + lane);
-    // e2m1 pair: bytes 0-7 = k even, byte i = lane i (low nibble) | lane i + 8 (high); 8-15 = k odd.
-    t.fp4_spread[j] = static_cast<uint8_t>(odd * 8 + (lane & 7));
-  }
-  return t;
-}
-constexpr Tables kTab = make_tables();
-
-static_assert(e4m3_mag_bf16(0x38) == 0x3B80, "e4m3 1.0 / 256 = 2^-8");
-static_assert(e4m3_mag_bf16(0x01) == 0x3700, "e4m3 2^-9 (smallest subnormal) / 256 = 2^-17");
-static_assert(e4m3_mag_bf16(0x07) == 0x3860, "e4m3 7 * 2^-9 / 256 = 1.75 * 2^-15");
-static_assert(e4m3_mag_bf16(0x7E) == 0x3FE0, "e4m3 448 / 256 = 1.75");
-static_assert(kTab.e2m1[7] == 0x40C0 && kTab.e2m1[9] == 0xBF00 && kTab.e2m1[16 + 5] == 0x4040, "e2m1 6, -0.5, 3");
-
-inline __m512i ld512(const void* p) { return _mm512_load_si512(p); }
-
-// ---- weight decoders: one k pair -> 32 bf16 in VNNI word order --------------------------------------
-template <PackFmt F> struct Dec;
-
-template <> struct Dec<PackFmt::kBF16> {
-  __m512i operator()(const uint8_t* d, int64_t p) const { return _mm512_loadu_si512(d + p * 64); }
-};
-
-template <> struct Dec<PackFmt::kFp8> {
-  // Normal codes by arithmetic: |code| << 4 puts e and m where bf16 keeps them, and OR-ing 0x3800 adds
-  // the exponent bias difference (127 - 7 - 8: the / 256 convention) without a carry (|code| << 4 <
-  // 0x800). Zero and subnormal codes (exponent field 0) come from a table by one masked vpermw. Three
-  // shuffle-port ops per 32 weights (vpermb, vptestnmw, vpermw) instead of the two-table vpermi2b
-  // lookups (each several shuffle uops on Intel cores).
-  static constexpr __mmask64 kEvenBytes = 0x5555555555555555ull;
-  const __m512i spread = ld512(kTab.fp8_spread);
-  const __m512i sub = ld512(kTab.fp8_sub);
-  const __m512i em = _mm512_set1_epi16(0x07F0), bias = _mm512_set1_epi16(0x3800);
-  const __m512i expo = _mm512_set1_epi16(0x0078), sign = _mm512_set1_epi16(static_cast<short>(0x8000));
-  __m512i operator()(const uint8_t* d, int64_t p) const {
-    // Upper 256 bits undefined: the spread indices are all below 32.
-    const __m512i src = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + p * 32)));
-    const __m512i w = _mm512_maskz_permutexvar_epi8(kEvenBytes, spread, src);      // word = code (0..255)
-    __m512i r = _mm512_ternarylogic_epi32(_mm512_slli_epi16(w, 4), em, bias, 0xEA);  // (w << 4 & em) | bias
-    r = _mm512_mask_permutexvar_epi16(r, _mm512_testn_epi16_mask(w, expo), w, sub);   // e == 0: table[m]
-    return _mm512_ternarylogic_epi32(r, _mm512_slli_epi16(w, 8), sign, 0xF8);          // r | (w << 8 & sign)
-  }
-};
-template <> struct Dec<PackFmt::kFp8Block> : Dec<PackFmt::kFp8> {};
-
-template <> struct Dec<PackFmt::kMxfp4> {
-  const __m512i lut = ld512(kTab.e2m1);
-  const __m512i spread = ld512(kTab.fp4_spread);
-  __m512i operator()(const uint8_t* d, int64_t p) const {
-    const __m512i src = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + p * 16)));
-    __m512i s = _mm512_permutexvar_epi8(spread, src);
-    s = _mm512_mask_srli_epi16(s, static_cast<__mmask32>(0xFFFF0000u), s, 4);  // words 16-31 = lanes 8-15
-    return _mm512_permutexvar_epi16(s, lut);
-  }
-};
-template <> struct Dec<PackFmt::kNvfp4> : Dec<PackFmt::kMxfp4> {};
 
 // ---- the bf16 dot-product kernel ---------------------------------------------------------------------
 inline int32_t pair_of(const uint16_t* x, int64_t p) {
