@@ -141,11 +141,7 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (float& v : x) v = nd(g);
   std::vector<uint16_t> xb(x.size());  // the same activations in bf16, for the AVX512-BF16 kernel
-  for (size_t i = 0; i < x.size(); ++i) {
-    uint32_t u;
-    std::memcpy(&u, &x[i], 4);
-    xb[i] = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-  }
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
   // One streaming call the way the runner makes it (run_block): the bf16 kernel where it takes the format.
   auto stream = [&](const KernelSet& k, const kernels::BlockRef& b, int m, float* acc) {
     if (k.stream_bf16 != nullptr && k.uses_bf16_stream(b.fmt)) k.stream_bf16(b, xb.data(), K, m, acc);
