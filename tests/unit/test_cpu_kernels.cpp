@@ -447,7 +447,7 @@ TEST(CpuKernels, AmxTwoBlockTilesMatchOneBlockTilesAndScalarLoop) {
 // kernel's f32 fallback) in f32: they differ only in summation order and in where group scales apply.
 // Both are also checked against the dense double loop.
 void stream_bf16_matches_f32_stream(const KernelSet& ks);
-void stream_bf16_decodes_every_code(const KernelSet& ks);
+void stream_bf16_decodes_every_code(const KernelSet& ks, int m);
 
 // At the AMX level stream_bf16 is the AMX decode stream (mxfp4 and fp8 on tiles): the same checks.
 TEST(CpuKernels, Avx512Bf16StreamMatchesF32StreamOnBf16Activations) {
@@ -508,18 +508,19 @@ void stream_bf16_matches_f32_stream(const KernelSet& ks) {
 
 // Every e4m3 code (NaN aside) and every e2m1 nibble through the bf16 kernel: a one-hot x selects the
 // weight of one k, so acc is exactly the decoded weight (times its group scale), compared bit for bit
-// with the f32 kernel.
+// with the f32 kernel. At the AMX level with two identical tokens, which the AMX decode stream takes
+// (one token stays on VDPBF16PS).
 TEST(CpuKernels, Avx512Bf16StreamDecodesEveryCodeExactly) {
   if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 + AVX512-VBMI here";
-  for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {  // kAmx: the AMX decode stream
+  for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
     if (isa > detected_isa()) break;
     SCOPED_TRACE(std::string(to_string(isa)));
-    stream_bf16_decodes_every_code(kernels_for(isa));
+    stream_bf16_decodes_every_code(kernels_for(isa), isa == CpuIsa::kAmx ? 2 : 1);
     if (isa == CpuIsa::kAmx) kernels::amx_release();
   }
 }
 
-void stream_bf16_decodes_every_code(const KernelSet& ks) {
+void stream_bf16_decodes_every_code(const KernelSet& ks, int m) {
   for (WeightFormat f : {WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block, WeightFormat::kMxfp4, WeightFormat::kNvfp4,
                          WeightFormat::kBF16}) {
     Stack s = make_stack(f, 1, 16, 256, 99u + static_cast<uint32_t>(f));
@@ -532,19 +533,20 @@ void stream_bf16_decodes_every_code(const KernelSet& ks) {
       }
     auto p = pack_stack(s.m, LaneMap::kPlain);
     const int64_t ldx = p->kp;
-    std::vector<uint16_t> xb(static_cast<size_t>(ldx), 0);
+    std::vector<uint16_t> xb(static_cast<size_t>(m * ldx), 0);  // m identical rows
     std::vector<float> x(static_cast<size_t>(ldx), 0.0f);
-    std::vector<float> want(16), got(16);
+    std::vector<float> want(16), got(static_cast<size_t>(m) * 16);
     for (int64_t k = 0; k < p->cols; ++k) {
       std::fill(xb.begin(), xb.end(), uint16_t{0});
       std::fill(x.begin(), x.end(), 0.0f);
-      xb[static_cast<size_t>(k)] = 0x3F80;  // 1.0
+      for (int i = 0; i < m; ++i) xb[static_cast<size_t>(i * ldx + k)] = 0x3F80;  // 1.0
       x[static_cast<size_t>(k)] = 1.0f;
       ks.stream(p->block(0, 0), x.data(), ldx, 1, want.data());
-      ks.stream_bf16(p->block(0, 0), xb.data(), ldx, 1, got.data());
-      for (int l = 0; l < 16; ++l)
-        ASSERT_EQ(got[static_cast<size_t>(l)], want[static_cast<size_t>(l)])
-            << to_string(f) << " k " << k << " lane " << l;
+      ks.stream_bf16(p->block(0, 0), xb.data(), ldx, m, got.data());
+      for (int i = 0; i < m; ++i)
+        for (int l = 0; l < 16; ++l)
+          ASSERT_EQ(got[static_cast<size_t>(i * 16 + l)], want[static_cast<size_t>(l)])
+              << to_string(f) << " k " << k << " token " << i << " lane " << l;
     }
   }
 }
