@@ -28,7 +28,7 @@
 // activated experts (and their weights) change between calls and come from memory, not cache; bytes
 // are the distinct activated experts' weight bytes (as stored) averaged over those logit sets;
 // floor = max(bytes / bandwidth, flops / peak); roofline % = floor / time. The peak is the one of the
-// instructions the row's variant runs: the AMX bf16 tile peak for "amx-bf16-tiles" (and for oneDNN where
+// instructions the row's variant runs: the AMX bf16 tile peak for "amx-bf16-*" (and for oneDNN where
 // the CPU has AMX), the AVX2 FMA peak for "avx2-*" variants, the AVX-512 FMA peak (AVX2 where the CPU has
 // no AVX-512) otherwise. Each row records the peak it used ("peak", "peak_gflops"). The JSON is rewritten
 // after every model, so a run cut short still leaves the rows it finished.
@@ -213,7 +213,7 @@ std::pair<std::string, double> peak_for(const Limits& l, const std::string& back
                                                      : std::pair<std::string, double>{"avx2-fma", l.fma_avx2};
   const auto starts = [&](const char* p) { return variant.rfind(p, 0) == 0; };
   if (backend.rfind("onednn", 0) == 0) return l.amx.gflops > 0 ? std::pair<std::string, double>{"amx-bf16", l.amx.gflops} : vec;
-  if (starts("amx") && variant.find("tiles") != std::string::npos && l.amx.gflops > 0) return {"amx-bf16", l.amx.gflops};
+  if (starts("amx") && l.amx.gflops > 0) return {"amx-bf16", l.amx.gflops};  // tiles and the AMX decode stream
   if (starts("avx2")) return {"avx2-fma", l.fma_avx2};
   return vec;
 }
@@ -703,7 +703,7 @@ int main(int argc, char** argv) {
               {"limits", limits},
               {"method", "median of repeated forwards, router logits rotated over 8 random sets; bytes = distinct "
                          "activated experts' stored weight bytes; floor = max(bytes/bw, flops/peak), peak per row: "
-                         "amx-bf16 (tdpbf16ps) for AMX tile variants and oneDNN on AMX CPUs, avx2-fma for avx2-* "
+                         "amx-bf16 (tdpbf16ps) for AMX variants (tiles, decode stream) and oneDNN on AMX CPUs, avx2-fma for avx2-* "
                          "variants, else avx512-fma (avx2-fma without AVX-512)"},
               {"elapsed_s", now_s() - t_start},
               {"rows", b.rows}};

@@ -350,7 +350,8 @@ TEST(CpuBackend, ZeroTokensAndVariantNames) {
 }
 
 // Which streaming kernel a layer's decode calls name (and take): no kernel runs, so every level is checked
-// on any machine. At the AMX level mxfp4 and fp8 calls of 2-16 tokens per expert decode onto AMX tiles.
+// on any machine. At the AMX level mxfp4, fp8 and bf16 calls of 2-16 tokens per expert decode onto AMX
+// tiles.
 TEST(CpuBackend, Bf16LayersNameTheBf16StreamingKernel) {
   MoeSpec s = base_spec();  // 8 experts, top 2: m tokens = m / 4 per expert
   for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kFp8PerChannel,
@@ -633,7 +634,7 @@ void expect_count_knob(const char* env, int (*override_fn)(), int cpu::KernelSet
 }
 
 // MOERUN_CPU_AMX_STREAM=0 keeps the AVX512-BF16 streaming kernel at the AMX level; otherwise decode
-// of mxfp4 and fp8 weights runs on AMX tiles (stream_amx_bf16).
+// of mxfp4, fp8 and bf16 weights runs on AMX tiles (stream_amx_bf16).
 TEST(CpuBackend, AmxStreamKnob) {
   struct EnvGuard {
     ~EnvGuard() { unsetenv("MOERUN_CPU_AMX_STREAM"); }
@@ -646,6 +647,46 @@ TEST(CpuBackend, AmxStreamKnob) {
     EXPECT_EQ(ks.amx_stream, on) << "'" << v << "'";
     EXPECT_EQ(ks.stream_bf16, on ? cpu::kernels::stream_amx_bf16 : cpu::kernels::stream_avx512bf16) << "'" << v << "'";
     EXPECT_FALSE(cpu::kernels_for(CpuIsa::kAvx512Bf16).amx_stream);
+  }
+}
+
+// MOERUN_CPU_ROW_PAD: kRowPad unless set to a multiple of kKAlign in [0, 256].
+TEST(CpuBackend, RowPadKnob) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_ROW_PAD"); }
+  } guard;
+  unsetenv("MOERUN_CPU_ROW_PAD");
+  EXPECT_EQ(cpu::row_pad_override(), -1);
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAmx}) EXPECT_EQ(cpu::kernels_for(isa).row_pad, cpu::kRowPad);
+  for (const char* n : {"0", "32", "256"}) {
+    setenv("MOERUN_CPU_ROW_PAD", n, 1);
+    EXPECT_EQ(cpu::row_pad_override(), std::atoi(n)) << n;
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).row_pad, std::atoi(n)) << n;
+  }
+  for (const char* bad : {"", "1", "16", "288", "-32", "x"}) {
+    setenv("MOERUN_CPU_ROW_PAD", bad, 1);
+    EXPECT_EQ(cpu::row_pad_override(), -1) << "'" << bad << "'";
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).row_pad, cpu::kRowPad) << "'" << bad << "'";
+  }
+}
+
+// Row padding moves activation and intermediate rows, not what is computed: bitwise the same output
+// for every pad, at every level, streaming (1-2 tokens per expert) and tiled (15-40) calls alike.
+TEST(CpuBackend, RowPaddingAgreesBitwise) {
+  const Top2 r = top2_from_counts({0, 1, 15, 16, 17, 33, 40, 2}, 0.3f, 0.4f, 0.001f);
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kMxfp4}) {
+    MoeSpec s = base_spec();
+    s.hidden = 256;  // rows of 256 (+ pad) elements: the aliasing stride pattern, small
+    s.intermediate = 64;
+    s.act_dtype = DType::kBF16;
+    s.weight_format = f;
+    s.validate();
+    const MoeWeights w = random_weights(s, 37);
+    const std::vector<float> want = run_given_topk(*ref, s, w, r.ids, r.tw, 0);
+    expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_ROW_PAD", {"", "0", "32", "256"},
+                          std::string(to_string(f)));
   }
 }
 

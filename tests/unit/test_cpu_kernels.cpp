@@ -442,14 +442,15 @@ TEST(CpuKernels, AmxTwoBlockTilesMatchOneBlockTilesAndScalarLoop) {
 
 // The AVX512-BF16 streaming kernel against the f32 streaming kernel (stream_avx512) on the same
 // bf16-valued x, every packed format (e4m3 codes include the subnormals; make_stack draws no NaN), token
-// counts that use every register group (1, 2, 3, 5, 8 and 8 + 5), and an odd K (fp4: a multiple of its
+// counts that use every register group (1, 2, 3, 5, 8 and 8 + 5) and, at the AMX level, the decode
+// stream's one-group calls and its passes of 2-4 groups (16-100 tokens), and an odd K (fp4: a multiple of its
 // scale group). Both accumulate products exactly representable in f32 (bf16 x bf16, or bf16 x f32 on the
 // kernel's f32 fallback) in f32: they differ only in summation order and in where group scales apply.
 // Both are also checked against the dense double loop.
 void stream_bf16_matches_f32_stream(const KernelSet& ks);
 void stream_bf16_decodes_every_code(const KernelSet& ks, int m);
 
-// At the AMX level stream_bf16 is the AMX decode stream (mxfp4 and fp8 on tiles): the same checks.
+// At the AMX level stream_bf16 is the AMX decode stream (mxfp4, fp8 and bf16 on tiles): the same checks.
 TEST(CpuKernels, Avx512Bf16StreamMatchesF32StreamOnBf16Activations) {
   if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 + AVX512-VBMI here";
   for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
@@ -470,7 +471,8 @@ void stream_bf16_matches_f32_stream(const KernelSet& ks) {
     ASSERT_EQ(p->kp, 352);
     std::mt19937 g(11);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (int m : {1, 2, 3, 5, 8, 13}) {
+    // 16-100: the AMX decode stream's passes of 2-4 row groups (64 tokens each, then the rest)
+    for (int m : {1, 2, 3, 5, 8, 13, 16, 17, 31, 33, 48, 64, 65, 100}) {
       const int64_t ldx = p->kp + 32;
       std::vector<float> x(static_cast<size_t>(m * ldx), 0.0f);
       for (int i = 0; i < m; ++i)
@@ -543,6 +545,13 @@ void stream_bf16_decodes_every_code(const KernelSet& ks, int m) {
       x[static_cast<size_t>(k)] = 1.0f;
       ks.stream(p->block(0, 0), x.data(), ldx, 1, want.data());
       ks.stream_bf16(p->block(0, 0), xb.data(), ldx, m, got.data());
+      // The AMX decode stream scales nvfp4 weights as dequantize_row does, (e2m1 x block) x global with
+      // one rounding; the f32 kernel multiplies by (block x global). Its reference is the dense value.
+      if (f == WeightFormat::kNvfp4 && m > 1 && ks.amx_stream)
+        for (int l = 0; l < 16; ++l) {
+          const int32_t r = p->lane_row[static_cast<size_t>(l)];
+          want[static_cast<size_t>(l)] = r >= 0 ? s.dense[static_cast<size_t>(r * p->cols + k)] : 0.0f;
+        }
       for (int i = 0; i < m; ++i)
         for (int l = 0; l < 16; ++l)
           ASSERT_EQ(got[static_cast<size_t>(i * 16 + l)], want[static_cast<size_t>(l)])

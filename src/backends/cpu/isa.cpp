@@ -111,6 +111,11 @@ int amx_nblocks_override() {
   return n >= 1 ? n : -1;
 }
 
+int row_pad_override() {
+  const int n = env_count("MOERUN_CPU_ROW_PAD", 256);
+  return n % kernels::kKAlign == 0 ? n : -1;  // rows keep the alignment of the padded K
+}
+
 int down_group_override() {
   const int n = env_count("MOERUN_CPU_DOWN_GROUP", 64);
   return n >= 1 ? n : -1;
@@ -195,7 +200,7 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
     throw_error(ErrorKind::kInvalidArgument, "cpu backend: unknown kernel variant '" + variant + "' (knows v1, v2)");
   KernelSet k = kernels_default(isa, variant);
   if (const int n = stream_max_tokens_override(); n >= 0)
-    k.stream_max_m = k.stream_max_m_cheap = k.stream_max_m_bf16 = k.stream_max_m_amx = n;
+    k.stream_max_m = k.stream_max_m_cheap = k.stream_max_m_bf16 = k.stream_max_m_amx = k.stream_max_m_amx_bf16 = n;
   k.prefetch = kPrefetchBytes;
   if (const int n = prefetch_override(); n >= 0) k.prefetch = n;
   k.amx_prefetch = k.prefetch;
@@ -204,6 +209,8 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   if (const int n = amx_nblocks_override(); n > 0) k.amx_nblocks = n;
   if (const int n = down_group_override(); n > 0) k.down_group = n;
   if (const int n = stream_run_override(); n > 0) k.stream_run = n;
+  k.row_pad = kRowPad;
+  if (const int n = row_pad_override(); n >= 0) k.row_pad = n;
   return k;
 }
 

@@ -59,6 +59,14 @@ inline constexpr int kAvx512StreamMaxTokensCheapDecode = 4;
 inline constexpr int kAvx512Bf16StreamMaxTokens = 8;
 inline constexpr int kAmxStreamMaxTokens = 4;
 inline constexpr int kAmxStreamMaxTokensCheapDecode = 4;
+// The AMX decode stream (stream_amx_bf16) against AMX tiles on converted panels, H200 host's Xeon, 2
+// threads, one process (bench/results/2026-11-30_amx-stream-any-m_h200-host-xeon/): mxfp4 and fp8 weights
+// stream faster at 16-32 tokens per expert (qwen3 fp8-block M = 256: 43.4 vs 71.0 ms, gpt-oss-20b mxfp4
+// M = 256: 76.0 vs 133.9 ms) and about as fast at 128 (278.8 vs 264.4 ms); bf16 weights need no
+// conversion, and tiles (two blocks per call) win from 24 tokens on (deepseek-v2-lite M = 256: 80.8 vs
+// 76.2 ms).
+inline constexpr int kAmxStreamMaxTokensDecoded = 64;
+inline constexpr int kAmxStreamMaxTokensBf16 = 16;
 inline constexpr int kStreamMaxTokensLimit = 65536;  // largest value MOERUN_CPU_STREAM_MAX_TOKENS accepts
 
 // MOERUN_CPU_STREAM_MAX_TOKENS parsed: n, or -1 when unset or invalid (then the defaults hold).
@@ -84,9 +92,14 @@ struct KernelSet {
   bool uses_bf16_stream(kernels::PackFmt f) const noexcept {
     return stream_bf16 != nullptr && kernels::bf16_stream_native(f);
   }
-  int stream_max_m_amx = 16;  // the same where stream_bf16 decodes onto AMX tiles (amx_stream)
+  // The same where stream_bf16 decodes onto AMX tiles (amx_stream): decoded formats, and bf16 weights.
+  int stream_max_m_amx = kAmxStreamMaxTokensDecoded;
+  int stream_max_m_amx_bf16 = kAmxStreamMaxTokensBf16;
   int stream_max(kernels::PackFmt f) const noexcept {
-    if (uses_bf16_stream(f)) return amx_stream && kernels::amx_stream_native(f) ? stream_max_m_amx : stream_max_m_bf16;
+    if (uses_bf16_stream(f)) {
+      if (!amx_stream || !kernels::amx_stream_native(f)) return stream_max_m_bf16;
+      return f == kernels::PackFmt::kBF16 ? stream_max_m_amx_bf16 : stream_max_m_amx;
+    }
     return (f == kernels::PackFmt::kBF16 || f == kernels::PackFmt::kF32) ? stream_max_m_cheap : stream_max_m;
   }
   std::string variant = "v2";
@@ -108,10 +121,14 @@ struct KernelSet {
   // gemm1 and in gemm2 when no down GEMM is tiled (0 = the runner decides: runner.cpp, stream runs), or
   // MOERUN_CPU_STREAM_RUN=<n> (measurement): n blocks, 1 = one block per item.
   int stream_run = 0;
-  // kAmx: stream_bf16 is kernels::stream_amx_bf16 (mxfp4 and fp8 calls of 2-16 tokens decoded onto AMX
-  // tiles, which therefore stream up to stream_max_m_amx tokens), unless MOERUN_CPU_AMX_STREAM=0
-  // (measurement) keeps stream_avx512bf16 and the AMX tiles from 5 tokens.
+  // kAmx: stream_bf16 is kernels::stream_amx_bf16 (mxfp4, fp8 and bf16 calls of 2 or more tokens
+  // decoded onto AMX tiles, which therefore stream up to stream_max_m_amx / stream_max_m_amx_bf16
+  // tokens), unless MOERUN_CPU_AMX_STREAM=0 (measurement) keeps stream_avx512bf16 and the AMX tiles
+  // from 5 (bf16: 9) tokens.
   bool amx_stream = false;
+  // Elements added to the row stride of the runner's activation and intermediate buffers: kRowPad, or
+  // MOERUN_CPU_ROW_PAD=<n> (measurement; 0 = the unpadded stride).
+  int row_pad = 0;
 };
 
 // 4 KiB ahead: on Zen 1 (1 thread, qwen3 bf16) M=1 8.1 -> 6.6 ms and M=16 94 -> 76 ms against no
@@ -126,6 +143,14 @@ int prefetch_override();
 inline constexpr int kAmxNBlocks = 2;
 // MOERUN_CPU_AMX_NBLOCKS parsed: 1 or 2, or -1 when unset or anything else.
 int amx_nblocks_override();
+
+// Row padding (runner.cpp NOTES): a K of 2048 bf16 puts the 16 rows of an A tile 4 KiB apart, all in
+// one L1 set (64 sets of 64 bytes, 12 ways), so every tile load misses. 32 more elements per row move
+// each row to the next set (bf16: 64 bytes; f32: 128).
+inline constexpr int kRowPad = 32;
+// MOERUN_CPU_ROW_PAD parsed: elements in [0, 256], a multiple of kernels::kKAlign, or -1 when unset or
+// anything else.
+int row_pad_override();
 
 // MOERUN_CPU_AMX_PREFETCH parsed: bytes in [0, 65536], or -1 when unset or invalid.
 int amx_prefetch_override();

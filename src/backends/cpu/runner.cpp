@@ -34,6 +34,10 @@
 // least twice the threads (so pairs still give every thread an item), and not with
 // MOERUN_CPU_AMX_NBLOCKS=1. The epilogues run per block on the accumulators one block gets alone, and
 // tile_amx2 gives bitwise tile_amx's accumulators, so results do not depend on the pairing either.
+// Row padding: X / Xb and Hb / Hbb rows are KernelSet::row_pad (kRowPad = 32) elements longer than
+// their padded K. With K = 2048 (qwen3-30b-a3b, deepseek-v2-lite) bf16 rows lie 4 KiB apart, so the 16
+// rows an AMX tile load (or a register group of the streaming kernels) reads share one L1 set of 12
+// ways; one more cache line per row spreads them over 16 sets. Only addresses change, not results.
 #include "backends/cpu/runner.hpp"
 
 #include <omp.h>
@@ -393,8 +397,11 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const int64_t nitems2 = (w2_->nblocks + blocks_per_item2 - 1) / blocks_per_item2;
 
   // ---- workspaces (grow only) ----
-  float* X = x_.get(static_cast<size_t>((rows + 16) * hp_));
-  float* Hb = hbuf_.get(static_cast<size_t>((rows + 16) * ipmax));
+  // Row strides of X / Xb and Hb / Hbb: padded so that the rows of one A tile (or register group) fall
+  // into different L1 sets (NOTES: row padding).
+  const int64_t ldx = hp_ + ks_.row_pad, ldh = ipmax + ks_.row_pad;
+  float* X = x_.get(static_cast<size_t>((rows + 16) * ldx));
+  float* Hb = hbuf_.get(static_cast<size_t>((rows + 16) * ldh));
   int64_t max_m = 1;
   for (const Job& j : jobs_) max_m = std::max(max_m, j.m);
   const int64_t acc_stride = max_m * 16;  // acc: [2][max_m][16] (one per block of a pair); out: [2][M][16]
@@ -407,8 +414,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
   }
   // bf16 copies of X and H for AMX tiles and the bf16 streaming kernel (bf16 layers only: kernels_for_spec).
   const bool want_bf16 = ks_.amx || ks_.stream_bf16 != nullptr;
-  uint16_t* Xb = want_bf16 ? xb_.get(static_cast<size_t>((rows + 16) * hp_)) : nullptr;
-  uint16_t* Hbb = want_bf16 ? hb_.get(static_cast<size_t>((rows + 16) * ipmax)) : nullptr;
+  uint16_t* Xb = want_bf16 ? xb_.get(static_cast<size_t>((rows + 16) * ldx)) : nullptr;
+  uint16_t* Hbb = want_bf16 ? hb_.get(static_cast<size_t>((rows + 16) * ldh)) : nullptr;
   float* gate = nullptr;
   if (has_shared && !shared_gate_.empty()) gate = gate_.get(static_cast<size_t>(M));
 
@@ -451,7 +458,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
     // ---- gather ----
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
-      float* d = X + row * hp_;
+      float* d = X + row * ldx;
       if (row < R) {
         const float* src = hid + static_cast<int64_t>(disp_.token[static_cast<size_t>(row)]) * hp_;
         const float wgt = on_input ? disp_.weight[static_cast<size_t>(row)] : 1.0f;
@@ -467,7 +474,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
         }
       }
       if (act_fp8) fake_quantize_act_fp8_per_token_group(d, 1, H);
-      if (Xb) kernels::f32_to_bf16_row(d, hp_, Xb + row * hp_);
+      if (Xb) kernels::f32_to_bf16_row(d, hp_, Xb + row * ldx);
     }
 
     // ---- gate_up LoRA deltas ----
@@ -479,7 +486,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const int e = row_expert[row];
         const float* A = lw->gate_up_a.as<const float>() + ((static_cast<int64_t>(a) * el_ + e) * lr) * H;
         const float* B = lw->gate_up_b.as<const float>() + ((static_cast<int64_t>(a) * el_ + e) * R13) * lr;
-        const float* x = X + row * hp_;
+        const float* x = X + row * ldx;
         float* t = lt + row * lr;
         for (int q = 0; q < lr; ++q) {
           float acc = 0.0f;
@@ -508,7 +515,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const int per_call = takes_amx(w.fmt, job.m) ? item.nb : 1;
       for (int q0 = 0; q0 < item.nb; q0 += per_call) {
         const double t0 = clock();
-        run_blocks(w, e, item.b + q0, per_call, X + job.row0 * hp_, Xb ? Xb + job.row0 * hp_ : nullptr, hp_, job.m, s,
+        run_blocks(w, e, item.b + q0, per_call, X + job.row0 * ldx, Xb ? Xb + job.row0 * ldx : nullptr, ldx, job.m, s,
                    s.acc.v.data(), acc_stride);
         const double t1 = clock();
         for (int q = 0; q < per_call; ++q) {  // the epilogue per block, on that block's accumulators
@@ -540,7 +547,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
                   v[l] = a;
                 }
             }
-          ks_.act_rows(ka, acc, job.m, nc, alpha, limit, Hb + job.row0 * ipmax + c0, ipmax);
+          ks_.act_rows(ka, acc, job.m, nc, alpha, limit, Hb + job.row0 * ldh + c0, ldh);
         }
         if (pf) {
           pf->add(tid, Phase::kGemm1, t1 - t0);
@@ -555,10 +562,10 @@ void CpuRunner::forward(const ForwardArgs& args) {
     for (int64_t row = 0; row < rows; ++row) {
       const bool shared_row = row >= R;
       const int64_t I = shared_row ? is_ : il_, ip = shared_row ? isp_ : ilp_;
-      float* hrow = Hb + row * ipmax;
+      float* hrow = Hb + row * ldh;
       for (int64_t c = I; c < ip; ++c) hrow[c] = 0.0f;
       if (act_fp8) fake_quantize_act_fp8_per_token_group(hrow, 1, I);
-      if (Hbb) kernels::f32_to_bf16_row(hrow, ip, Hbb + row * ipmax);
+      if (Hbb) kernels::f32_to_bf16_row(hrow, ip, Hbb + row * ldh);
       if (lw && !shared_row) {
         const int a = row_adapter(row);
         if (a < 0) continue;
@@ -596,7 +603,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const PackedStack& w = job.shared ? *sw2_ : w2;
         const int64_t e = job.shared ? 0 : job.expert;
         const double t0 = clock();
-        run_blocks(w, e, b0, nbi, Hb + job.row0 * ipmax, Hbb ? Hbb + job.row0 * ipmax : nullptr, ipmax, job.m, s,
+        run_blocks(w, e, b0, nbi, Hb + job.row0 * ldh, Hbb ? Hbb + job.row0 * ldh : nullptr, ldh, job.m, s,
                    s.acc.v.data(), acc_stride);
         const double t1 = clock();
         for (int q = 0; q < nbi; ++q) {  // block b0 + q: its accumulators into its [M][16] output buffer

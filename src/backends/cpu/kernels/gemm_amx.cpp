@@ -11,17 +11,27 @@
 // uses A4 and C0, C1 only. Every C tile sees the same sequence of dot products (k ascending) as in
 // tile_amx, so both kernels give bitwise the same accumulators.
 //
-// stream_amx_bf16 (2-16 tokens) has its own configuration, loaded when a thread switches between the
-// two: C0 / C1 and A4 / A7 of m rows, B5 / B6 of 16 k pairs. The same decoders as the AVX512-BF16
-// kernel (bf16_decode.hpp) write 16 k pairs as one bf16 B tile in L1 and one TDPBF16PS multiplies it
-// with the tokens' A tile, so the cost per k pair hardly grows with the tokens: on the H200 host's Xeon
-// (one core, cached) 2.2-2.5 ns per mxfp4 or fp8-block pair for 1, 2 or 4 tokens, against 2.0, 3.0
-// and 5.0 ns (mxfp4) for the VDPBF16PS kernel, which therefore keeps one-token calls. Calls of up to 16
-// tokens take this instead of AMX tiles on converted panels (which decode to f32, round to bf16 and
-// store a whole panel first). Sets alternate by step so that a tile is not reloaded while a product
-// still reads it. A K group of 16 pairs (mxfp4) gets its own C tile, stored and scaled into the
-// accumulators by its group scale; longer groups (fp8 blocks) and ungrouped formats accumulate their
-// steps in C0.
+// stream_amx_bf16 (the AMX decode stream, 2 or more tokens) has its own configurations, loaded when a
+// thread switches between them and the tile kernels. Decoders write 16 k pairs as one bf16 B tile in L1
+// (bf16_decode.hpp, the AVX512-BF16 kernel's; bf16 weights are copied) and TDPBF16PS multiplies it with
+// the tokens' A tiles, so a weight is decoded once per call of up to 64 tokens and never goes through
+// f32. On the H200 host's Xeon (one core, cached) that is 2.2-2.5 ns per mxfp4 or fp8-block pair for 1,
+// 2 or 4 tokens, against 2.0, 3.0 and 5.0 ns (mxfp4) for the VDPBF16PS kernel, which therefore keeps
+// one-token calls; against AMX tiles on converted panels (decoded to f32, rounded to bf16, a whole
+// panel stored first) decoded formats stream faster up to 64 tokens per expert (isa.hpp).
+// - 2-16 tokens (stream_amx_t): C0 / C1 and A4 / A7 of m rows, B5 / B6 of 16 k pairs. Sets alternate by
+//   step so that a tile is not reloaded while a product still reads it.
+// - 17-64 tokens per pass (stream_wide_t): 2-4 row groups of 16 (the last of r rows): C0..C3 one group
+//   each, A4 the full groups' rows, A7 the last group's, B5 / B6 alternating by step; longer calls take
+//   passes of 64 tokens, each decoding the block again (from L2).
+// - K groups: a group of 16 pairs (mxfp4) gets fresh C tiles each step, stored and scaled into the
+//   accumulators by its group scale; longer groups (fp8 blocks) and ungrouped formats accumulate their
+//   steps in the C tiles.
+// - nvfp4's 8-pair groups would need half tiles, so its decoder applies the e4m3 group scale instead:
+//   each e2m1 value (2 significant bits) times its lane's scale (4 significant bits, / 256) is exact in
+//   bf16 (8 bits; exponents within the normal range), so f32 multiplies whose low halves are zero give
+//   the bf16 words directly; the global scale multiplies the result. That is dequantize_row's order,
+//   (e2m1 x block) x global with one rounding.
 #include <immintrin.h>
 
 #include <cstring>
@@ -69,11 +79,65 @@ void load_stream_config(int m) {
   t_config = 100 + m;
 }
 
+// The wide decode stream's, for a pass of mp = 17-64 tokens in ng = 2-4 row groups (the last of r rows):
+// C0 .. C(ng-1) one group each (the last r rows), A4 a full group, A7 the last, B5 / B6 16 k pairs.
+void load_wide_config(int mp) {
+  if (t_config == 100 + mp) return;
+  const int ng = (mp + 15) / 16, r = mp - 16 * (ng - 1);
+  TileConfig c;
+  for (int t = 0; t < 4; ++t) {
+    c.colsb[t] = t < ng ? 64 : 0;
+    c.rows[t] = static_cast<uint8_t>(t < ng - 1 ? 16 : t == ng - 1 ? r : 0);
+  }
+  for (int t = 4; t < 8; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = static_cast<uint8_t>(t == 7 ? r : 16);
+  }
+  _tile_loadconfig(&c);
+  t_config = 100 + mp;
+}
+
 // Decodes k pairs [p, p + 16) of block b into one B tile image (1 KiB, 64-byte rows).
+// nvfp4 (NOTES): the e2m1 words times their lane's e4m3 group scale (two groups of 8 pairs per tile).
 template <PackFmt F>
 [[gnu::always_inline]] inline void decode_tile(const Dec<F>& dec, const BlockRef& b, int64_t p, uint16_t* out) {
+  if constexpr (F == PackFmt::kNvfp4) {
+    const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512 s = e4m3x16(ld128(b.gscale + (p / 8 + h) * 16));  // lane l's scale for dword l
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) {
+        const __m512i w = dec(b.data, p + 8 * h + q);
+        const __m512 ev = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), s);  // k even
+        const __m512 od = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(w, hi)), s);   // k odd
+        // exact products: their low 16 bits are zero, so the high halves are the bf16 values
+        _mm512_store_si512(out + (8 * h + q) * 32,
+                           _mm512_or_si512(_mm512_castps_si512(od), _mm512_srli_epi32(_mm512_castps_si512(ev), 16)));
+      }
+    }
+  } else {
 #pragma GCC unroll 16
-  for (int q = 0; q < 16; ++q) _mm512_store_si512(out + q * 32, dec(b.data, p + q));
+    for (int q = 0; q < 16; ++q) _mm512_store_si512(out + q * 32, dec(b.data, p + q));
+  }
+}
+
+// The K groups the stream folds after its C tiles: nvfp4's scales are inside the decoded tiles.
+template <PackFmt F>
+constexpr int stream_group() {
+  return F == PackFmt::kNvfp4 ? 0 : group_size(F);
+}
+
+// acc = the m rows of a stored C tile (nvfp4: times the global scale, which decode_tile leaves out).
+template <PackFmt F>
+[[gnu::always_inline]] inline void finish_rows(const float* c, int m, const BlockRef& b, float* acc) {
+  if constexpr (F == PackFmt::kNvfp4) {
+    const __m512 g = _mm512_set1_ps(b.gmul);
+    for (int t = 0; t < m; ++t) _mm512_storeu_ps(acc + t * 16, _mm512_mul_ps(_mm512_load_ps(c + t * 16), g));
+  } else {
+    (void)b;
+    std::memcpy(acc, c, static_cast<size_t>(m) * 16 * sizeof(float));
+  }
 }
 
 // acc[t][16] += c[t][16] * scale for the m token rows of a stored C tile.
@@ -86,7 +150,7 @@ template <PackFmt F>
 void stream_amx_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
   load_stream_config(m);
   const Dec<F> dec;
-  constexpr int G = group_size(F);
+  constexpr int G = stream_group<F>();
   constexpr int kStepBytes = 16 * 2 * bytes_per_k(F);  // packed bytes of one 16-pair step
   const int64_t steps = b.kp / 32;                     // kp is a multiple of 32 (kKAlign)
   const size_t stride = static_cast<size_t>(ldx) * 2;
@@ -154,8 +218,112 @@ void stream_amx_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, flo
       if constexpr (G != 0) {
         fold_rows(ct[0], group_scale<F>(b.gscale, g0 / gsteps, b.gmul), m, acc);
       } else {
-        std::memcpy(acc, ct[0], static_cast<size_t>(m) * 16 * sizeof(float));
+        finish_rows<F>(ct[0], m, b, acc);
       }
+    }
+  }
+}
+
+// ---- the wide decode stream: NG row groups multiply each decoded B tile ----------------------------
+template <int NG>
+[[gnu::always_inline]] inline void wide_zero() {
+  _tile_zero(0);
+  _tile_zero(1);
+  if constexpr (NG > 2) _tile_zero(2);
+  if constexpr (NG > 3) _tile_zero(3);
+}
+// C_q += A(rows 16 q ..) B for every group q, B in tile 5 or 6 (kB6); x points at the step's first k
+// of token 0. (The tile intrinsics paste their operands into the instruction text, so the tile numbers
+// are literals, not template arguments.)
+#define MOERUN_WIDE_PRODUCTS(B)                 \
+  _tile_loadd(4, x, stride);                    \
+  _tile_dpbf16ps(0, 4, B);                      \
+  if constexpr (NG > 2) {                       \
+    _tile_loadd(4, x + 16 * ldx, stride);       \
+    _tile_dpbf16ps(1, 4, B);                    \
+  }                                             \
+  if constexpr (NG > 3) {                       \
+    _tile_loadd(4, x + 32 * ldx, stride);       \
+    _tile_dpbf16ps(2, 4, B);                    \
+  }                                             \
+  _tile_loadd(7, x + (NG - 1) * 16 * ldx, stride); \
+  if constexpr (NG == 2) _tile_dpbf16ps(1, 7, B);  \
+  else if constexpr (NG == 3) _tile_dpbf16ps(2, 7, B); \
+  else _tile_dpbf16ps(3, 7, B);
+template <int NG, bool kB6>
+[[gnu::always_inline]] inline void wide_products(const uint16_t* x, int64_t ldx, size_t stride) {
+  if constexpr (kB6) {
+    MOERUN_WIDE_PRODUCTS(6)
+  } else {
+    MOERUN_WIDE_PRODUCTS(5)
+  }
+}
+#undef MOERUN_WIDE_PRODUCTS
+// The groups' C tiles as rows [0, mp) of ct[64][16] (group q at row 16 q).
+template <int NG>
+[[gnu::always_inline]] inline void wide_store(float* ct) {
+  _tile_stored(0, ct, 64);
+  _tile_stored(1, ct + 256, 64);
+  if constexpr (NG > 2) _tile_stored(2, ct + 512, 64);
+  if constexpr (NG > 3) _tile_stored(3, ct + 768, 64);
+}
+
+// One pass of mp = 16 (NG - 1) + 1 .. 16 NG tokens (17-64): each B tile is decoded once into L1 and
+// multiplied with all NG groups' A tiles; a K group (or all of K) accumulates in the C tiles, which are
+// then stored and folded (scaled) into acc like stream_amx_t's.
+template <PackFmt F, int NG>
+void stream_wide_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int mp, float* acc) {
+  static_assert(NG >= 2 && NG <= 4);
+  load_wide_config(mp);
+  const Dec<F> dec;
+  constexpr int G = stream_group<F>();
+  static_assert(G % 32 == 0, "a K group is a whole number of 16-pair steps");
+  constexpr int kStepBytes = 16 * 2 * bytes_per_k(F);
+  const int64_t steps = b.kp / 32;
+  const int64_t gsteps = G ? G / 32 : steps;
+  const size_t stride = static_cast<size_t>(ldx) * 2;
+  alignas(64) uint16_t bt[2][16 * 32];
+  alignas(64) float ct[64 * 16];
+  auto load = [&](int64_t j, uint16_t* img) {
+    prefetch_pair<kStepBytes>(b, j);
+    decode_tile<F>(dec, b, j * 16, img);
+  };
+  if constexpr (G != 0) std::memset(acc, 0, static_cast<size_t>(mp) * 16 * sizeof(float));
+  for (int64_t g0 = 0; g0 < steps; g0 += gsteps) {
+    const int64_t g1 = g0 + gsteps < steps ? g0 + gsteps : steps;
+    wide_zero<NG>();
+    int64_t j = g0;
+    for (; j + 2 <= g1; j += 2) {
+      load(j, bt[0]);
+      _tile_loadd(5, bt[0], 64);
+      wide_products<NG, false>(xb + j * 32, ldx, stride);
+      load(j + 1, bt[1]);
+      _tile_loadd(6, bt[1], 64);
+      wide_products<NG, true>(xb + (j + 1) * 32, ldx, stride);
+    }
+    if (j < g1) {
+      load(j, bt[0]);
+      _tile_loadd(5, bt[0], 64);
+      wide_products<NG, false>(xb + j * 32, ldx, stride);
+    }
+    wide_store<NG>(ct);
+    if constexpr (G != 0) fold_rows(ct, group_scale<F>(b.gscale, g0 / gsteps, b.gmul), mp, acc);
+    else finish_rows<F>(ct, mp, b, acc);
+  }
+}
+
+template <PackFmt F>
+void stream_amx_any_m(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
+  // Passes of 64 tokens, then the rest (a rest of up to 16 takes the one-group kernel).
+  for (int i = 0; i < m; i += 64) {
+    const int mp = m - i < 64 ? m - i : 64;
+    const uint16_t* x = xb + static_cast<int64_t>(i) * ldx;
+    float* a = acc + static_cast<int64_t>(i) * 16;
+    switch ((mp + 15) / 16) {
+      case 4: stream_wide_t<F, 4>(b, x, ldx, mp, a); break;
+      case 3: stream_wide_t<F, 3>(b, x, ldx, mp, a); break;
+      case 2: stream_wide_t<F, 2>(b, x, ldx, mp, a); break;
+      default: stream_amx_t<F>(b, x, ldx, mp, a); break;
     }
   }
 }
@@ -283,11 +451,13 @@ void tile_amx2(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const
 }
 
 void stream_amx_bf16(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
-  if (m >= 2 && m <= 16) {  // one token: the VDPBF16PS kernel measured faster (see NOTES)
+  if (m >= 2) {  // one token: the VDPBF16PS kernel measured faster (see NOTES)
     switch (b.fmt) {
-      case PackFmt::kMxfp4: stream_amx_t<PackFmt::kMxfp4>(b, xb, ldx, m, acc); return;
-      case PackFmt::kFp8: stream_amx_t<PackFmt::kFp8>(b, xb, ldx, m, acc); return;
-      case PackFmt::kFp8Block: stream_amx_t<PackFmt::kFp8Block>(b, xb, ldx, m, acc); return;
+      case PackFmt::kMxfp4: stream_amx_any_m<PackFmt::kMxfp4>(b, xb, ldx, m, acc); return;
+      case PackFmt::kFp8: stream_amx_any_m<PackFmt::kFp8>(b, xb, ldx, m, acc); return;
+      case PackFmt::kFp8Block: stream_amx_any_m<PackFmt::kFp8Block>(b, xb, ldx, m, acc); return;
+      case PackFmt::kNvfp4: stream_amx_any_m<PackFmt::kNvfp4>(b, xb, ldx, m, acc); return;
+      case PackFmt::kBF16: stream_amx_any_m<PackFmt::kBF16>(b, xb, ldx, m, acc); return;
       default: break;
     }
   }

@@ -125,14 +125,17 @@ void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx
 // a packed bf16 stack or two converted panels). Passes of 32 tokens; reads 16 rows per A tile.
 void tile_amx2(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const uint16_t* xb, int64_t ldx, int m,
                float* acc0, float* acc1, int prefetch = 0);
-// stream_avx512bf16's contract (any m, rows need not be padded), for the AMX level: with 2-16 tokens,
-// mxfp4, fp8 and fp8-block weights are decoded 16 k pairs at a time into a bf16 B tile in L1 and
-// multiplied on AMX (TDPBF16PS, f32 accumulation); other formats and token counts run
-// stream_avx512bf16. Results differ from it only in the order of the f32 additions. Loads its own tile
-// configuration (switching back and forth with the tile kernels reloads it).
+// stream_avx512bf16's contract (any m, rows need not be padded), for the AMX level: with 2 or more
+// tokens, mxfp4, nvfp4, fp8, fp8-block and bf16 weights are decoded (bf16: copied; nvfp4: with its
+// e4m3 group scales, exactly) 16 k pairs at a time into a bf16 B tile in L1 and multiplied on AMX
+// (TDPBF16PS, f32 accumulation) with the A tiles of up to 64 tokens per pass; other formats and
+// one-token calls run stream_avx512bf16. Results differ from it only in the order of the f32 additions
+// and in where scales apply. Loads its own tile configuration (switching back and forth with the tile
+// kernels reloads it).
 void stream_amx_bf16(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc);
 constexpr bool amx_stream_native(PackFmt f) noexcept {
-  return f == PackFmt::kMxfp4 || f == PackFmt::kFp8 || f == PackFmt::kFp8Block;
+  return f == PackFmt::kMxfp4 || f == PackFmt::kNvfp4 || f == PackFmt::kFp8 || f == PackFmt::kFp8Block ||
+         f == PackFmt::kBF16;
 }
 // Releases the tile state of the calling thread.
 void amx_release();
