@@ -14,6 +14,7 @@
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/prepack.hpp"
 #include "moerun/error.hpp"
+#include "moerun/formats.hpp"
 
 namespace moerun::cpu {
 namespace {
@@ -538,6 +539,8 @@ void stream_bf16_decodes_every_code(const KernelSet& ks, int m) {
     std::vector<uint16_t> xb(static_cast<size_t>(m * ldx), 0);  // m identical rows
     std::vector<float> x(static_cast<size_t>(ldx), 0.0f);
     std::vector<float> want(16), got(static_cast<size_t>(m) * 16);
+    std::vector<float> rows(static_cast<size_t>(16 * p->cols));  // dequantize_row of the 16 rows
+    for (int64_t r = 0; r < 16; ++r) dequantize_row(s.m, 0, r, rows.data() + r * p->cols);
     for (int64_t k = 0; k < p->cols; ++k) {
       std::fill(xb.begin(), xb.end(), uint16_t{0});
       std::fill(x.begin(), x.end(), 0.0f);
@@ -546,11 +549,11 @@ void stream_bf16_decodes_every_code(const KernelSet& ks, int m) {
       ks.stream(p->block(0, 0), x.data(), ldx, 1, want.data());
       ks.stream_bf16(p->block(0, 0), xb.data(), ldx, m, got.data());
       // The AMX decode stream scales nvfp4 weights as dequantize_row does, (e2m1 x block) x global with
-      // one rounding; the f32 kernel multiplies by (block x global). Its reference is the dense value.
+      // one rounding; the f32 kernel multiplies by (block x global), one ulp apart at times.
       if (f == WeightFormat::kNvfp4 && m > 1 && ks.amx_stream)
         for (int l = 0; l < 16; ++l) {
           const int32_t r = p->lane_row[static_cast<size_t>(l)];
-          want[static_cast<size_t>(l)] = r >= 0 ? s.dense[static_cast<size_t>(r * p->cols + k)] : 0.0f;
+          want[static_cast<size_t>(l)] = r >= 0 ? rows[static_cast<size_t>(r * p->cols + k)] : 0.0f;
         }
       for (int i = 0; i < m; ++i)
         for (int l = 0; l < 16; ++l)
