@@ -650,6 +650,18 @@ TEST(CpuBackend, AmxStreamKnob) {
   }
 }
 
+// MOERUN_CPU_E8M0_FOLD=0 keeps mxfp4's per-group scale fold; otherwise decoders may multiply the scales in.
+TEST(CpuBackend, E8m0FoldKnob) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_E8M0_FOLD"); }
+  } guard;
+  for (const char* v : {"", "1", "x", "0"}) {
+    if (*v) setenv("MOERUN_CPU_E8M0_FOLD", v, 1);
+    else unsetenv("MOERUN_CPU_E8M0_FOLD");
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).e8m0_fold, std::strcmp(v, "0") != 0) << "'" << v << "'";
+  }
+}
+
 // MOERUN_CPU_ROW_PAD: kRowPad unless set to a multiple of kKAlign in [0, 256].
 TEST(CpuBackend, RowPadKnob) {
   struct EnvGuard {

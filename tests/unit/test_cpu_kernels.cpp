@@ -563,6 +563,53 @@ void stream_bf16_decodes_every_code(const KernelSet& ks, int m) {
   }
 }
 
+// mxfp4 scales are multiplied into the decoded weights (BlockRef::e8m0_fold, the AMX decode stream)
+// only when every scale byte keeps e2m1 x scale a normal number; one extreme byte anywhere turns it off
+// for the stack, which then keeps the per-group fold. Both ways match the dense loop, on the streaming
+// kernel of every level this machine has (tiny scales only: a large one overflows the sums).
+TEST(CpuKernels, Mxfp4ScaleFoldOnlyWhereProductsStayNormal) {
+  for (int extreme : {0, 1, 2, 252, 253, 255}) {
+    Stack s = make_stack(WeightFormat::kMxfp4, 1, 32, 256, 77);
+    const int64_t K = 256, ng = K / 32, r = 3, g = 5;
+    auto* sc = const_cast<uint8_t*>(static_cast<const uint8_t*>(s.m.scale.data));  // owned by s.own
+    sc[r * ng + g] = static_cast<uint8_t>(extreme);
+    const auto* d = static_cast<const uint8_t*>(s.m.data.data);
+    for (int64_t k = g * 32; k < (g + 1) * 32; ++k) {  // the dense values of that group, rescaled
+      const uint8_t nib = (k & 1) ? d[r * (K / 2) + k / 2] >> 4 : d[r * (K / 2) + k / 2] & 15;
+      s.dense[static_cast<size_t>(r * K + k)] = extreme == 255 ? NAN : dec_e2m1(nib) * std::ldexp(1.0f, extreme - 127);
+    }
+    auto p = pack_stack(s.m, LaneMap::kPlain);
+    const bool foldable = extreme >= 2 && extreme <= 252;
+    EXPECT_EQ(p->e8m0_fold, foldable) << "scale byte " << extreme;
+    EXPECT_EQ(p->block(0, 0).e8m0_fold, foldable) << "scale byte " << extreme;
+    if (extreme > 2) continue;
+    for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
+      if (isa > detected_isa()) break;
+      const KernelSet ks = kernels_for(isa);
+      for (int m : {1, 2, 17, 33}) {
+        const int64_t ldx = p->kp;
+        std::mt19937 gen(static_cast<uint32_t>(m));
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        std::vector<float> x(static_cast<size_t>(m * ldx), 0.0f);
+        std::vector<uint16_t> xb(x.size());
+        for (int i = 0; i < m; ++i)
+          for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(i * ldx + k)] = u(gen);
+        for (size_t j = 0; j < x.size(); ++j) {  // (the AVX-512 row converter needs AVX512-BF16)
+          xb[j] = moerun::f32_to_bf16(x[j]);
+          x[j] = dec_bf16(xb[j]);
+        }
+        const std::string what = "scale byte " + std::to_string(extreme) + " " + std::string(to_string(isa)) +
+                                 " m " + std::to_string(m);
+        check_against_dense(s, *p, x, ldx, m, what, [&](const kernels::BlockRef& b, float* acc) {
+          if (ks.stream_bf16) ks.stream_bf16(b, xb.data(), ldx, m, acc);
+          else ks.stream(b, x.data(), ldx, m, acc);
+        });
+      }
+      if (isa == CpuIsa::kAmx) kernels::amx_release();
+    }
+  }
+}
+
 TEST(CpuKernels, OddKIsPaddedWithZeros) {
   const auto lv = levels();
   if (lv.empty()) GTEST_SKIP();

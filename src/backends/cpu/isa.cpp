@@ -131,6 +131,11 @@ bool amx_stream_enabled() {
   return !(v && std::strcmp(v, "0") == 0);
 }
 
+bool e8m0_fold_enabled() {
+  const char* v = std::getenv("MOERUN_CPU_E8M0_FOLD");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
 int stream_max_tokens_override() { return env_count("MOERUN_CPU_STREAM_MAX_TOKENS", kStreamMaxTokensLimit); }
 
 KernelSet kernels_for(CpuIsa isa) {
@@ -209,6 +214,7 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   if (const int n = amx_nblocks_override(); n > 0) k.amx_nblocks = n;
   if (const int n = down_group_override(); n > 0) k.down_group = n;
   if (const int n = stream_run_override(); n > 0) k.stream_run = n;
+  k.e8m0_fold = e8m0_fold_enabled();
   k.row_pad = kRowPad;
   if (const int n = row_pad_override(); n >= 0) k.row_pad = n;
   return k;

@@ -126,6 +126,9 @@ struct KernelSet {
   // tokens), unless MOERUN_CPU_AMX_STREAM=0 (measurement) keeps stream_avx512bf16 and the AMX tiles
   // from 5 (bf16: 9) tokens.
   bool amx_stream = false;
+  // Whether decoders may multiply mxfp4 scales into the weights where the stack allows it
+  // (BlockRef::e8m0_fold); MOERUN_CPU_E8M0_FOLD=0 (measurement) keeps the per-group fold everywhere.
+  bool e8m0_fold = true;
   // Elements added to the row stride of the runner's activation and intermediate buffers: kRowPad, or
   // MOERUN_CPU_ROW_PAD=<n> (measurement; 0 = the unpadded stride).
   int row_pad = 0;
@@ -160,6 +163,8 @@ int down_group_override();
 int stream_run_override();
 // MOERUN_CPU_AMX_STREAM=0: false; unset or anything else: true.
 bool amx_stream_enabled();
+// MOERUN_CPU_E8M0_FOLD=0: false; unset or anything else: true.
+bool e8m0_fold_enabled();
 
 // Kernels for the given level (kAvx512Bf16 and kAmx: the AVX-512 set plus stream_bf16; kAmx adds the
 // tiles). Throws Error{kUnsupported} below AVX2.

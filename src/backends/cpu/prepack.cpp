@@ -218,6 +218,11 @@ std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map
     }
     if (p.fmt == PackFmt::kNvfp4) p.gmul[static_cast<size_t>(e)] = 256.0f * m.global_scale.as<const float>()[e];
   }
+  if (p.fmt == PackFmt::kMxfp4) {  // the canonical scales are exactly the real lanes' ones
+    const auto* sc = static_cast<const uint8_t*>(m.scale.data);
+    p.e8m0_fold = std::all_of(sc, sc + E * N * (K / 32),
+                              [](uint8_t v) { return v >= kernels::kE8m0FoldMin && v <= kernels::kE8m0FoldMax; });
+  }
   return ps;
 }
 

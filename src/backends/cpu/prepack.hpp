@@ -39,6 +39,7 @@ struct PackedStack {
   std::shared_ptr<uint8_t> gscale;          // [E][nblocks][gs_block_bytes] or null
   std::vector<float> lane_scale;            // [E][nblocks * 16] or empty (all ones)
   std::vector<float> gmul;                  // [E] nvfp4: 256 * global scale
+  bool e8m0_fold = false;                   // mxfp4: every scale byte in [kE8m0FoldMin, kE8m0FoldMax]
   std::vector<int32_t> lane_row;            // [nblocks * 16]: canonical row of each lane, -1 = padding
   int64_t weight_bytes_per_expert = 0;      // data + scales as stored (bandwidth accounting)
 
@@ -48,6 +49,7 @@ struct PackedStack {
     r.data = data.get() + (static_cast<size_t>(e * nblocks + b)) * block_bytes;
     r.gscale = gscale ? gscale.get() + static_cast<size_t>(e * nblocks + b) * gs_block_bytes : nullptr;
     r.gmul = gmul.empty() ? 1.0f : gmul[static_cast<size_t>(e)];
+    r.e8m0_fold = e8m0_fold;
     r.kp = kp;
     return r;
   }

@@ -234,6 +234,7 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
                           int64_t m, Scratch& s, float* acc) const {
   kernels::BlockRef ref = w.block(e, b);
   ref.prefetch = ks_.prefetch;
+  ref.e8m0_fold = ref.e8m0_fold && ks_.e8m0_fold;
   const int mi = static_cast<int>(m);
   if (m <= ks_.stream_max(ref.fmt)) {
     if (xb != nullptr && ks_.uses_bf16_stream(ref.fmt)) ks_.stream_bf16(ref, xb, ldx, mi, acc);

@@ -32,6 +32,10 @@
 //   bf16 (8 bits; exponents within the normal range), so f32 multiplies whose low halves are zero give
 //   the bf16 words directly; the global scale multiplies the result. That is dequantize_row's order,
 //   (e2m1 x block) x global with one rounding.
+// - mxfp4 the same way in passes of 17-64 tokens, where BlockRef::e8m0_fold says every scale keeps
+//   e2m1 x 2^(v - 127) a normal number (prepack checks the stack once): the product is exact, the C
+//   tiles accumulate all of K, and the per-step tile store and fold of every token row go away. Fewer
+//   tokens, and other stacks, keep the fold (stream_amx_any_m).
 #include <immintrin.h>
 
 #include <cstring>
@@ -98,34 +102,42 @@ void load_wide_config(int mp) {
 }
 
 // Decodes k pairs [p, p + 16) of block b into one B tile image (1 KiB, 64-byte rows).
-// nvfp4 (NOTES): the e2m1 words times their lane's e4m3 group scale (two groups of 8 pairs per tile).
-template <PackFmt F>
+// One k pair's decoded words w times the lane scales s (dword l = lane l), stored as bf16 words. Only
+// for exact products (NOTES): their low 16 bits are zero, so the high halves are the bf16 values.
+[[gnu::always_inline]] inline void store_scaled(uint16_t* out, __m512i w, __m512 s) {
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m512 ev = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), s);  // k even
+  const __m512 od = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(w, hi)), s);   // k odd
+  _mm512_store_si512(out, _mm512_or_si512(_mm512_castps_si512(od), _mm512_srli_epi32(_mm512_castps_si512(ev), 16)));
+}
+
+// k pairs [p, p + 16) of block b as one B tile image (1 KiB, 64-byte rows). nvfp4, and mxfp4 with
+// kFold (BlockRef::e8m0_fold), come with their group scales multiplied in (NOTES).
+template <PackFmt F, bool kFold>
 [[gnu::always_inline]] inline void decode_tile(const Dec<F>& dec, const BlockRef& b, int64_t p, uint16_t* out) {
-  if constexpr (F == PackFmt::kNvfp4) {
-    const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  if constexpr (F == PackFmt::kNvfp4) {  // two groups of 8 pairs
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const __m512 s = e4m3x16(ld128(b.gscale + (p / 8 + h) * 16));  // lane l's scale for dword l
+      const __m512 s = e4m3x16(ld128(b.gscale + (p / 8 + h) * 16));
 #pragma GCC unroll 8
-      for (int q = 0; q < 8; ++q) {
-        const __m512i w = dec(b.data, p + 8 * h + q);
-        const __m512 ev = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), s);  // k even
-        const __m512 od = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(w, hi)), s);   // k odd
-        // exact products: their low 16 bits are zero, so the high halves are the bf16 values
-        _mm512_store_si512(out + (8 * h + q) * 32,
-                           _mm512_or_si512(_mm512_castps_si512(od), _mm512_srli_epi32(_mm512_castps_si512(ev), 16)));
-      }
+      for (int q = 0; q < 8; ++q) store_scaled(out + (8 * h + q) * 32, dec(b.data, p + 8 * h + q), s);
     }
+  } else if constexpr (kFold) {  // mxfp4: one group of 16 pairs
+    static_assert(F == PackFmt::kMxfp4);
+    const __m512 s = group_scale<PackFmt::kMxfp4>(b.gscale, p / 16, 1.0f);
+#pragma GCC unroll 16
+    for (int q = 0; q < 16; ++q) store_scaled(out + q * 32, dec(b.data, p + q), s);
   } else {
 #pragma GCC unroll 16
     for (int q = 0; q < 16; ++q) _mm512_store_si512(out + q * 32, dec(b.data, p + q));
   }
 }
 
-// The K groups the stream folds after its C tiles: nvfp4's scales are inside the decoded tiles.
-template <PackFmt F>
+// The K groups the stream folds after its C tiles: nvfp4's scales (and folded mxfp4 ones) are inside the
+// decoded tiles.
+template <PackFmt F, bool kFold>
 constexpr int stream_group() {
-  return F == PackFmt::kNvfp4 ? 0 : group_size(F);
+  return F == PackFmt::kNvfp4 || kFold ? 0 : group_size(F);
 }
 
 // acc = the m rows of a stored C tile (nvfp4: times the global scale, which decode_tile leaves out).
@@ -146,11 +158,11 @@ template <PackFmt F>
     _mm512_storeu_ps(acc + t * 16, _mm512_fmadd_ps(_mm512_load_ps(c + t * 16), scale, _mm512_loadu_ps(acc + t * 16)));
 }
 
-template <PackFmt F>
+template <PackFmt F, bool kFold>
 void stream_amx_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
   load_stream_config(m);
   const Dec<F> dec;
-  constexpr int G = stream_group<F>();
+  constexpr int G = stream_group<F, kFold>();
   constexpr int kStepBytes = 16 * 2 * bytes_per_k(F);  // packed bytes of one 16-pair step
   const int64_t steps = b.kp / 32;                     // kp is a multiple of 32 (kKAlign)
   const size_t stride = static_cast<size_t>(ldx) * 2;
@@ -159,7 +171,7 @@ void stream_amx_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, flo
   // Step j: B tile from pairs [16 j, 16 j + 16), A tile = k [32 j, 32 j + 32) of the m tokens.
   auto load = [&](int64_t j, uint16_t* img) {
     prefetch_pair<kStepBytes>(b, j);
-    decode_tile<F>(dec, b, j * 16, img);
+    decode_tile<F, kFold>(dec, b, j * 16, img);
   };
   if constexpr (G == 32) {
     // One C tile per group (= step), alternating C0 / C1 with the A and B sets.
@@ -271,12 +283,12 @@ template <int NG>
 // One pass of mp = 16 (NG - 1) + 1 .. 16 NG tokens (17-64): each B tile is decoded once into L1 and
 // multiplied with all NG groups' A tiles; a K group (or all of K) accumulates in the C tiles, which are
 // then stored and folded (scaled) into acc like stream_amx_t's.
-template <PackFmt F, int NG>
+template <PackFmt F, int NG, bool kFold>
 void stream_wide_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int mp, float* acc) {
   static_assert(NG >= 2 && NG <= 4);
   load_wide_config(mp);
   const Dec<F> dec;
-  constexpr int G = stream_group<F>();
+  constexpr int G = stream_group<F, kFold>();
   static_assert(G % 32 == 0, "a K group is a whole number of 16-pair steps");
   constexpr int kStepBytes = 16 * 2 * bytes_per_k(F);
   const int64_t steps = b.kp / 32;
@@ -286,7 +298,7 @@ void stream_wide_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int mp, f
   alignas(64) float ct[64 * 16];
   auto load = [&](int64_t j, uint16_t* img) {
     prefetch_pair<kStepBytes>(b, j);
-    decode_tile<F>(dec, b, j * 16, img);
+    decode_tile<F, kFold>(dec, b, j * 16, img);
   };
   if constexpr (G != 0) std::memset(acc, 0, static_cast<size_t>(mp) * 16 * sizeof(float));
   for (int64_t g0 = 0; g0 < steps; g0 += gsteps) {
@@ -312,7 +324,11 @@ void stream_wide_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int mp, f
   }
 }
 
-template <PackFmt F>
+// kFold (mxfp4 scales multiplied into the tiles) only for passes of 17 or more tokens: per 16-pair step
+// the scaled decode costs ~80 more vector ops, the fold it saves ~3 per token row. On the H200 host's
+// Xeon (gpt-oss-20b mxfp4, one process) folding gained 1.32x at 32 tokens per expert, tied at 16 and
+// lost 4-5% at 2 and 8.
+template <PackFmt F, bool kFold = false>
 void stream_amx_any_m(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
   // Passes of 64 tokens, then the rest (a rest of up to 16 takes the one-group kernel).
   for (int i = 0; i < m; i += 64) {
@@ -320,10 +336,10 @@ void stream_amx_any_m(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m,
     const uint16_t* x = xb + static_cast<int64_t>(i) * ldx;
     float* a = acc + static_cast<int64_t>(i) * 16;
     switch ((mp + 15) / 16) {
-      case 4: stream_wide_t<F, 4>(b, x, ldx, mp, a); break;
-      case 3: stream_wide_t<F, 3>(b, x, ldx, mp, a); break;
-      case 2: stream_wide_t<F, 2>(b, x, ldx, mp, a); break;
-      default: stream_amx_t<F>(b, x, ldx, mp, a); break;
+      case 4: stream_wide_t<F, 4, kFold>(b, x, ldx, mp, a); break;
+      case 3: stream_wide_t<F, 3, kFold>(b, x, ldx, mp, a); break;
+      case 2: stream_wide_t<F, 2, kFold>(b, x, ldx, mp, a); break;
+      default: stream_amx_t<F, false>(b, x, ldx, mp, a); break;
     }
   }
 }
@@ -453,7 +469,10 @@ void tile_amx2(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const
 void stream_amx_bf16(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
   if (m >= 2) {  // one token: the VDPBF16PS kernel measured faster (see NOTES)
     switch (b.fmt) {
-      case PackFmt::kMxfp4: stream_amx_any_m<PackFmt::kMxfp4>(b, xb, ldx, m, acc); return;
+      case PackFmt::kMxfp4:
+        if (b.e8m0_fold) stream_amx_any_m<PackFmt::kMxfp4, true>(b, xb, ldx, m, acc);
+        else stream_amx_any_m<PackFmt::kMxfp4, false>(b, xb, ldx, m, acc);
+        return;
       case PackFmt::kFp8: stream_amx_any_m<PackFmt::kFp8>(b, xb, ldx, m, acc); return;
       case PackFmt::kFp8Block: stream_amx_any_m<PackFmt::kFp8Block>(b, xb, ldx, m, acc); return;
       case PackFmt::kNvfp4: stream_amx_any_m<PackFmt::kNvfp4>(b, xb, ldx, m, acc); return;

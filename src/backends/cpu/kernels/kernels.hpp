@@ -52,12 +52,19 @@ constexpr int group_size(PackFmt f) noexcept {
 // Bytes of one lane's group scale (f32 for fp8 block, one byte for e8m0 / e4m3).
 constexpr int group_scale_bytes(PackFmt f) noexcept { return f == PackFmt::kFp8Block ? 4 : 1; }
 
+// e8m0 scale bytes v (2^(v - 127)) for which every e2m1 value (0.5 to 6) times the scale is a normal f32
+// and bf16 number: 2^-126 to 1.5 * 2^127.
+inline constexpr uint8_t kE8m0FoldMin = 2, kE8m0FoldMax = 252;
+
 // One N-block of one expert: everything a kernel needs.
 struct BlockRef {
   PackFmt fmt = PackFmt::kF32;
   const uint8_t* data = nullptr;    // kp * bytes_per_k(fmt) bytes, 64-byte aligned
   const uint8_t* gscale = nullptr;  // [ceil(kp / group)][16] group scales, or null
   float gmul = 1.0f;                // nvfp4: 256 * global scale; else unused
+  // mxfp4: every real lane's e8m0 scale byte lies in [kE8m0FoldMin, kE8m0FoldMax], so each weight times
+  // its scale is a normal bf16 number and decoders may multiply the scales in exactly (prepack sets it).
+  bool e8m0_fold = false;
   int64_t kp = 0;                   // padded K (multiple of kKAlign)
   // Software prefetch distance in bytes for the weight stream of the streaming kernels (every ISA)
   // and the AMX B tiles (0 = none). Blocks are short (16 to 64 KiB) and each starts a new stream, so the hardware
