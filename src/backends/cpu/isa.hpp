@@ -60,7 +60,7 @@ inline constexpr int kAvx512Bf16StreamMaxTokens = 8;
 inline constexpr int kAmxStreamMaxTokens = 4;
 inline constexpr int kAmxStreamMaxTokensCheapDecode = 4;
 // The AMX decode stream (stream_amx_bf16) against AMX tiles on converted panels, H200 host's Xeon, 2
-// threads, one process (bench/results/2026-11-30_amx-stream-any-m_h200-host-xeon/): mxfp4 and fp8 weights
+// threads, one process (bench/results/2026-11-30_amx-stream-any-m_h200-host-xeon/): fp4 and fp8 weights
 // stream faster at 16-32 tokens per expert (qwen3 fp8-block M = 256: 43.4 vs 71.0 ms, gpt-oss-20b mxfp4
 // M = 256: 76.0 vs 133.9 ms) and about as fast at 128 (278.8 vs 264.4 ms); bf16 weights need no
 // conversion, and tiles (two blocks per call) win from 24 tokens on (deepseek-v2-lite M = 256: 80.8 vs
@@ -121,10 +121,10 @@ struct KernelSet {
   // gemm1 and in gemm2 when no down GEMM is tiled (0 = the runner decides: runner.cpp, stream runs), or
   // MOERUN_CPU_STREAM_RUN=<n> (measurement): n blocks, 1 = one block per item.
   int stream_run = 0;
-  // kAmx: stream_bf16 is kernels::stream_amx_bf16 (mxfp4, fp8 and bf16 calls of 2 or more tokens
-  // decoded onto AMX tiles, which therefore stream up to stream_max_m_amx / stream_max_m_amx_bf16
-  // tokens), unless MOERUN_CPU_AMX_STREAM=0 (measurement) keeps stream_avx512bf16 and the AMX tiles
-  // from 5 (bf16: 9) tokens.
+  // kAmx: stream_bf16 is kernels::stream_amx_bf16 (mxfp4, nvfp4, fp8 and bf16 calls of 2 or more
+  // tokens decoded onto AMX tiles, which therefore stream up to stream_max_m_amx / stream_max_m_amx_bf16
+  // tokens), unless MOERUN_CPU_AMX_STREAM=0 (measurement) keeps stream_avx512bf16 and the tiles from 9
+  // tokens (AMX from 16).
   bool amx_stream = false;
   // Whether decoders may multiply mxfp4 scales into the weights where the stack allows it
   // (BlockRef::e8m0_fold); MOERUN_CPU_E8M0_FOLD=0 (measurement) keeps the per-group fold everywhere.

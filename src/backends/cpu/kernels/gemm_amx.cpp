@@ -101,7 +101,6 @@ void load_wide_config(int mp) {
   t_config = 100 + mp;
 }
 
-// Decodes k pairs [p, p + 16) of block b into one B tile image (1 KiB, 64-byte rows).
 // One k pair's decoded words w times the lane scales s (dword l = lane l), stored as bf16 words. Only
 // for exact products (NOTES): their low 16 bits are zero, so the high halves are the bf16 values.
 [[gnu::always_inline]] inline void store_scaled(uint16_t* out, __m512i w, __m512 s) {
