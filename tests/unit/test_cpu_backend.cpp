@@ -634,7 +634,7 @@ void expect_count_knob(const char* env, int (*override_fn)(), int cpu::KernelSet
 }
 
 // MOERUN_CPU_AMX_STREAM=0 keeps the AVX512-BF16 streaming kernel at the AMX level; otherwise decode
-// of mxfp4, fp8 and bf16 weights runs on AMX tiles (stream_amx_bf16).
+// of mxfp4, nvfp4, fp8 and bf16 weights runs on AMX tiles (stream_amx_bf16).
 TEST(CpuBackend, AmxStreamKnob) {
   struct EnvGuard {
     ~EnvGuard() { unsetenv("MOERUN_CPU_AMX_STREAM"); }

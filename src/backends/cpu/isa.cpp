@@ -126,15 +126,17 @@ int stream_run_override() {
   return n >= 1 ? n : -1;
 }
 
-bool amx_stream_enabled() {
-  const char* v = std::getenv("MOERUN_CPU_AMX_STREAM");
+namespace {
+// An on/off environment switch: off only when set to exactly "0".
+bool env_not_zero(const char* name) {
+  const char* v = std::getenv(name);
   return !(v && std::strcmp(v, "0") == 0);
 }
+}  // namespace
 
-bool e8m0_fold_enabled() {
-  const char* v = std::getenv("MOERUN_CPU_E8M0_FOLD");
-  return !(v && std::strcmp(v, "0") == 0);
-}
+bool amx_stream_enabled() { return env_not_zero("MOERUN_CPU_AMX_STREAM"); }
+
+bool e8m0_fold_enabled() { return env_not_zero("MOERUN_CPU_E8M0_FOLD"); }
 
 int stream_max_tokens_override() { return env_count("MOERUN_CPU_STREAM_MAX_TOKENS", kStreamMaxTokensLimit); }
 
