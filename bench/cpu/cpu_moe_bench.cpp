@@ -1,7 +1,7 @@
 // bench/cpu/cpu_moe_bench.cpp — moerun `cpu` vs `reference` vs a oneDNN per-expert baseline, with this
 // machine's limits (memory read bandwidth, FMA peaks, AMX bf16 tile peak) measured in the same run.
 //
-//   cpu_moe_bench [--quick] [--json PATH] [--threads N] [--only SHAPE] [--m 1,64,...] [--compare-v1]
+//   cpu_moe_bench [--quick] [--json PATH] [--threads N] [--only SHAPE,...] [--m 1,64,...] [--compare-v1]
 //                 [--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE] [--budget S]
 //                 [--stream-sweep 4,8,16,...]
 //
@@ -78,7 +78,7 @@ struct Opts {
   bool quick = false;
   std::string json_path;
   int threads = 0;
-  std::string only;  // run only this shape ("" = all)
+  std::string only;  // run only these shapes, comma-separated ("" = all)
   bool compare_v1 = false;  // also time the cpu backend with MOERUN_CPU_KERNELS=v1, interleaved call by call
   bool compare_amx1 = false;  // the same with MOERUN_CPU_AMX_NBLOCKS=1
   bool compare_down1 = false;  // the same with MOERUN_CPU_DOWN_GROUP=1
@@ -87,7 +87,15 @@ struct Opts {
   double budget = -1;  // seconds of timed calls per row (< 0: 0.8, or 0.25 with --quick)
   std::vector<int> sweep;  // --stream-sweep crossovers (MOERUN_CPU_STREAM_MAX_TOKENS values)
   double row_budget() const { return budget >= 0 ? budget : quick ? 0.25 : 0.8; }
-  bool want(const std::string& shape) const { return only.empty() || only == shape; }
+  bool want(const std::string& shape) const {
+    if (only.empty()) return true;
+    for (size_t b = 0; b <= only.size();) {
+      const size_t e = std::min(only.find(',', b), only.size());
+      if (only.compare(b, e - b, shape) == 0) return true;
+      b = e + 1;
+    }
+    return false;
+  }
 };
 
 // ---- machine limits ----------------------------------------------------------------------------------
@@ -660,7 +668,7 @@ int main(int argc, char** argv) {
       for (int64_t n : parse_list(argv[++i])) b.opt.sweep.push_back(static_cast<int>(n));
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE] [--m 1,64,...] [--compare-v1] "
+                   "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE,...] [--m 1,64,...] [--compare-v1] "
                    "[--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE] [--budget S] [--stream-sweep 4,8,16,...]\n",
                    argv[0]);
       return 2;
