@@ -7,6 +7,13 @@
 // AVX512-BF16 kernel takes run through it on bf16 activations, as in the runner.
 //
 //   cpu_kernel_bench [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N]
+//   cpu_kernel_bench --amx-probe [--m 32,64] [--reps N]
+//
+// --amx-probe (AMX only): where tile_amx2 (2x2 AMX register blocking) loses time. TFLOP/s of one thread
+// with the operands in L1 (K = 256: panels and A rows together 32-48 KiB), in L2 (K = 2048, the same
+// buffers over and over), and with the weights from memory (qwen3-30b-a3b gate_up copies); each with the
+// panel prefetch on and off. (The branch amx-pipe-experiment adds software-pipelined tile loads: no
+// faster there.)
 //
 // Each number is the median over --reps alternating rounds (variant A, variant B, A, B, ...), so that
 // load from other processes on a shared machine hits both variants alike.
@@ -32,6 +39,8 @@ using namespace moerun::cpu;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+int amx_probe(const std::vector<int>& ms, int reps);
 
 double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
@@ -102,6 +111,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> variants = {"v1", "v2"}, formats;
+  bool probe = false;
   int reps = 41;
   CpuIsa isa = CpuIsa::kAvx2;
   std::vector<int> ms = {1, 2, 3, 4, 5, 6, 8, 12, 16, 64};
@@ -110,6 +120,7 @@ int main(int argc, char** argv) {
     if (a == "--variants" && i + 1 < argc) variants = split(argv[++i]);
     else if (a == "--formats" && i + 1 < argc) formats = split(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--amx-probe") probe = true;
     else if (a == "--m" && i + 1 < argc) { ms.clear(); for (auto& t : split(argv[++i])) ms.push_back(std::atoi(t.c_str())); }
     else if (a == "--isa" && i + 1 < argc) {
       const std::string n = argv[++i];
@@ -124,7 +135,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N] [--m 1,4,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N] [--m 1,4,...] [--amx-probe]\n", argv[0]);
       return 2;
     }
   }
@@ -132,6 +143,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "this CPU does not run --isa %s (it has %s)\n", std::string(to_string(isa)).c_str(),
                  std::string(to_string(Platform::detect().cpu.isa())).c_str());
     return 2;
+  }
+  if (probe) {
+    if (Platform::detect().cpu.isa() < CpuIsa::kAmx) {
+      std::fprintf(stderr, "--amx-probe needs AMX\n");
+      return 2;
+    }
+    return amx_probe(ms, reps);
   }
   std::vector<KernelSet> ks;
   for (const auto& v : variants) ks.push_back(kernels_for_variant(isa, v));
@@ -209,3 +227,74 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+namespace {
+
+// Fastest of `reps` rounds of about 2 ms, in TFLOP/s, of calls of `body`, each doing `flops`.
+template <typename F>
+double tflops(int reps, double flops, F&& body) {
+  double best = 1e30;
+  int calls = 1;
+  for (double t = 0; t < 2e-3; calls *= 2) {  // calls per round: about 2 ms
+    const double t0 = now_s();
+    for (int c = 0; c < calls; ++c) body(c);
+    t = now_s() - t0;
+  }
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = now_s();
+    for (int c = 0; c < calls; ++c) body(c);
+    best = std::min(best, now_s() - t0);
+  }
+  return flops * calls / best / 1e12;
+}
+
+int amx_probe(const std::vector<int>& ms, int reps) {
+  std::printf("tile_amx2, one thread, TFLOP/s (fastest of %d rounds); pf0 / pf4k: panel prefetch off / %d bytes "
+              "ahead\n",
+              reps, kPrefetchBytes);
+  struct Variant {
+    const char* name;
+    int prefetch;
+  };
+  const Variant variants[] = {{"pf4k", kPrefetchBytes}, {"pf0", 0}};
+  for (int m : ms) {
+    const int rows = (m + 15) / 16 * 16;
+    std::vector<float> acc(static_cast<size_t>(2 * rows * 16));
+    for (const int64_t K : {int64_t{256}, int64_t{2048}}) {
+      const int64_t ldx = K + 32;
+      std::vector<uint16_t> xb(static_cast<size_t>(rows * ldx), 0x3F80), panels(static_cast<size_t>(2 * K * 16), 0x3C00);
+      std::printf("m=%-4d K=%-5lld (%s) ", m, static_cast<long long>(K), K == 256 ? "L1" : "L2");
+      for (const Variant& v : variants) {
+        const double tf = tflops(reps, 2.0 * m * 32 * static_cast<double>(K), [&](int) {
+          kernels::tile_amx2(panels.data(), panels.data() + K * 16, K, xb.data(), ldx, m, acc.data(),
+                             acc.data() + rows * 16, v.prefetch);
+        });
+        std::printf("  %s %5.2f", v.name, tf);
+      }
+      std::printf("\n");
+    }
+    // Weights from memory: qwen3-30b-a3b gate_up blocks, pair after pair through many copies.
+    const int64_t N = 1536, K = 2048, ldx = K + 32;
+    static const Set w = make_set(WeightFormat::kBF16, N, K, 256u << 20);
+    std::vector<uint16_t> xb(static_cast<size_t>(rows * ldx), 0x3F80);
+    const int64_t pairs = w.p->nblocks / 2;
+    std::printf("m=%-4d K=%-5lld (mem)", m, static_cast<long long>(K));
+    for (const Variant& v : variants) {
+      int64_t at = 0;
+      const double tf = tflops(reps, 2.0 * m * 32 * static_cast<double>(K), [&](int) {
+        const int c = static_cast<int>(at / pairs % w.copies);
+        const int64_t b = at % pairs * 2;
+        ++at;
+        kernels::tile_amx2(reinterpret_cast<const uint16_t*>(w.block(c, b).data),
+                           reinterpret_cast<const uint16_t*>(w.block(c, b + 1).data), K, xb.data(), ldx, m,
+                           acc.data(), acc.data() + rows * 16, v.prefetch);
+      });
+      std::printf("  %s %5.2f", v.name, tf);
+    }
+    std::printf("\n");
+  }
+  kernels::amx_release();
+  return 0;
+}
+
+}  // namespace
