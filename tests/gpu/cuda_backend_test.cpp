@@ -833,6 +833,38 @@ TEST(CudaBackend, SmallOneTokenDirect) {
   EXPECT_EQ(std::memcmp(out.data(), aligned.data(), out.nbytes()), 0) << "direct and aligned paths differ";
 }
 
+// The one-token gate_up's L2 prefetch of the down weights (taken here: 4 experts x 72 KB fit in half the
+// L2) is a hint: wherever it is issued (or not at all) the output is the same bit for bit, and right
+// against the reference. K tiles: 264 / 64 -> 5,
+// so "mid" and "end" are distinct points; an expert's 71,808 down bytes split over gate_up's 9 N tiles
+// of 32 rows leave a short last slice.
+TEST(CudaBackend, SmallOneTokenDownPrefetch) {
+  REQUIRE_GPU();
+  MoeSpec s = make_spec(16, 4, 264, 136, ActivationKind::kSiluAndMul);
+  s.expert_bias = true;
+  const Platform plat = sm90_platform();
+  const MoeWeights w = random_weights(s, 905);
+  auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+  auto ref = make_reference_backend()->create_runner(s, w, plat, {});
+  const Inputs in = make_inputs(s, 1, 906, Route::kLogits);
+  HostTensor off(s.act_dtype, {1, s.hidden}), want(s.act_dtype, {1, s.hidden});
+  setenv("MOERUN_CUDA_DOWN_PREFETCH", "0", 1);
+  runner->forward(host_args(in, off));
+  ref->forward(host_args(in, want));
+  int64_t bad = 0;
+  EXPECT_LT(rel_error(off, want, s.hidden, &bad), tolerance_for(s).rel_l2);
+  EXPECT_EQ(bad, 0);
+  for (const char* at : {"start", "mid", "end", "default"}) {
+    if (std::strcmp(at, "default") == 0) unsetenv("MOERUN_CUDA_DOWN_PREFETCH");
+    else setenv("MOERUN_CUDA_DOWN_PREFETCH", at, 1);
+    HostTensor out(s.act_dtype, {1, s.hidden});
+    poison(out);
+    runner->forward(host_args(in, out));
+    EXPECT_EQ(std::memcmp(out.data(), off.data(), out.nbytes()), 0) << at;
+  }
+  unsetenv("MOERUN_CUDA_DOWN_PREFETCH");
+}
+
 // Routing ids must equal routing::topk_host exactly; weights to float rounding.
 TEST(CudaRouting, SmallMatchesHostExactly) {
   REQUIRE_GPU();

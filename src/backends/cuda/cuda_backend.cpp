@@ -93,6 +93,24 @@ bool fused_act_enabled() {
   return v && v[0] == '1' && v[1] == '\0';
 }
 
+// MOERUN_CUDA_DOWN_PREFETCH: where in its main loop a one-token gate_up block asks the L2 for its
+// expert's down weights (GroupedGemmParams::l2_next): "end" (after the main loop: the default),
+// "start", "mid" (half-way through K), or "0" (never). Returns the k-tile, or -1. Read per call.
+// Measured on the H200 (2026-11-30, same binary, four alternated rounds, graph replay of the expert
+// stage, bench/results/2026-11-30_s7-experiments_h200-and-host-xeon): qwen3-30b-a3b M=1, whose eight
+// experts' down weights (25 MB) fit in half the L2, 35.2-36.2 us with "end" against 36.0-36.6 us
+// without; "start" and "mid" were slower (43.5 and 38.3 us against 38.4), the prefetch competing with
+// gate_up's own weights. Where the down weights do not fit (gpt-oss-120b shape: 66 MB) prefetching a
+// part of each expert was slower (75.6 vs 73.2 us), so the runner prefetches only whole sets.
+int down_prefetch_at(int k_tiles) {
+  const char* v = std::getenv("MOERUN_CUDA_DOWN_PREFETCH");
+  const std::string w = v ? v : "end";
+  if (w == "0") return -1;
+  if (w == "start") return 0;
+  if (w == "mid") return k_tiles / 2;
+  return k_tiles;
+}
+
 int device_sm_count(int device) {
   int n = 0;
   MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
@@ -105,6 +123,7 @@ class CudaRunner final : public Runner {
  public:
   CudaRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptions& o)
       : d_(spec, w, o.device_index, true, GateUpLayout::kBlocks8), sm_count_(device_sm_count(o.device_index)) {
+    MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes_, cudaDevAttrL2CacheSize, o.device_index));
     cutlass_ok_ = d_.elem() == Elem::kBF16 || d_.elem() == Elem::kF16;
     if (cutlass_ok_) cutlass_ws_.reserve(cutlass_grouped_workspace_bytes(d_.elem(), d_.experts(), sm_count_));
   }
@@ -160,10 +179,22 @@ class CudaRunner final : public Runner {
       g1.direct_top_k = K;
       g1.rows = static_cast<int>(rows);
       g1.grid_tiles = rows;
+      // When the k experts' down weights fit in half the L2, gate_up's blocks prefetch them there as
+      // they finish (down_prefetch_at): the DRAM stays busy through gate_up's tail and the kernel
+      // boundary, and the down GEMM starts on L2 hits.
+      const int64_t expert_bytes = static_cast<int64_t>(H) * I * static_cast<int64_t>(cuda_detail::elem_size(el));
+      const int at = down_prefetch_at((H + 63) / 64);
+      if (at >= 0 && expert_bytes % 16 == 0 && expert_bytes * K <= static_cast<int64_t>(l2_bytes_) / 2) {
+        g1.l2_next = d_.w2.get();
+        g1.l2_next_stride = expert_bytes;
+        g1.l2_next_bytes = expert_bytes;
+        g1.l2_next_at = at;
+      }
     }
     MOERUN_CUDA_CHECK(launch_grouped_gemm(el, cfg, g1, s));
 
     GroupedGemmParams g2 = g1;
+    g2.l2_next = nullptr;
     g2.a = d_.inter_buf.get();
     g2.lda = I;
     g2.a_row_index = nullptr;
@@ -338,6 +369,7 @@ class CudaRunner final : public Runner {
 
   DeviceMoe d_;
   int sm_count_ = 0;
+  int l2_bytes_ = 0;
   bool cutlass_ok_ = false;
   cuda_detail::DeviceBuffer cutlass_ws_;
 };

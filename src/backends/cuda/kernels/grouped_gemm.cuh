@@ -226,7 +226,16 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
       cp_async_commit();
     }
   }
+  // Direct mode: this block's slice of its expert's next weights (GroupedGemmParams::l2_next).
+  auto prefetch_next = [&] {
+    const int64_t slice = (p.l2_next_bytes / gridDim.y + 15) / 16 * 16;
+    const int64_t b0 = static_cast<int64_t>(tile_n) * slice;
+    const int64_t len = min(slice, p.l2_next_bytes - b0);
+    if (len > 0) l2_prefetch_bulk(static_cast<const char*>(p.l2_next) + expert * p.l2_next_stride + b0, len);
+  };
+  const bool prefetch = p.l2_next && tid == 0;
   for (int kt = 0; kt < KT; ++kt) {
+    if (prefetch && kt == p.l2_next_at) prefetch_next();
     cp_async_wait<S::STAGES - 2>();
     __syncthreads();
     const int nk = kt + S::STAGES - 1;
@@ -262,6 +271,7 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
         for (int nt = 0; nt < S::NT; ++nt) MmaOp<T>::run(acc[mt][nt], af[mt], bf[nt]);
     }
   }
+  if (prefetch && p.l2_next_at >= KT) prefetch_next();
   cp_async_wait<0>();
   pdl_trigger();  // the next kernel may be scheduled; it still waits for this one to finish
   __syncthreads();

@@ -128,6 +128,17 @@ struct GroupedGemmParams {
   // before it triggers or exits, so the down GEMM cannot start before the alignment has finished),
   // or a single-segment GEMM (no table). Otherwise it waits first.
   bool weights_before_wait = false;
+  // Direct mode only: an L2 prefetch of the next GEMM's weights (the down GEMM after a one-token
+  // gate_up), so that the down GEMM starts on L2 hits instead of ramping up from DRAM after gate_up's
+  // tail. Block (pair t, N tile j of gridDim.y) asks the L2 for slice j of the first l2_next_bytes of
+  // its expert's next weights, at l2_next + expert * l2_next_stride bytes, once its main loop has
+  // reached k-tile l2_next_at (at or past the k-tile count: after the main loop). The prefetch is
+  // cp.async.bulk.prefetch.L2: a hint that moves nothing into the SM, so results cannot change.
+  // l2_next 16-byte aligned; l2_next_stride and l2_next_bytes multiples of 16.
+  const void* l2_next = nullptr;
+  int64_t l2_next_stride = 0;
+  int64_t l2_next_bytes = 0;
+  int l2_next_at = 0;
 };
 
 // Tile configurations (the kernel variants shown by Capabilities::variants).
