@@ -192,7 +192,10 @@ struct Limits {
             {"avx512_fma_fp32_peak_gflops", opt(fma_avx512)},
             {"amx_bf16_peak_gflops", opt(amx.gflops)},
             {"amx_bf16_peak_gflops_2x2", opt(amx.gflops_2x2)},
-            {"amx_bf16_peak_gflops_1x6", opt(amx.gflops_1x6)}};
+            {"amx_bf16_peak_gflops_1x6", opt(amx.gflops_1x6)},
+            {"amx_bf16_2x2_l1_loads_gflops", opt(amx.gflops_2x2_l1)},
+            {"amx_bf16_2x2_l1_loads_strided_a_gflops", opt(amx.gflops_2x2_l1_strided)},
+            {"amx_tileload_l1_gbs", opt(amx.tileload_gbs)}};
   }
 };
 
@@ -689,6 +692,12 @@ int main(int argc, char** argv) {
               "AVX-512 %s / %s GFLOP/s; AMX bf16 tile peak %s / %s GFLOP/s\n",
               b.threads, b.lim.bw, b.lim1.bw, b.lim.fma_avx2, b.lim1.fma_avx2, gf(b.lim.fma_avx512).c_str(),
               gf(b.lim1.fma_avx512).c_str(), gf(b.lim.amx.gflops).c_str(), gf(b.lim1.amx.gflops).c_str());
+  if (b.lim.amx.gflops > 0)  // diagnostics of the tile kernels, not floors
+    std::printf("amx (%d threads / 1 thread): 2x2 tiles reloaded from L1 every step %s / %s GFLOP/s, with A rows "
+                "4160 bytes apart %s / %s GFLOP/s; tileloadd alone from L1 %s / %s GB/s\n",
+                b.threads, gf(b.lim.amx.gflops_2x2_l1).c_str(), gf(b.lim1.amx.gflops_2x2_l1).c_str(),
+                gf(b.lim.amx.gflops_2x2_l1_strided).c_str(), gf(b.lim1.amx.gflops_2x2_l1_strided).c_str(),
+                gf(b.lim.amx.tileload_gbs).c_str(), gf(b.lim1.amx.tileload_gbs).c_str());
   std::fflush(stdout);
 
   const auto write_json = [&] {

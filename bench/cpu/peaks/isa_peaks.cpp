@@ -41,8 +41,12 @@ static_assert(sizeof(TileConfig) == 64);
 
 constexpr double kFlopsPerTdp = 2.0 * 16 * 16 * 32;
 
-// One thread: tdpbf16ps on tiles loaded once, until `deadline`. Returns the number of tdpbf16ps.
-int64_t amx_thread(bool two_by_two, double deadline, float* sink) {
+enum class AmxLoop { k2x2, k1x6, k2x2Loads, k2x2LoadsStrided, kLoadsOnly };
+
+constexpr int kStridedLd = 4160;  // bytes between A rows in k2x2LoadsStrided (2048 bf16 + 32 of padding)
+
+// One thread: `loop` until `deadline`. Returns the number of tdpbf16ps (kLoadsOnly: of tileloadd).
+int64_t amx_thread(AmxLoop loop, double deadline, float* sink) {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {  // every tile 16 rows x 64 bytes: C 16x16 fp32, A 16x32 bf16, B 16x(2x16) bf16 pairs
     cfg.rows[t] = 16;
@@ -54,12 +58,54 @@ int64_t amx_thread(bool two_by_two, double deadline, float* sink) {
     a[i] = 0x3a80 + static_cast<uint16_t>(i & 7);  // about 1e-3: the accumulators stay far from overflow
     b[i] = 0x3a80 + static_cast<uint16_t>((i >> 3) & 7);
   }
+  // k2x2LoadsStrided: two A tiles of 16 rows kStridedLd bytes apart (only their first 64 bytes are read)
+  static thread_local uint16_t strided[32 * kStridedLd / 2];
   int64_t n = 0;
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  if (two_by_two) {
+  if (loop == AmxLoop::k2x2Loads) {
+    do {
+      for (int i = 0; i < 256; ++i) {
+        _tile_loadd(6, b, 64);
+        _tile_loadd(7, a, 64);
+        _tile_loadd(4, a, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, b, 64);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      n += 256 * 4;
+    } while (now_s() < deadline);
+  } else if (loop == AmxLoop::k2x2LoadsStrided) {
+    for (int r = 0; r < 32; ++r)
+      for (int c = 0; c < 32; ++c) strided[r * (kStridedLd / 2) + c] = a[(r % 16) * 32 + c];
+    do {
+      for (int i = 0; i < 256; ++i) {
+        _tile_loadd(6, b, 64);
+        _tile_loadd(7, a, 64);
+        _tile_loadd(4, strided, kStridedLd);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, strided + 16 * (kStridedLd / 2), kStridedLd);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      n += 256 * 4;
+    } while (now_s() < deadline);
+  } else if (loop == AmxLoop::kLoadsOnly) {
+    do {
+      for (int i = 0; i < 256; ++i) {
+        _tile_loadd(4, a, 64);
+        _tile_loadd(5, b, 64);
+        _tile_loadd(6, b, 64);
+        _tile_loadd(7, a, 64);
+      }
+      n += 256 * 4;
+    } while (now_s() < deadline);
+  } else if (loop == AmxLoop::k2x2) {
     _tile_loadd(4, a, 64);
     _tile_loadd(5, b, 64);  // a second A tile (any bf16 data)
     _tile_loadd(6, b, 64);
@@ -97,7 +143,8 @@ int64_t amx_thread(bool two_by_two, double deadline, float* sink) {
   return n;
 }
 
-double amx_run(int threads, double seconds, bool two_by_two) {
+// Per second over all threads: tdpbf16ps FLOPs / 1e9, or for kLoadsOnly tile bytes / 1e9.
+double amx_run(int threads, double seconds, AmxLoop loop) {
   int64_t total = 0;
   float sink = 0;
   const double t0 = now_s(), deadline = t0 + seconds;
@@ -105,12 +152,13 @@ double amx_run(int threads, double seconds, bool two_by_two) {
 #pragma omp parallel num_threads(threads) reduction(+ : total, sink) reduction(max : t_end)
   {
     float s = 0;
-    total += amx_thread(two_by_two, deadline, &s);
+    total += amx_thread(loop, deadline, &s);
     sink += s;
     t_end = now_s();
   }
   if (sink == -1.0f) total += 1;  // keeps the stores alive
-  return static_cast<double>(total) * kFlopsPerTdp / (t_end - t0) / 1e9;
+  const double per = loop == AmxLoop::kLoadsOnly ? 1024.0 : kFlopsPerTdp;
+  return static_cast<double>(total) * per / (t_end - t0) / 1e9;
 }
 
 }  // namespace
@@ -132,10 +180,13 @@ double avx512_fma_peak_gflops(int threads) {
 
 AmxPeak amx_bf16_peak(int threads, double seconds) {
   AmxPeak p;
-  amx_run(threads, 0.02, true);  // wake the tile units (and the clocks) before timing
-  p.gflops_2x2 = amx_run(threads, seconds, true);
-  p.gflops_1x6 = amx_run(threads, seconds, false);
+  amx_run(threads, 0.02, AmxLoop::k2x2);  // wake the tile units (and the clocks) before timing
+  p.gflops_2x2 = amx_run(threads, seconds, AmxLoop::k2x2);
+  p.gflops_1x6 = amx_run(threads, seconds, AmxLoop::k1x6);
   p.gflops = std::max(p.gflops_2x2, p.gflops_1x6);
+  p.gflops_2x2_l1 = amx_run(threads, seconds, AmxLoop::k2x2Loads);
+  p.gflops_2x2_l1_strided = amx_run(threads, seconds, AmxLoop::k2x2LoadsStrided);
+  p.tileload_gbs = amx_run(threads, seconds, AmxLoop::kLoadsOnly);
   return p;
 }
 

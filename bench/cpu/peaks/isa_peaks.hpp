@@ -10,12 +10,19 @@ namespace moerun_bench {
 double avx512_fma_peak_gflops(int threads);
 
 struct AmxPeak {
-  double gflops = 0;       // best of the kernels below, bf16 products accumulated in fp32
+  double gflops = 0;       // best of the two register-resident kernels below, bf16 products accumulated in fp32
   double gflops_2x2 = 0;   // 4 accumulators C0..C3 fed by A0,A1 x B0,B1 (the shape of a GEMM micro-kernel)
   double gflops_1x6 = 0;   // 6 accumulators fed by one A and one B tile (more independent chains)
+  // Not peaks, diagnostics of the tile kernels (not used in any floor):
+  double gflops_2x2_l1 = 0;  // the 2x2 kernel reloading its four operand tiles from L1 before every step
+                             // (kernels::tile_amx2's inner loop with every operand in L1), A and B tiles
+                             // 1 KiB contiguous each
+  double gflops_2x2_l1_strided = 0;  // the same with the A tiles' rows 4160 bytes apart, as tile_amx2 reads
+                                     // the activation rows (K = 2048 bf16 plus the runner's 32-element pad)
+  double tileload_gbs = 0;   // tileloadd alone, 16 rows x 64 bytes from L1, bytes per second / 1e9
 };
-// Each of `threads` threads loops tdpbf16ps on register-resident tiles for about `seconds` per kernel;
-// FLOPs = 2*16*16*32 per tdpbf16ps.
+// Each of `threads` threads loops tdpbf16ps on register-resident tiles (and the two diagnostics) for about
+// `seconds` per kernel; FLOPs = 2*16*16*32 per tdpbf16ps.
 AmxPeak amx_bf16_peak(int threads, double seconds);
 
 }  // namespace moerun_bench
