@@ -10,7 +10,8 @@
 //   cpu_kernel_bench --amx-probe [--m 32,64] [--reps N]
 //
 // --amx-probe (AMX only): where tile_amx2 (2x2 AMX register blocking) loses time. TFLOP/s of one thread
-// with the operands in L1 (K = 256: panels and A rows together 32-48 KiB), in L2 (K = 2048, the same
+// with the operands in L1 (K = 256: 16 KiB of panels and, at m = 32, 18 KiB of A rows; at m = 64 and
+// more the A rows no longer fit the 48 KiB L1 and come partly from L2), in L2 (K = 2048, the same
 // buffers over and over), and with the weights from memory (qwen3-30b-a3b gate_up copies); each with the
 // panel prefetch on and off. (The branch amx-pipe-experiment adds software-pipelined tile loads: no
 // faster there.)
@@ -230,12 +231,12 @@ int main(int argc, char** argv) {
 
 namespace {
 
-// Fastest of `reps` rounds of about 2 ms, in TFLOP/s, of calls of `body`, each doing `flops`.
+// Fastest of `reps` rounds of 2-4 ms, in TFLOP/s, of calls of `body`, each doing `flops`.
 template <typename F>
 double tflops(int reps, double flops, F&& body) {
   double best = 1e30;
   int calls = 1;
-  for (double t = 0; t < 2e-3; calls *= 2) {  // calls per round: about 2 ms
+  for (double t = 0; t < 2e-3; calls *= 2) {  // calls per round: doubled past 2 ms, so 2-4 ms
     const double t0 = now_s();
     for (int c = 0; c < calls; ++c) body(c);
     t = now_s() - t0;

@@ -78,7 +78,7 @@ struct Opts {
   bool quick = false;
   std::string json_path;
   int threads = 0;
-  std::string only;  // run only these shapes, comma-separated ("" = all)
+  std::vector<std::string> only;  // run only these shapes (empty = all); --only A,B,...
   bool compare_v1 = false;  // also time the cpu backend with MOERUN_CPU_KERNELS=v1, interleaved call by call
   bool compare_amx1 = false;  // the same with MOERUN_CPU_AMX_NBLOCKS=1
   bool compare_down1 = false;  // the same with MOERUN_CPU_DOWN_GROUP=1
@@ -88,13 +88,7 @@ struct Opts {
   std::vector<int> sweep;  // --stream-sweep crossovers (MOERUN_CPU_STREAM_MAX_TOKENS values)
   double row_budget() const { return budget >= 0 ? budget : quick ? 0.25 : 0.8; }
   bool want(const std::string& shape) const {
-    if (only.empty()) return true;
-    for (size_t b = 0; b <= only.size();) {
-      const size_t e = std::min(only.find(',', b), only.size());
-      if (only.compare(b, e - b, shape) == 0) return true;
-      b = e + 1;
-    }
-    return false;
+    return only.empty() || std::find(only.begin(), only.end(), shape) != only.end();
   }
 };
 
@@ -177,6 +171,9 @@ double measure_fma_peak_gflops(int threads) {
   return best;
 }
 
+// The shapes this bench knows (--only names).
+const std::string kShapes[] = {"qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-20b", "mixtral-8x7b"};
+
 // What a row's floor is computed from, measured for one thread count. A peak of 0 means absent (the CPU or
 // the OS does not have it).
 struct Limits {
@@ -193,6 +190,7 @@ struct Limits {
             {"amx_bf16_peak_gflops", opt(amx.gflops)},
             {"amx_bf16_peak_gflops_2x2", opt(amx.gflops_2x2)},
             {"amx_bf16_peak_gflops_1x6", opt(amx.gflops_1x6)},
+            {"amx_bf16_2x2_alternated_gflops", opt(amx.gflops_2x2_alternated)},
             {"amx_bf16_2x2_l1_loads_gflops", opt(amx.gflops_2x2_l1)},
             {"amx_bf16_2x2_l1_loads_strided_a_gflops", opt(amx.gflops_2x2_l1_strided)},
             {"amx_tileload_l1_gbs", opt(amx.tileload_gbs)}};
@@ -658,7 +656,25 @@ int main(int argc, char** argv) {
     if (a == "--quick") b.opt.quick = true;
     else if (a == "--json" && i + 1 < argc) b.opt.json_path = argv[++i];
     else if (a == "--threads" && i + 1 < argc) b.opt.threads = std::atoi(argv[++i]);
-    else if (a == "--only" && i + 1 < argc) b.opt.only = argv[++i];
+    else if (a == "--only" && i + 1 < argc) {
+      // Comma-separated shape names (spaces around them ignored); an unknown name is an error, not an
+      // empty run.
+      const std::string list = argv[++i];
+      for (size_t p = 0; p <= list.size();) {
+        const size_t e = std::min(list.find(',', p), list.size());
+        std::string name = list.substr(p, e - p);
+        name.erase(0, name.find_first_not_of(' '));
+        name.erase(name.find_last_not_of(' ') + 1);
+        p = e + 1;
+        if (name.empty()) continue;
+        if (std::find(std::begin(kShapes), std::end(kShapes), name) == std::end(kShapes)) {
+          std::fprintf(stderr, "--only: unknown shape '%s' (known: qwen3-30b-a3b, deepseek-v2-lite, gpt-oss-20b, "
+                       "mixtral-8x7b)\n", name.c_str());
+          return 2;
+        }
+        b.opt.only.push_back(name);
+      }
+    }
     else if (a == "--compare-v1") b.opt.compare_v1 = true;
     else if (a == "--compare-amx1") b.opt.compare_amx1 = true;
     else if (a == "--compare-down1") b.opt.compare_down1 = true;
@@ -693,9 +709,11 @@ int main(int argc, char** argv) {
               b.threads, b.lim.bw, b.lim1.bw, b.lim.fma_avx2, b.lim1.fma_avx2, gf(b.lim.fma_avx512).c_str(),
               gf(b.lim1.fma_avx512).c_str(), gf(b.lim.amx.gflops).c_str(), gf(b.lim1.amx.gflops).c_str());
   if (b.lim.amx.gflops > 0)  // diagnostics of the tile kernels, not floors
-    std::printf("amx (%d threads / 1 thread): 2x2 tiles reloaded from L1 every step %s / %s GFLOP/s, with A rows "
-                "4160 bytes apart %s / %s GFLOP/s; tileloadd alone from L1 %s / %s GB/s\n",
-                b.threads, gf(b.lim.amx.gflops_2x2_l1).c_str(), gf(b.lim1.amx.gflops_2x2_l1).c_str(),
+    std::printf("amx, alternating slices (%d threads / 1 thread): 2x2 on register tiles %s / %s GFLOP/s, tiles "
+                "reloaded from L1 every step %s / %s GFLOP/s, with A rows 4160 bytes apart %s / %s GFLOP/s; "
+                "tileloadd alone from L1 %s / %s GB/s\n",
+                b.threads, gf(b.lim.amx.gflops_2x2_alternated).c_str(), gf(b.lim1.amx.gflops_2x2_alternated).c_str(),
+                gf(b.lim.amx.gflops_2x2_l1).c_str(), gf(b.lim1.amx.gflops_2x2_l1).c_str(),
                 gf(b.lim.amx.gflops_2x2_l1_strided).c_str(), gf(b.lim1.amx.gflops_2x2_l1_strided).c_str(),
                 gf(b.lim.amx.tileload_gbs).c_str(), gf(b.lim1.amx.tileload_gbs).c_str());
   std::fflush(stdout);

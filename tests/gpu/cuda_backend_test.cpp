@@ -835,7 +835,8 @@ TEST(CudaBackend, SmallOneTokenDirect) {
 
 // The one-token gate_up's L2 prefetch of the down weights (taken here: 4 experts x 72 KB fit in half the
 // L2) is a hint: wherever it is issued (or not at all) the output is the same bit for bit, and right
-// against the reference. 264 / 64 rounds up to 5 k-tiles, so "mid" (2) and "end" (5) are distinct
+// against the reference. (Being a hint, a wrong slice would not change the output either: the slices
+// and the rule are checked on the host by the CudaLaunch tests, and compute-sanitizer runs this case.) 264 / 64 rounds up to 5 k-tiles, so "mid" (2) and "end" (5) are distinct
 // points; an expert's 71,808 down bytes split over gate_up's 9 N tiles of 32 rows leave a short last
 // slice.
 TEST(CudaBackend, SmallOneTokenDownPrefetch) {
@@ -863,6 +864,40 @@ TEST(CudaBackend, SmallOneTokenDownPrefetch) {
     EXPECT_EQ(std::memcmp(out.data(), off.data(), out.nbytes()), 0) << at;
   }
   unsetenv("MOERUN_CUDA_DOWN_PREFETCH");
+}
+
+// Host-side, no GPU needed: the slices the gate_up blocks prefetch (GroupedGemmParams::l2_next) are
+// 16-byte multiples that cover an expert's down bytes once, in order, for grids of 1 to 1000 N tiles,
+// including byte counts that do not divide evenly and more tiles than 16-byte units.
+TEST(CudaLaunch, L2PrefetchSlicesCoverTheBytesOnce) {
+  using cuda_kernels::ByteSlice;
+  for (int64_t bytes : {int64_t{16}, int64_t{288}, int64_t{71808}, int64_t{3145728}, int64_t{3145728 + 16}})
+    for (int tiles : {1, 2, 9, 17, 48, 1000}) {
+      int64_t next = 0;
+      for (int j = 0; j < tiles; ++j) {
+        const ByteSlice sl = cuda_kernels::l2_slice(bytes, tiles, j);
+        ASSERT_EQ(sl.offset % 16, 0) << bytes << " / " << tiles << ", slice " << j;
+        ASSERT_EQ(sl.length % 16, 0) << bytes << " / " << tiles << ", slice " << j;
+        ASSERT_LE(sl.offset + sl.length, bytes) << bytes << " / " << tiles << ", slice " << j;
+        if (sl.length > 0) {
+          ASSERT_EQ(sl.offset, next) << bytes << " / " << tiles << ", slice " << j;
+          next += sl.length;
+        }
+      }
+      EXPECT_EQ(next, bytes) << bytes << " / " << tiles;
+    }
+}
+
+// Host-side: the runner prefetches the down weights only where the top-k experts' whole set fits in
+// half the L2 (50 MiB on the H100 / H200).
+TEST(CudaLaunch, DownPrefetchOnlyWhereTheWholeSetFitsHalfTheL2) {
+  const int64_t l2 = int64_t{50} << 20;
+  EXPECT_TRUE(cuda_kernels::l2_next_fits(int64_t{2048} * 768 * 2, 8, l2));     // qwen3-30b-a3b: 25.2 MB
+  EXPECT_FALSE(cuda_kernels::l2_next_fits(int64_t{2880} * 2880 * 2, 4, l2));   // gpt-oss-120b: 66 MB
+  EXPECT_FALSE(cuda_kernels::l2_next_fits(int64_t{7168} * 2048 * 2, 8, l2));   // deepseek-v3: 235 MB
+  EXPECT_TRUE(cuda_kernels::l2_next_fits(int64_t{264} * 136 * 2, 4, l2));      // SmallOneTokenDownPrefetch
+  EXPECT_FALSE(cuda_kernels::l2_next_fits(24, 1, l2));                         // not a multiple of 16
+  EXPECT_FALSE(cuda_kernels::l2_next_fits(0, 8, l2));
 }
 
 // Routing ids must equal routing::topk_host exactly; weights to float rounding.

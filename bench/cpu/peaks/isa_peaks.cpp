@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <utility>
 
 namespace moerun_bench {
 namespace {
@@ -58,8 +60,6 @@ int64_t amx_thread(AmxLoop loop, double deadline, float* sink) {
     a[i] = 0x3a80 + static_cast<uint16_t>(i & 7);  // about 1e-3: the accumulators stay far from overflow
     b[i] = 0x3a80 + static_cast<uint16_t>((i >> 3) & 7);
   }
-  // k2x2LoadsStrided: two A tiles of 16 rows kStridedLd bytes apart (only their first 64 bytes are read)
-  static thread_local uint16_t strided[32 * kStridedLd / 2];
   int64_t n = 0;
   _tile_zero(0);
   _tile_zero(1);
@@ -80,6 +80,9 @@ int64_t amx_thread(AmxLoop loop, double deadline, float* sink) {
       n += 256 * 4;
     } while (now_s() < deadline);
   } else if (loop == AmxLoop::k2x2LoadsStrided) {
+    // Two A tiles of 16 rows kStridedLd bytes apart, each row 64-byte aligned like the runner's (only the
+    // first 64 bytes of a row are read).
+    auto* strided = static_cast<uint16_t*>(std::aligned_alloc(64, 32 * kStridedLd));
     for (int r = 0; r < 32; ++r)
       for (int c = 0; c < 32; ++c) strided[r * (kStridedLd / 2) + c] = a[(r % 16) * 32 + c];
     do {
@@ -95,6 +98,7 @@ int64_t amx_thread(AmxLoop loop, double deadline, float* sink) {
       }
       n += 256 * 4;
     } while (now_s() < deadline);
+    std::free(strided);
   } else if (loop == AmxLoop::kLoadsOnly) {
     do {
       for (int i = 0; i < 256; ++i) {
@@ -143,8 +147,9 @@ int64_t amx_thread(AmxLoop loop, double deadline, float* sink) {
   return n;
 }
 
-// Per second over all threads: tdpbf16ps FLOPs / 1e9, or for kLoadsOnly tile bytes / 1e9.
-double amx_run(int threads, double seconds, AmxLoop loop) {
+// `loop` on `threads` threads for about `seconds`: {units done (tdpbf16ps, or tileloadd for kLoadsOnly),
+// seconds taken}.
+std::pair<int64_t, double> amx_count(int threads, double seconds, AmxLoop loop) {
   int64_t total = 0;
   float sink = 0;
   const double t0 = now_s(), deadline = t0 + seconds;
@@ -157,8 +162,15 @@ double amx_run(int threads, double seconds, AmxLoop loop) {
     t_end = now_s();
   }
   if (sink == -1.0f) total += 1;  // keeps the stores alive
-  const double per = loop == AmxLoop::kLoadsOnly ? 1024.0 : kFlopsPerTdp;
-  return static_cast<double>(total) * per / (t_end - t0) / 1e9;
+  return {total, t_end - t0};
+}
+
+double per_unit(AmxLoop loop) { return loop == AmxLoop::kLoadsOnly ? 1024.0 : kFlopsPerTdp; }
+
+// Per second over all threads: tdpbf16ps FLOPs / 1e9, or for kLoadsOnly tile bytes / 1e9.
+double amx_run(int threads, double seconds, AmxLoop loop) {
+  const auto [n, dt] = amx_count(threads, seconds, loop);
+  return static_cast<double>(n) * per_unit(loop) / dt / 1e9;
 }
 
 }  // namespace
@@ -184,9 +196,23 @@ AmxPeak amx_bf16_peak(int threads, double seconds) {
   p.gflops_2x2 = amx_run(threads, seconds, AmxLoop::k2x2);
   p.gflops_1x6 = amx_run(threads, seconds, AmxLoop::k1x6);
   p.gflops = std::max(p.gflops_2x2, p.gflops_1x6);
-  p.gflops_2x2_l1 = amx_run(threads, seconds, AmxLoop::k2x2Loads);
-  p.gflops_2x2_l1_strided = amx_run(threads, seconds, AmxLoop::k2x2LoadsStrided);
-  p.tileload_gbs = amx_run(threads, seconds, AmxLoop::kLoadsOnly);
+  // The diagnostics alternate in short slices with the 2x2 loop they are read against: this host's tile
+  // throughput changes within seconds, so loops timed one after another are not comparable.
+  constexpr int kRounds = 8;
+  const AmxLoop diag[] = {AmxLoop::k2x2, AmxLoop::k2x2Loads, AmxLoop::k2x2LoadsStrided, AmxLoop::kLoadsOnly};
+  int64_t n[4] = {};
+  double dt[4] = {};
+  for (int r = 0; r < kRounds; ++r)
+    for (int i = 0; i < 4; ++i) {
+      const auto [c, t] = amx_count(threads, seconds / kRounds, diag[i]);
+      n[i] += c;
+      dt[i] += t;
+    }
+  const auto rate = [&](int i) { return static_cast<double>(n[i]) * per_unit(diag[i]) / dt[i] / 1e9; };
+  p.gflops_2x2_alternated = rate(0);
+  p.gflops_2x2_l1 = rate(1);
+  p.gflops_2x2_l1_strided = rate(2);
+  p.tileload_gbs = rate(3);
   return p;
 }
 

@@ -13,7 +13,9 @@ struct AmxPeak {
   double gflops = 0;       // best of the two register-resident kernels below, bf16 products accumulated in fp32
   double gflops_2x2 = 0;   // 4 accumulators C0..C3 fed by A0,A1 x B0,B1 (the shape of a GEMM micro-kernel)
   double gflops_1x6 = 0;   // 6 accumulators fed by one A and one B tile (more independent chains)
-  // Not peaks, diagnostics of the tile kernels (not used in any floor):
+  // Not peaks, diagnostics of the tile kernels (not used in any floor), timed in alternating slices so that
+  // they compare with each other (the host's tile throughput moves within seconds):
+  double gflops_2x2_alternated = 0;  // the 2x2 kernel, register-resident tiles
   double gflops_2x2_l1 = 0;  // the 2x2 kernel reloading its four operand tiles from L1 before every step
                              // (kernels::tile_amx2's inner loop with every operand in L1), A and B tiles
                              // 1 KiB contiguous each

@@ -95,7 +95,7 @@ bool fused_act_enabled() {
 
 // MOERUN_CUDA_DOWN_PREFETCH: where in its main loop a one-token gate_up block asks the L2 for its
 // expert's down weights (GroupedGemmParams::l2_next): "end" (after the main loop; also unset or any
-// other value), "start", "mid" (half-way through K), or "0" (never). Returns the k-tile, or -1. Read
+// other value), "start", "mid" (half-way through K), or "0" / "off" (never). Returns the k-tile, or -1. Read
 // per call. Measured on the H200 (2026-11-30, same binary, four alternated rounds, graph replay of the
 // expert stage, bench/results/2026-11-30_s7-experiments_h200-and-host-xeon): qwen3-30b-a3b M=1, whose
 // eight experts' down weights (25 MB) fit in half the L2, 35.2-36.2 us with "end" against 36.0-36.6 us
@@ -106,7 +106,7 @@ bool fused_act_enabled() {
 int down_prefetch_at(int k_tiles) {
   const char* v = std::getenv("MOERUN_CUDA_DOWN_PREFETCH");
   const std::string w = v ? v : "end";
-  if (w == "0") return -1;
+  if (w == "0" || w == "off") return -1;
   if (w == "start") return 0;
   if (w == "mid") return k_tiles / 2;
   return k_tiles;
@@ -184,8 +184,8 @@ class CudaRunner final : public Runner {
       // they finish (down_prefetch_at): the DRAM stays busy through gate_up's tail and the kernel
       // boundary, and the down GEMM starts on L2 hits.
       const int64_t expert_bytes = static_cast<int64_t>(H) * I * static_cast<int64_t>(cuda_detail::elem_size(el));
-      const int at = down_prefetch_at((H + 63) / 64);
-      if (at >= 0 && expert_bytes % 16 == 0 && expert_bytes * K <= static_cast<int64_t>(l2_bytes_) / 2) {
+      const int at = down_prefetch_at((H + kGemmBK - 1) / kGemmBK);
+      if (at >= 0 && l2_next_fits(expert_bytes, K, l2_bytes_)) {
         g1.l2_next = d_.w2.get();
         g1.l2_next_stride = expert_bytes;
         g1.l2_next_bytes = expert_bytes;

@@ -62,7 +62,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t* r, uint32_t addr) {
 
 template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
 struct TileShape {
-  static constexpr int BM = BM_, BN = BN_, BK = 64, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
+  static constexpr int BM = BM_, BN = BN_, BK = kGemmBK, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
   static constexpr int STAGES = STAGES_;
   static constexpr int kThreads = WARPS_M * WARPS_N * 32;
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
@@ -228,10 +228,9 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
   }
   // Direct mode: this block's slice of its expert's next weights (GroupedGemmParams::l2_next).
   auto prefetch_next = [&] {
-    const int64_t slice = (p.l2_next_bytes / gridDim.y + 15) / 16 * 16;
-    const int64_t b0 = static_cast<int64_t>(tile_n) * slice;
-    const int64_t len = min(slice, p.l2_next_bytes - b0);
-    if (len > 0) l2_prefetch_bulk(static_cast<const char*>(p.l2_next) + expert * p.l2_next_stride + b0, len);
+    const ByteSlice sl = l2_slice(p.l2_next_bytes, static_cast<int>(gridDim.y), tile_n);
+    if (sl.length > 0)
+      l2_prefetch_bulk(static_cast<const char*>(p.l2_next) + expert * p.l2_next_stride + sl.offset, sl.length);
   };
   const bool prefetch = p.l2_next && tid == 0;
   for (int kt = 0; kt < KT; ++kt) {

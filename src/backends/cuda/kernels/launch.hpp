@@ -130,16 +130,39 @@ struct GroupedGemmParams {
   bool weights_before_wait = false;
   // Direct mode only: an L2 prefetch of the next GEMM's weights (the down GEMM after a one-token
   // gate_up), so that the down GEMM starts on L2 hits instead of ramping up from DRAM after gate_up's
-  // tail. Block (pair t, N tile j of gridDim.y) asks the L2 for slice j of the first l2_next_bytes of
-  // its expert's next weights, at l2_next + expert * l2_next_stride bytes, once its main loop has
+  // tail. Block (pair t, N tile j of gridDim.y) asks the L2 for l2_slice(l2_next_bytes, gridDim.y, j)
+  // of its expert's next weights, at l2_next + expert * l2_next_stride bytes, once its main loop has
   // reached k-tile l2_next_at (at or past the k-tile count: after the main loop). The prefetch is
   // cp.async.bulk.prefetch.L2: a hint that moves nothing into the SM, so results cannot change.
-  // l2_next 16-byte aligned; l2_next_stride and l2_next_bytes multiples of 16.
+  // l2_next 16-byte aligned; l2_next_stride and l2_next_bytes multiples of 16 (the runner takes the
+  // whole down weights of an expert: l2_next_fits).
   const void* l2_next = nullptr;
   int64_t l2_next_stride = 0;
   int64_t l2_next_bytes = 0;
   int l2_next_at = 0;
 };
+
+// K per main-loop step of the grouped GEMM's tiles (TileShape::BK in grouped_gemm.cuh).
+inline constexpr int kGemmBK = 64;
+
+// Part j of `tiles` equal parts of [0, bytes) (bytes a multiple of 16), each a multiple of 16 bytes:
+// together they cover it once; the last ones may be short or empty (length 0).
+struct ByteSlice {
+  int64_t offset = 0, length = 0;
+};
+__host__ __device__ constexpr ByteSlice l2_slice(int64_t bytes, int tiles, int j) {
+  const int64_t slice = (bytes + 16 * static_cast<int64_t>(tiles) - 1) / (16 * static_cast<int64_t>(tiles)) * 16;
+  const int64_t offset = slice * j;
+  const int64_t length = offset < bytes ? (bytes - offset < slice ? bytes - offset : slice) : 0;
+  return {offset < bytes ? offset : bytes, length};
+}
+
+// Whether the runner prefetches the down weights at one token: the top_k experts' whole down weights
+// (expert_bytes each, a multiple of 16) fit in half the L2. Larger sets, partly prefetched, measured
+// slower (cuda_backend.cpp, down_prefetch_at).
+constexpr bool l2_next_fits(int64_t expert_bytes, int top_k, int64_t l2_bytes) {
+  return expert_bytes > 0 && expert_bytes % 16 == 0 && expert_bytes * top_k <= l2_bytes / 2;
+}
 
 // Tile configurations (the kernel variants shown by Capabilities::variants).
 enum class GemmConfig : int {
