@@ -83,6 +83,10 @@ int64_t amx_thread(AmxLoop loop, double deadline, float* sink) {
     // Two A tiles of 16 rows kStridedLd bytes apart, each row 64-byte aligned like the runner's (only the
     // first 64 bytes of a row are read).
     auto* strided = static_cast<uint16_t*>(std::aligned_alloc(64, 32 * kStridedLd));
+    if (strided == nullptr) {  // no memory: no units, the diagnostic reads "absent"
+      _tile_release();
+      return 0;
+    }
     for (int r = 0; r < 32; ++r)
       for (int c = 0; c < 32; ++c) strided[r * (kStridedLd / 2) + c] = a[(r % 16) * 32 + c];
     do {

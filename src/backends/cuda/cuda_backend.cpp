@@ -95,14 +95,15 @@ bool fused_act_enabled() {
 
 // MOERUN_CUDA_DOWN_PREFETCH: where in its main loop a one-token gate_up block asks the L2 for its
 // expert's down weights (GroupedGemmParams::l2_next): "end" (after the main loop; also unset or any
-// other value), "start", "mid" (half-way through K), or "0" / "off" (never). Returns the k-tile, or -1. Read
-// per call. Measured on the H200 (2026-11-30, same binary, four alternated rounds, graph replay of the
-// expert stage, bench/results/2026-11-30_s7-experiments_h200-and-host-xeon): qwen3-30b-a3b M=1, whose
-// eight experts' down weights (25 MB) fit in half the L2, 35.2-36.2 us with "end" against 36.0-36.6 us
+// other value), "start", "mid" (half-way through K), or "0" / "off" (never). Returns the k-tile, or
+// -1. Read per call.
+// Measured on the H200 (2026-11-30, same binary, four alternated rounds, graph replay of the expert
+// stage, bench/results/2026-11-30_s7-experiments_h200-and-host-xeon): qwen3-30b-a3b M=1, whose eight
+// experts' down weights (25 MB) fit in half the L2, 35.2-36.2 us with "end" against 36.0-36.6 us
 // without. In an earlier call "start" was slower (40.6-43.5 against 38.4-38.8 us), the prefetch
-// competing with gate_up's own weights, and "mid" no better (38.3-38.8). Where the down weights do
-// not fit (gpt-oss-120b shape: 66 MB), prefetching part of each expert was slower (75.6 vs 73.2 us),
-// so the runner prefetches only whole sets.
+// competing with gate_up's own weights, and "mid" no better (38.3-38.8). Where the down weights do not
+// fit (gpt-oss-120b shape: 66 MB), prefetching part of each expert was slower (75.6 vs 73.2 us), so the
+// runner prefetches only whole sets (l2_next_fits).
 int down_prefetch_at(int k_tiles) {
   const char* v = std::getenv("MOERUN_CUDA_DOWN_PREFETCH");
   const std::string w = v ? v : "end";
