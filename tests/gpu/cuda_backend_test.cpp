@@ -835,10 +835,10 @@ TEST(CudaBackend, SmallOneTokenDirect) {
 
 // The one-token gate_up's L2 prefetch of the down weights (taken here: 4 experts x 72 KB fit in half the
 // L2) is a hint: wherever it is issued (or not at all) the output is the same bit for bit, and right
-// against the reference. (Being a hint, a wrong slice would not change the output either: the slices
-// and the rule are checked on the host by the CudaLaunch tests, and compute-sanitizer runs this case.) 264 / 64 rounds up to 5 k-tiles, so "mid" (2) and "end" (5) are distinct
+// against the reference. 264 / 64 rounds up to 5 k-tiles, so "mid" (2) and "end" (5) are distinct
 // points; an expert's 71,808 down bytes split over gate_up's 9 N tiles of 32 rows leave a short last
-// slice.
+// slice. (Being a hint, a wrong slice would not change the output either: the slices and the rule are
+// checked on the host by the CudaLaunch tests, and compute-sanitizer runs this case.)
 TEST(CudaBackend, SmallOneTokenDownPrefetch) {
   REQUIRE_GPU();
   MoeSpec s = make_spec(16, 4, 264, 136, ActivationKind::kSiluAndMul);
