@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -633,33 +634,36 @@ void expect_count_knob(const char* env, int (*override_fn)(), int cpu::KernelSet
   }
 }
 
+// An on/off switch of the kernel set (off only when set to exactly "0"): check(value, on) with the
+// variable unset, "1", "x" and "0". The variable is unset again on return.
+void for_each_switch_value(const char* env, const std::function<void(const char*, bool)>& check) {
+  struct EnvGuard {
+    const char* name;
+    ~EnvGuard() { unsetenv(name); }
+  } guard{env};
+  for (const char* v : {"", "1", "x", "0"}) {
+    if (*v) setenv(env, v, 1);
+    else unsetenv(env);
+    check(v, std::strcmp(v, "0") != 0);
+  }
+}
+
 // MOERUN_CPU_AMX_STREAM=0 keeps the AVX512-BF16 streaming kernel at the AMX level; otherwise decode
 // of mxfp4, nvfp4, fp8 and bf16 weights runs on AMX tiles (stream_amx_bf16).
 TEST(CpuBackend, AmxStreamKnob) {
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("MOERUN_CPU_AMX_STREAM"); }
-  } guard;
-  for (const char* v : {"", "1", "x", "0"}) {
-    if (*v) setenv("MOERUN_CPU_AMX_STREAM", v, 1);
-    else unsetenv("MOERUN_CPU_AMX_STREAM");
-    const bool on = std::strcmp(v, "0") != 0;
+  for_each_switch_value("MOERUN_CPU_AMX_STREAM", [](const char* v, bool on) {
     const cpu::KernelSet ks = cpu::kernels_for(CpuIsa::kAmx);
     EXPECT_EQ(ks.amx_stream, on) << "'" << v << "'";
     EXPECT_EQ(ks.stream_bf16, on ? cpu::kernels::stream_amx_bf16 : cpu::kernels::stream_avx512bf16) << "'" << v << "'";
     EXPECT_FALSE(cpu::kernels_for(CpuIsa::kAvx512Bf16).amx_stream);
-  }
+  });
 }
 
 // MOERUN_CPU_E8M0_FOLD=0 keeps mxfp4's per-group scale fold; otherwise decoders may multiply the scales in.
 TEST(CpuBackend, E8m0FoldKnob) {
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("MOERUN_CPU_E8M0_FOLD"); }
-  } guard;
-  for (const char* v : {"", "1", "x", "0"}) {
-    if (*v) setenv("MOERUN_CPU_E8M0_FOLD", v, 1);
-    else unsetenv("MOERUN_CPU_E8M0_FOLD");
-    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).e8m0_fold, std::strcmp(v, "0") != 0) << "'" << v << "'";
-  }
+  for_each_switch_value("MOERUN_CPU_E8M0_FOLD", [](const char* v, bool on) {
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).e8m0_fold, on) << "'" << v << "'";
+  });
 }
 
 // MOERUN_CPU_ROW_PAD: kRowPad unless set to a multiple of kKAlign in [0, 256].
