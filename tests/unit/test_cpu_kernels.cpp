@@ -215,11 +215,11 @@ TEST(CpuKernels, EveryFormatEveryPathMatchesDenseLoop) {
     for (LaneMap map : {LaneMap::kPlain, LaneMap::kGatedSplit, LaneMap::kGatedInterleaved}) {
       const int64_t E = 2, N = 2 * 136, K = 320;  // blocks with padding lanes; K groups of 16/32/128 (last partial)
       Stack s = make_stack(f, E, N, K, 1234u + static_cast<uint32_t>(f));
-      auto p = pack_stack(s.m, map);
-      ASSERT_EQ(p->kp, 320);
       std::mt19937 g(7);
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      for (const Level& L : lv)
+      for (const Level& L : lv) {
+        const auto p = pack_stack(s.m, map, L.ks.fp4_layout);  // 4-bit codes as this level reads them
+        ASSERT_EQ(p->kp, 320);
         for (int m : {1, 2, 3, 4, 5, 7, 13}) {
           const int64_t ldx = p->kp + 32;
           std::vector<float> x(static_cast<size_t>(m * ldx), 0.0f);
@@ -237,6 +237,7 @@ TEST(CpuKernels, EveryFormatEveryPathMatchesDenseLoop) {
             L.ks.tile(pa, p->kp, x.data(), ldx, m, acc);
           });
         }
+      }
     }
 }
 
@@ -249,7 +250,7 @@ TEST(CpuKernels, StreamTokenGroupsAndKChunksMatchDenseLoop) {
     for (WeightFormat f : kAllFormats) {
       const int64_t E = 1, N = 40, K = 1312;  // kp 1312: chunks of 512 k + 288; fp8 blocks 10 x 128 + 32
       Stack s = make_stack(f, E, N, K, 77u + static_cast<uint32_t>(f));
-      auto p = pack_stack(s.m, LaneMap::kPlain);
+      auto p = pack_stack(s.m, LaneMap::kPlain, ks.fp4_layout);
       std::mt19937 g(9);
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       for (int m : {1, 2, 5, 6, 7, 9, 10, 13, 33}) {
@@ -317,7 +318,7 @@ TEST(CpuKernels, AmxTilesMatchDenseLoopWithinBf16Rounding) {
   const KernelSet ks = kernels_for(CpuIsa::kAmx);
   for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
     Stack s = make_stack(f, 1, 48, 256, 5);
-    auto p = pack_stack(s.m, LaneMap::kPlain);
+    auto p = pack_stack(s.m, LaneMap::kPlain, ks.fp4_layout);
     for (int m : {1, 16, 17, 70}) {
       const int64_t ldx = p->kp;
       const int rows = (m + 15) / 16 * 16;
@@ -366,7 +367,7 @@ TEST(CpuKernels, AmxTwoBlockTilesMatchOneBlockTilesAndScalarLoop) {
   for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
     const int64_t E = 2, N = 48, K = f == WeightFormat::kMxfp4 ? 288 : 277;  // 3 blocks per expert
     Stack s = make_stack(f, E, N, K, 21u + static_cast<uint32_t>(f));
-    auto p = pack_stack(s.m, LaneMap::kPlain);
+    auto p = pack_stack(s.m, LaneMap::kPlain, ks.fp4_layout);
     const int64_t kp = p->kp;
     ASSERT_EQ(kp, 288);  // 9 steps of 32 k
     ASSERT_EQ(p->nblocks, 3);
@@ -468,7 +469,7 @@ void stream_bf16_matches_f32_stream(const KernelSet& ks) {
     const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
     const int64_t E = 1, N = 40, K = fp4 ? 352 : 331;  // kp 352: fp8 blocks 128 + 128 + 75 (padded to 96)
     Stack s = make_stack(f, E, N, K, 4242u + static_cast<uint32_t>(f));
-    auto p = pack_stack(s.m, LaneMap::kPlain);
+    auto p = pack_stack(s.m, LaneMap::kPlain, ks.fp4_layout);
     ASSERT_EQ(p->kp, 352);
     std::mt19937 g(11);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -534,7 +535,7 @@ void stream_bf16_decodes_every_code(const KernelSet& ks, int m) {
         if ((c & 0x7F) == 0x7F) c = static_cast<uint8_t>(c ^ 1);
         s.m.data.as<uint8_t>()[i] = c;
       }
-    auto p = pack_stack(s.m, LaneMap::kPlain);
+    auto p = pack_stack(s.m, LaneMap::kPlain, ks.fp4_layout);
     const int64_t ldx = p->kp;
     std::vector<uint16_t> xb(static_cast<size_t>(m * ldx), 0);  // m identical rows
     std::vector<float> x(static_cast<size_t>(ldx), 0.0f);
@@ -578,7 +579,7 @@ TEST(CpuKernels, Mxfp4ScaleFoldOnlyWhereProductsStayNormal) {
       const uint8_t nib = (k & 1) ? d[r * (K / 2) + k / 2] >> 4 : d[r * (K / 2) + k / 2] & 15;
       s.dense[static_cast<size_t>(r * K + k)] = extreme == 255 ? NAN : dec_e2m1(nib) * std::ldexp(1.0f, extreme - 127);
     }
-    auto p = pack_stack(s.m, LaneMap::kPlain);
+    auto p = pack_stack(s.m, LaneMap::kPlain, kernels::Fp4Layout::kQuads);
     const bool foldable = extreme >= 2 && extreme <= 252;
     EXPECT_EQ(p->e8m0_fold, foldable) << "scale byte " << extreme;
     EXPECT_EQ(p->block(0, 0).e8m0_fold, foldable) << "scale byte " << extreme;
@@ -586,6 +587,7 @@ TEST(CpuKernels, Mxfp4ScaleFoldOnlyWhereProductsStayNormal) {
     for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
       if (isa > detected_isa()) break;
       const KernelSet ks = kernels_for(isa);
+      p = pack_stack(s.m, LaneMap::kPlain, ks.fp4_layout);
       for (int m : {1, 2, 17, 33}) {
         const int64_t ldx = p->kp;
         std::mt19937 gen(static_cast<uint32_t>(m));
@@ -614,8 +616,8 @@ TEST(CpuKernels, OddKIsPaddedWithZeros) {
   const auto lv = levels();
   if (lv.empty()) GTEST_SKIP();
   for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kInt8PerChannel}) {
-    Stack s = make_stack(f, 1, 19, 37, 99);
-    auto p = pack_stack(s.m, LaneMap::kPlain);
+    Stack s = make_stack(f, 1, 19, 37, 99);  // (no 4-bit format: any fp4 layout)
+    auto p = pack_stack(s.m, LaneMap::kPlain, kernels::Fp4Layout::kQuads);
     EXPECT_EQ(p->kp, 64);
     std::vector<float> x(static_cast<size_t>(3 * p->kp), 0.0f);
     for (int i = 0; i < 3; ++i)
@@ -627,11 +629,44 @@ TEST(CpuKernels, OddKIsPaddedWithZeros) {
   }
 }
 
+// Both e2m1 layouts (kernels.hpp) hold every canonical nibble at the place e2m1_code reads, with zeros
+// past the true K and in padding lanes: checked code by code, independent of any kernel.
+TEST(CpuKernels, Fp4LayoutsHoldEveryNibbleOnce) {
+  for (const kernels::Fp4Layout layout : {kernels::Fp4Layout::kPairs, kernels::Fp4Layout::kQuads})
+  for (const WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+    // N: a half-filled second block; nvfp4's K is padded from 48 to 64
+    const int64_t E = 2, N = 24, K = f == WeightFormat::kMxfp4 ? 96 : 48;
+    Stack s = make_stack(f, E, N, K, 7);
+    const auto p = pack_stack(s.m, LaneMap::kPlain, layout);
+    ASSERT_EQ(p->fmt, f == WeightFormat::kMxfp4 ? PackFmt::kMxfp4 : PackFmt::kNvfp4);
+    ASSERT_EQ(p->kp, f == WeightFormat::kMxfp4 ? 96 : 64);
+    const uint8_t* src = static_cast<const uint8_t*>(s.m.data.data);
+    int64_t nonzero = 0;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t b = 0; b < p->nblocks; ++b) {
+        const kernels::BlockRef ref = p->block(e, b);
+        for (int l = 0; l < 16; ++l)
+          for (int64_t k = 0; k < p->kp; ++k) {
+            const int64_t r = 16 * b + l;
+            int want = 0;
+            if (r < N && k < K) {
+              const uint8_t byte = src[(e * N + r) * (K / 2) + k / 2];
+              want = (k & 1) ? byte >> 4 : byte & 15;
+            }
+            const int got = kernels::e2m1_code(layout, ref.data, k / 2, l, static_cast<int>(k & 1));
+            ASSERT_EQ(got, want) << "expert " << e << " block " << b << " lane " << l << " k " << k;
+            nonzero += got != 0;
+          }
+      }
+    EXPECT_GT(nonzero, E * N * K / 2);  // the random stack is not mostly zeros
+  }
+}
+
 TEST(CpuKernels, RefusesUnknownLayout) {
   Stack s = make_stack(WeightFormat::kBF16, 1, 16, 32, 1);
   s.m.layout = "someone-elses-layout";
   try {
-    pack_stack(s.m, LaneMap::kPlain);
+    pack_stack(s.m, LaneMap::kPlain, kernels::Fp4Layout::kQuads);
     FAIL() << "accepted an unknown layout";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
@@ -639,17 +674,23 @@ TEST(CpuKernels, RefusesUnknownLayout) {
   }
   // A prepared copy is accepted for the same lane map only.
   Stack t = make_stack(WeightFormat::kBF16, 1, 16, 32, 1);
-  ExpertMatrix prepared = prepared_matrix(pack_stack(t.m, LaneMap::kPlain), t.m);
-  EXPECT_EQ(prepared.layout, "cpu-nb16-v1:plain");
-  EXPECT_NO_THROW(packed_of(prepared, LaneMap::kPlain));
-  EXPECT_THROW(packed_of(prepared, LaneMap::kGatedSplit), Error);
+  ExpertMatrix prepared = prepared_matrix(pack_stack(t.m, LaneMap::kPlain, kernels::Fp4Layout::kQuads), t.m);
+  EXPECT_EQ(prepared.layout, "cpu-nb16-v2:plain");
+  EXPECT_NO_THROW(packed_of(prepared, LaneMap::kPlain, kernels::Fp4Layout::kPairs));  // no 4-bit codes in it
+  EXPECT_THROW(packed_of(prepared, LaneMap::kGatedSplit, kernels::Fp4Layout::kQuads), Error);
+  // 4-bit codes prepared for the AVX-512 levels are refused by AVX2 kernels, and the other way round.
+  Stack q = make_stack(WeightFormat::kMxfp4, 1, 16, 64, 1);
+  ExpertMatrix quads = prepared_matrix(pack_stack(q.m, LaneMap::kPlain, kernels::Fp4Layout::kQuads), q.m);
+  EXPECT_EQ(quads.layout, "cpu-nb16-v2:plain:fp4-quads");
+  EXPECT_NO_THROW(packed_of(quads, LaneMap::kPlain, kernels::Fp4Layout::kQuads));
+  EXPECT_THROW(packed_of(quads, LaneMap::kPlain, kernels::Fp4Layout::kPairs), Error);
 }
 
 TEST(CpuKernels, WrongScaleShapeIsAFormatError) {
   Stack s = make_stack(WeightFormat::kFp8PerChannel, 2, 16, 32, 1);
   HostTensor bad(DType::kF32, {2, 15});
   s.m.scale = bad.view();
-  EXPECT_THROW(pack_stack(s.m, LaneMap::kPlain), Error);
+  EXPECT_THROW(pack_stack(s.m, LaneMap::kPlain, kernels::Fp4Layout::kQuads), Error);
 }
 
 TEST(CpuKernels, ReportsDetectedIsa) {

@@ -1,6 +1,6 @@
 // cpu/prepack.hpp — the cpu backend's weight layout: expert stacks re-laid out once at load.
 //
-// Layout "cpu-nb16-v1": each expert's [N, K] matrix is cut into N-blocks of 16 output lanes; a block
+// Layout "cpu-nb16-v2": each expert's [N, K] matrix is cut into N-blocks of 16 output lanes; a block
 // stores its K steps contiguously in the encoding of kernels::PackFmt (still quantized: fp8, int8 and
 // 4-bit weights keep their size), K padded with zeros to a multiple of 32. Per-K-group scales are
 // re-laid out per lane next to it; per-channel and per-tensor scales become one f32 per lane, applied in
@@ -18,7 +18,7 @@
 
 namespace moerun::cpu {
 
-inline constexpr const char* kLayoutTag = "cpu-nb16-v1";
+inline constexpr const char* kLayoutTag = "cpu-nb16-v2";
 
 // How output rows map onto lanes.
 enum class LaneMap : uint8_t {
@@ -40,6 +40,7 @@ struct PackedStack {
   std::vector<float> lane_scale;            // [E][nblocks * 16] or empty (all ones)
   std::vector<float> gmul;                  // [E] nvfp4: 256 * global scale
   bool e8m0_fold = false;                   // mxfp4: every scale byte in [kE8m0FoldMin, kE8m0FoldMax]
+  kernels::Fp4Layout fp4_layout = kernels::Fp4Layout::kQuads;  // mxfp4 / nvfp4 codes (kernels.hpp)
   std::vector<int32_t> lane_row;            // [nblocks * 16]: canonical row of each lane, -1 = padding
   int64_t weight_bytes_per_expert = 0;      // data + scales as stored (bandwidth accounting)
 
@@ -58,16 +59,18 @@ struct PackedStack {
   }
 };
 
-// Re-lays out a canonical stack. Throws Error{kInvalidArgument} for a layout tag other than
-// "canonical", and Error{kFormat} when data/scales do not match the format table.
-std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map);
+// Re-lays out a canonical stack, 4-bit codes in fp4_layout (the kernel level's: KernelSet::fp4_layout).
+// Throws Error{kInvalidArgument} for a layout tag other than "canonical", and Error{kFormat} when
+// data/scales do not match the format table.
+std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map, kernels::Fp4Layout fp4_layout);
 
-// The prepared copy as an ExpertMatrix: layout "cpu-nb16-v1:<map>", data = the packed bytes (U8),
-// keepalive[0] = the PackedStack. packed_of() returns the stack of such a copy, packs a canonical one,
-// and refuses (Error{kInvalidArgument}) any other layout tag or a map other than the one asked for.
+// The prepared copy as an ExpertMatrix: layout "cpu-nb16-v2:<map>" (4-bit formats: plus ":fp4-quads" or
+// ":fp4-pairs"), data = the packed bytes (U8), keepalive[0] = the PackedStack. packed_of() returns the
+// stack of such a copy, packs a canonical one, and refuses (Error{kInvalidArgument}) any other layout
+// tag, a map other than the one asked for, and 4-bit codes laid out for another kernel level.
 ExpertMatrix prepared_matrix(std::shared_ptr<const PackedStack> p, const ExpertMatrix& source);
-std::shared_ptr<const PackedStack> packed_of(const ExpertMatrix& m, LaneMap map);
-std::string layout_tag(LaneMap map);
+std::shared_ptr<const PackedStack> packed_of(const ExpertMatrix& m, LaneMap map, kernels::Fp4Layout fp4_layout);
+std::string layout_tag(LaneMap map, WeightFormat format, kernels::Fp4Layout fp4_layout);
 
 kernels::PackFmt pack_fmt_for(WeightFormat f) noexcept;
 

@@ -24,15 +24,16 @@ inline __m512 e4m3x16(__m128i v) {
   return _mm512_cvtph_ps(h);
 }
 
-// 16 fp16 high bytes -> 16 floats.
-inline __m512 hb16(__m128i hb) { return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(hb), 8)); }
-
-inline __m128i e2m1_lut() {
-  return _mm_setr_epi8(0x00, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46, static_cast<char>(0x80),
-                       static_cast<char>(0xB8), static_cast<char>(0xBC), static_cast<char>(0xBE),
-                       static_cast<char>(0xC0), static_cast<char>(0xC2), static_cast<char>(0xC4),
-                       static_cast<char>(0xC6));
+// bf16 of the e2m1 code in a word's low nibble, as a vpermw table (32 entries: bit 4 of the index free).
+struct alignas(64) E2m1Words {
+  uint16_t v[32];
+};
+constexpr E2m1Words make_e2m1_words() {
+  E2m1Words t{};
+  for (int i = 0; i < 32; ++i) t.v[i] = e2m1_bf16(i);
+  return t;
 }
+constexpr E2m1Words kE2m1Words = make_e2m1_words();
 
 // k pair p -> we (k = 2p, 16 lanes), wo (k = 2p + 1).
 template <PackFmt F>
@@ -55,12 +56,12 @@ inline void load2(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
   } else if constexpr (F == PackFmt::kInt8) {
     we = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32)));
     wo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32 + 16)));
-  } else {  // e2m1: bytes 0-7 = k even, 8-15 = k odd; low nibble lanes 0-7, high nibble lanes 8-15
-    const __m128i x = ld128(d + p * 16), nib = _mm_set1_epi8(0x0F), lut = e2m1_lut();
-    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(x, nib));
-    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), nib));
-    we = hb16(_mm_unpacklo_epi64(lo, hi));
-    wo = hb16(_mm_unpackhi_epi64(lo, hi));
+  } else {  // e2m1 quads (kernels.hpp): pair p is nibble p % 4 of each word, decoded to bf16 words
+    const __m512i w = _mm512_loadu_si512(d + (p / 4) * kFp4QuadBytes);
+    const __m512i c = _mm512_srl_epi16(w, _mm_cvtsi32_si128(static_cast<int>(4 * (p % 4))));
+    const __m512i v = _mm512_permutexvar_epi16(c, _mm512_load_si512(kE2m1Words.v));
+    we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));  // word 2l: k even of lane l
+    wo = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
   }
 }
 

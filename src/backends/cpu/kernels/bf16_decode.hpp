@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "backends/cpu/kernels/avx512_decode.hpp"
 #include "backends/cpu/kernels/kernels.hpp"
 
 namespace moerun::cpu::kernels {
@@ -33,24 +34,17 @@ constexpr uint16_t e4m3_mag_bf16(int c) {
 }
 
 struct alignas(64) Tables {
-  uint16_t e2m1[32] = {};                      // bf16 of the e2m1 nibble (i & 15)
   uint8_t fp8_spread[64] = {};                 // vpermb index: byte j <- code of its word
   uint16_t fp8_sub[32] = {};                   // e4m3 subnormal magnitude m (index m < 8) / 256 as bf16
-  uint8_t fp4_spread[64] = {};                 // vpermb index: byte j <- byte holding its word's nibble
 };
 
 constexpr Tables make_tables() {
   Tables t;
   for (int c = 0; c < 8; ++c) t.fp8_sub[c] = e4m3_mag_bf16(c);
-  constexpr int twice[8] = {0, 1, 2, 3, 4, 6, 8, 12};  // 2 * e2m1 magnitude
-  for (int i = 0; i < 32; ++i)
-    t.e2m1[i] = static_cast<uint16_t>(bf16_bits(twice[i & 7], -1) | ((i & 8) ? 0x8000 : 0));
   for (int j = 0; j < 64; ++j) {
     const int word = j / 2, lane = word / 2, odd = word & 1;
     // fp8 pair: bytes 0-15 = k even of lanes 0-15, bytes 16-31 = k odd.
     t.fp8_spread[j] = static_cast<uint8_t>(odd * 16 + lane);
-    // e2m1 pair: bytes 0-7 = k even, byte i = lane i (low nibble) | lane i + 8 (high); 8-15 = k odd.
-    t.fp4_spread[j] = static_cast<uint8_t>(odd * 8 + (lane & 7));
   }
   return t;
 }
@@ -60,11 +54,14 @@ static_assert(e4m3_mag_bf16(0x38) == 0x3B80, "e4m3 1.0 / 256 = 2^-8");
 static_assert(e4m3_mag_bf16(0x01) == 0x3700, "e4m3 2^-9 (smallest subnormal) / 256 = 2^-17");
 static_assert(e4m3_mag_bf16(0x07) == 0x3860, "e4m3 7 * 2^-9 / 256 = 1.75 * 2^-15");
 static_assert(e4m3_mag_bf16(0x7E) == 0x3FE0, "e4m3 448 / 256 = 1.75");
-static_assert(kTab.e2m1[7] == 0x40C0 && kTab.e2m1[9] == 0xBF00 && kTab.e2m1[16 + 5] == 0x4040, "e2m1 6, -0.5, 3");
+static_assert(kE2m1Words.v[7] == 0x40C0 && kE2m1Words.v[9] == 0xBF00 && kE2m1Words.v[16 + 5] == 0x4040,
+              "e2m1 6, -0.5, 3");
 
 inline __m512i ld512(const void* p) { return _mm512_load_si512(p); }
 
 // ---- weight decoders: one k pair -> 32 bf16 in VNNI word order --------------------------------------
+// Dec<F>(d, p) decodes pair p; decode_quad decodes pairs p .. p + 3 (p a multiple of 4), which the
+// kernels use: e2m1 quads (kernels.hpp) share one load and need no byte shuffle there.
 template <PackFmt F> struct Dec;
 
 template <> struct Dec<PackFmt::kBF16> {
@@ -94,16 +91,35 @@ template <> struct Dec<PackFmt::kFp8> {
 template <> struct Dec<PackFmt::kFp8Block> : Dec<PackFmt::kFp8> {};
 
 template <> struct Dec<PackFmt::kMxfp4> {
-  const __m512i lut = ld512(kTab.e2m1);
-  const __m512i spread = ld512(kTab.fp4_spread);
+  // Pair p is nibble p % 4 of its quad's words: one shift and one vpermw (the table only reads the low
+  // five bits of each word, and repeats its 16 entries, so the higher nibbles do not matter).
+  const __m512i lut = ld512(kE2m1Words.v);
   __m512i operator()(const uint8_t* d, int64_t p) const {
-    const __m512i src = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + p * 16)));
-    __m512i s = _mm512_permutexvar_epi8(spread, src);
-    s = _mm512_mask_srli_epi16(s, static_cast<__mmask32>(0xFFFF0000u), s, 4);  // words 16-31 = lanes 8-15
-    return _mm512_permutexvar_epi16(s, lut);
+    const __m512i w = ld512(d + (p / 4) * kFp4QuadBytes);
+    return _mm512_permutexvar_epi16(_mm512_srl_epi16(w, _mm_cvtsi32_si128(static_cast<int>(4 * (p % 4)))), lut);
+  }
+  void quad(const uint8_t* d, int64_t p, __m512i& w0, __m512i& w1, __m512i& w2, __m512i& w3) const {
+    const __m512i w = ld512(d + (p / 4) * kFp4QuadBytes);
+    w0 = _mm512_permutexvar_epi16(w, lut);
+    w1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(w, 4), lut);
+    w2 = _mm512_permutexvar_epi16(_mm512_srli_epi16(w, 8), lut);
+    w3 = _mm512_permutexvar_epi16(_mm512_srli_epi16(w, 12), lut);
   }
 };
 template <> struct Dec<PackFmt::kNvfp4> : Dec<PackFmt::kMxfp4> {};
+
+template <PackFmt F>
+[[gnu::always_inline]] inline void decode_quad(const Dec<F>& dec, const uint8_t* d, int64_t p, __m512i& w0, __m512i& w1,
+                                               __m512i& w2, __m512i& w3) {
+  if constexpr (F == PackFmt::kMxfp4 || F == PackFmt::kNvfp4) {
+    dec.quad(d, p, w0, w1, w2, w3);
+  } else {
+    w0 = dec(d, p);
+    w1 = dec(d, p + 1);
+    w2 = dec(d, p + 2);
+    w3 = dec(d, p + 3);
+  }
+}
 
 }  // namespace
 }  // namespace moerun::cpu::kernels

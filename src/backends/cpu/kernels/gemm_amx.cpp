@@ -114,21 +114,24 @@ void load_wide_config(int mp) {
 // kFold (BlockRef::e8m0_fold), come with their group scales multiplied in (NOTES).
 template <PackFmt F, bool kFold>
 [[gnu::always_inline]] inline void decode_tile(const Dec<F>& dec, const BlockRef& b, int64_t p, uint16_t* out) {
-  if constexpr (F == PackFmt::kNvfp4) {  // two groups of 8 pairs
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m512 s = e4m3x16(ld128(b.gscale + (p / 8 + h) * 16));
-#pragma GCC unroll 8
-      for (int q = 0; q < 8; ++q) store_scaled(out + (8 * h + q) * 32, dec(b.data, p + 8 * h + q), s);
-    }
-  } else if constexpr (kFold) {  // mxfp4: one group of 16 pairs
+  // the scales of the tile's pairs: nvfp4 two groups of 8 pairs, folded mxfp4 one group of 16
+  __m512 s0 = _mm512_set1_ps(1.0f), s1 = s0;
+  if constexpr (F == PackFmt::kNvfp4) {
+    s0 = e4m3x16(ld128(b.gscale + (p / 8) * 16));
+    s1 = e4m3x16(ld128(b.gscale + (p / 8 + 1) * 16));
+  } else if constexpr (kFold) {
     static_assert(F == PackFmt::kMxfp4);
-    const __m512 s = group_scale<PackFmt::kMxfp4>(b.gscale, p / 16, 1.0f);
-#pragma GCC unroll 16
-    for (int q = 0; q < 16; ++q) store_scaled(out + q * 32, dec(b.data, p + q), s);
-  } else {
-#pragma GCC unroll 16
-    for (int q = 0; q < 16; ++q) _mm512_store_si512(out + q * 32, dec(b.data, p + q));
+    s0 = s1 = group_scale<PackFmt::kMxfp4>(b.gscale, p / 16, 1.0f);
+  }
+#pragma GCC unroll 4
+  for (int q = 0; q < 16; q += 4) {
+    __m512i w[4];
+    decode_quad(dec, b.data, p + q, w[0], w[1], w[2], w[3]);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (F == PackFmt::kNvfp4 || kFold) store_scaled(out + (q + j) * 32, w[j], q < 8 ? s0 : s1);
+      else _mm512_store_si512(out + (q + j) * 32, w[j]);
+    }
   }
 }
 

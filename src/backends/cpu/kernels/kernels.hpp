@@ -26,9 +26,40 @@ enum class PackFmt : uint8_t {
   kFp8,        // e4m3 [kp][16] (per-tensor / per-channel: scale in the lane scale)
   kFp8Block,   // e4m3 [kp][16] + f32 group scale [kp/128][16] (block scale times 256)
   kInt8,       // int8 [kp][16] (per-channel scale in the lane scale)
-  kMxfp4,      // e2m1 [kp][8 bytes]: byte j = lane j (low nibble) | lane j+8 (high) + e8m0 [kp/32][16]
+  kMxfp4,      // e2m1 (Fp4Layout below) + e8m0 [kp/32][16]
   kNvfp4,      // e2m1 like mxfp4 + e4m3 group scale [kp/16][16]; times gmul = 256 * global scale
 };
+
+// Where e2m1 codes sit in a block; chosen per kernel level (KernelSet::fp4_layout), recorded on the
+// packed weights, and checked by the runner.
+// - kPairs (AVX2): a k pair is 8 bytes per k: byte j = lane j (low nibble) | lane j + 8 (high), k even
+//   first. Two vpshufb map 32 codes to fp16 high bytes for F16C's conversion.
+// - kQuads (AVX-512 levels): pairs 4q .. 4q + 3 are 64 bytes, 32 little-endian words in VNNI order (word
+//   2l + o = lane l, k 2p + o); nibble i of a word (bits 4i .. 4i + 3) is pair 4q + i. One load serves
+//   four pairs, and a pair is one shift from a 32-word vpermw lookup: no vpermb to spread nibbles over
+//   words first (the shuffle-port op that set the one-token decode speed on the Xeon). On AVX2 the same
+//   decode costs more than kPairs' (Zen 1, one core: 6.0 against 4.6 ns per pair in cache).
+enum class Fp4Layout : uint8_t { kPairs, kQuads };
+inline constexpr int kFp4QuadBytes = 64;
+inline int e2m1_code(Fp4Layout layout, const uint8_t* data, int64_t pair, int lane, int odd) noexcept {
+  if (layout == Fp4Layout::kPairs) {
+    const uint8_t byte = data[pair * 16 + odd * 8 + (lane & 7)];
+    return lane < 8 ? byte & 0xF : byte >> 4;
+  }
+  const uint8_t* w = data + (pair / 4) * kFp4QuadBytes + (2 * lane + odd) * 2;
+  const int word = w[0] | (w[1] << 8);
+  return (word >> (4 * (pair % 4))) & 0xF;
+}
+// bf16 bits of e2m1 code c (every e2m1 value is a bf16 value); bits above the code are ignored.
+constexpr uint16_t e2m1_bf16(int c) noexcept {
+  constexpr uint16_t kMag[8] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0};  // 0 .. 6
+  return static_cast<uint16_t>(kMag[c & 7] | ((c & 8) ? 0x8000 : 0));
+}
+inline int e2m1_code(const uint8_t* data, int64_t pair, int lane, int odd) noexcept {
+  const uint8_t* w = data + (pair / 4) * kFp4QuadBytes + (2 * lane + odd) * 2;
+  const int word = w[0] | (w[1] << 8);
+  return (word >> (4 * (pair % 4))) & 0xF;
+}
 
 // Bytes one k step of one N-block occupies.
 constexpr int bytes_per_k(PackFmt f) noexcept {
