@@ -684,6 +684,9 @@ TEST(CpuKernels, RefusesUnknownLayout) {
   EXPECT_EQ(quads.layout, "cpu-nb16-v2:plain:fp4-quads");
   EXPECT_NO_THROW(packed_of(quads, LaneMap::kPlain, kernels::Fp4Layout::kQuads));
   EXPECT_THROW(packed_of(quads, LaneMap::kPlain, kernels::Fp4Layout::kPairs), Error);
+  ExpertMatrix pairs = prepared_matrix(pack_stack(q.m, LaneMap::kPlain, kernels::Fp4Layout::kPairs), q.m);
+  EXPECT_EQ(pairs.layout, "cpu-nb16-v2:plain:fp4-pairs");
+  EXPECT_THROW(packed_of(pairs, LaneMap::kPlain, kernels::Fp4Layout::kQuads), Error);
 }
 
 TEST(CpuKernels, WrongScaleShapeIsAFormatError) {

@@ -95,11 +95,11 @@ template <> struct Dec<PackFmt::kMxfp4> {
   // five bits of each word, and repeats its 16 entries, so the higher nibbles do not matter).
   const __m512i lut = ld512(kE2m1Words.v);
   __m512i operator()(const uint8_t* d, int64_t p) const {
-    const __m512i w = ld512(d + (p / 4) * kFp4QuadBytes);
+    const __m512i w = _mm512_loadu_si512(d + (p / 4) * kFp4QuadBytes);
     return _mm512_permutexvar_epi16(_mm512_srl_epi16(w, _mm_cvtsi32_si128(static_cast<int>(4 * (p % 4)))), lut);
   }
   void quad(const uint8_t* d, int64_t p, __m512i& w0, __m512i& w1, __m512i& w2, __m512i& w3) const {
-    const __m512i w = ld512(d + (p / 4) * kFp4QuadBytes);
+    const __m512i w = _mm512_loadu_si512(d + (p / 4) * kFp4QuadBytes);
     w0 = _mm512_permutexvar_epi16(w, lut);
     w1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(w, 4), lut);
     w2 = _mm512_permutexvar_epi16(_mm512_srli_epi16(w, 8), lut);

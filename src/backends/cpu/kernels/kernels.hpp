@@ -32,8 +32,8 @@ enum class PackFmt : uint8_t {
 
 // Where e2m1 codes sit in a block; chosen per kernel level (KernelSet::fp4_layout), recorded on the
 // packed weights, and checked by the runner.
-// - kPairs (AVX2): a k pair is 8 bytes per k: byte j = lane j (low nibble) | lane j + 8 (high), k even
-//   first. Two vpshufb map 32 codes to fp16 high bytes for F16C's conversion.
+// - kPairs (AVX2): 8 bytes per k, byte j = lane j (low nibble) | lane j + 8 (high); a pair is k even
+//   then k odd. Two vpshufb map its 32 codes to fp16 high bytes for F16C's conversion.
 // - kQuads (AVX-512 levels): pairs 4q .. 4q + 3 are 64 bytes, 32 little-endian words in VNNI order (word
 //   2l + o = lane l, k 2p + o); nibble i of a word (bits 4i .. 4i + 3) is pair 4q + i. One load serves
 //   four pairs, and a pair is one shift from a 32-word vpermw lookup: no vpermb to spread nibbles over
@@ -54,11 +54,6 @@ inline int e2m1_code(Fp4Layout layout, const uint8_t* data, int64_t pair, int la
 constexpr uint16_t e2m1_bf16(int c) noexcept {
   constexpr uint16_t kMag[8] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0};  // 0 .. 6
   return static_cast<uint16_t>(kMag[c & 7] | ((c & 8) ? 0x8000 : 0));
-}
-inline int e2m1_code(const uint8_t* data, int64_t pair, int lane, int odd) noexcept {
-  const uint8_t* w = data + (pair / 4) * kFp4QuadBytes + (2 * lane + odd) * 2;
-  const int word = w[0] | (w[1] << 8);
-  return (word >> (4 * (pair % 4))) & 0xF;
 }
 
 // Bytes one k step of one N-block occupies.
