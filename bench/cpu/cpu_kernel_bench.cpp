@@ -81,7 +81,7 @@ std::shared_ptr<uint8_t> alloc(size_t n) {
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(q), [](uint8_t* x) { std::free(x); });
 }
 
-Set make_set(WeightFormat f, int64_t N, int64_t K, size_t min_bytes, kernels::Fp4Layout fp4) {
+Set make_set(WeightFormat f, int64_t N, int64_t K, size_t min_bytes, kernels::CodeLayout fp4) {
   std::mt19937 g(11);
   std::normal_distribution<float> n(0.0f, 0.03f);
   std::vector<float> w(static_cast<size_t>(N * K));
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
   std::printf("   (min of %d; mem: GB/s of packed bytes; cached: ns per k pair per block; last: ratio)\n", reps);
   for (const Fmt& F : kFormats) {
     if (!formats.empty() && std::find(formats.begin(), formats.end(), F.name) == formats.end()) continue;
-    Set s = make_set(F.f, N, K, 96u << 20, ks[0].fp4_layout);  // the same at every variant of one level
+    Set s = make_set(F.f, N, K, 96u << 20, ks[0].code_layout);  // the same at every variant of one level
     const int64_t nb = s.p->nblocks, pairs = s.p->kp / 2;
     // memory-resident, m = 1
     {
@@ -276,7 +276,7 @@ int amx_probe(const std::vector<int>& ms, int reps) {
     }
     // Weights from memory: qwen3-30b-a3b gate_up blocks, pair after pair through many copies.
     const int64_t N = 1536, K = 2048, ldx = K + 32;
-    static const Set w = make_set(WeightFormat::kBF16, N, K, 256u << 20, kernels::Fp4Layout::kQuads);
+    static const Set w = make_set(WeightFormat::kBF16, N, K, 256u << 20, kernels::CodeLayout::kVnniWords);
     std::vector<uint16_t> xb(static_cast<size_t>(rows * ldx), 0x3F80);
     const int64_t pairs = w.p->nblocks / 2;
     std::printf("m=%-4d K=%-5lld (mem)", m, static_cast<long long>(K));

@@ -218,7 +218,7 @@ TEST(CpuKernels, EveryFormatEveryPathMatchesDenseLoop) {
       std::mt19937 g(7);
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       for (const Level& L : lv) {
-        const auto p = pack_stack(s.m, map, L.ks.fp4_layout);  // 4-bit codes as this level reads them
+        const auto p = pack_stack(s.m, map, L.ks.code_layout);  // 4-bit codes as this level reads them
         ASSERT_EQ(p->kp, 320);
         for (int m : {1, 2, 3, 4, 5, 7, 13}) {
           const int64_t ldx = p->kp + 32;
@@ -250,7 +250,7 @@ TEST(CpuKernels, StreamTokenGroupsAndKChunksMatchDenseLoop) {
     for (WeightFormat f : kAllFormats) {
       const int64_t E = 1, N = 40, K = 1312;  // kp 1312: chunks of 512 k + 288; fp8 blocks 10 x 128 + 32
       Stack s = make_stack(f, E, N, K, 77u + static_cast<uint32_t>(f));
-      auto p = pack_stack(s.m, LaneMap::kPlain, ks.fp4_layout);
+      auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
       std::mt19937 g(9);
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       for (int m : {1, 2, 5, 6, 7, 9, 10, 13, 33}) {
@@ -318,7 +318,7 @@ TEST(CpuKernels, AmxTilesMatchDenseLoopWithinBf16Rounding) {
   const KernelSet ks = kernels_for(CpuIsa::kAmx);
   for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
     Stack s = make_stack(f, 1, 48, 256, 5);
-    auto p = pack_stack(s.m, LaneMap::kPlain, ks.fp4_layout);
+    auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
     for (int m : {1, 16, 17, 70}) {
       const int64_t ldx = p->kp;
       const int rows = (m + 15) / 16 * 16;
@@ -367,7 +367,7 @@ TEST(CpuKernels, AmxTwoBlockTilesMatchOneBlockTilesAndScalarLoop) {
   for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
     const int64_t E = 2, N = 48, K = f == WeightFormat::kMxfp4 ? 288 : 277;  // 3 blocks per expert
     Stack s = make_stack(f, E, N, K, 21u + static_cast<uint32_t>(f));
-    auto p = pack_stack(s.m, LaneMap::kPlain, ks.fp4_layout);
+    auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
     const int64_t kp = p->kp;
     ASSERT_EQ(kp, 288);  // 9 steps of 32 k
     ASSERT_EQ(p->nblocks, 3);
@@ -469,7 +469,7 @@ void stream_bf16_matches_f32_stream(const KernelSet& ks) {
     const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
     const int64_t E = 1, N = 40, K = fp4 ? 352 : 331;  // kp 352: fp8 blocks 128 + 128 + 75 (padded to 96)
     Stack s = make_stack(f, E, N, K, 4242u + static_cast<uint32_t>(f));
-    auto p = pack_stack(s.m, LaneMap::kPlain, ks.fp4_layout);
+    auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
     ASSERT_EQ(p->kp, 352);
     std::mt19937 g(11);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -535,7 +535,7 @@ void stream_bf16_decodes_every_code(const KernelSet& ks, int m) {
         if ((c & 0x7F) == 0x7F) c = static_cast<uint8_t>(c ^ 1);
         s.m.data.as<uint8_t>()[i] = c;
       }
-    auto p = pack_stack(s.m, LaneMap::kPlain, ks.fp4_layout);
+    auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
     const int64_t ldx = p->kp;
     std::vector<uint16_t> xb(static_cast<size_t>(m * ldx), 0);  // m identical rows
     std::vector<float> x(static_cast<size_t>(ldx), 0.0f);
@@ -579,7 +579,7 @@ TEST(CpuKernels, Mxfp4ScaleFoldOnlyWhereProductsStayNormal) {
       const uint8_t nib = (k & 1) ? d[r * (K / 2) + k / 2] >> 4 : d[r * (K / 2) + k / 2] & 15;
       s.dense[static_cast<size_t>(r * K + k)] = extreme == 255 ? NAN : dec_e2m1(nib) * std::ldexp(1.0f, extreme - 127);
     }
-    auto p = pack_stack(s.m, LaneMap::kPlain, kernels::Fp4Layout::kQuads);
+    auto p = pack_stack(s.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords);
     const bool foldable = extreme >= 2 && extreme <= 252;
     EXPECT_EQ(p->e8m0_fold, foldable) << "scale byte " << extreme;
     EXPECT_EQ(p->block(0, 0).e8m0_fold, foldable) << "scale byte " << extreme;
@@ -587,7 +587,7 @@ TEST(CpuKernels, Mxfp4ScaleFoldOnlyWhereProductsStayNormal) {
     for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
       if (isa > detected_isa()) break;
       const KernelSet ks = kernels_for(isa);
-      p = pack_stack(s.m, LaneMap::kPlain, ks.fp4_layout);
+      p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
       for (int m : {1, 2, 17, 33}) {
         const int64_t ldx = p->kp;
         std::mt19937 gen(static_cast<uint32_t>(m));
@@ -616,57 +616,67 @@ TEST(CpuKernels, OddKIsPaddedWithZeros) {
   const auto lv = levels();
   if (lv.empty()) GTEST_SKIP();
   for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kInt8PerChannel}) {
-    Stack s = make_stack(f, 1, 19, 37, 99);  // (no 4-bit format: any fp4 layout)
-    auto p = pack_stack(s.m, LaneMap::kPlain, kernels::Fp4Layout::kQuads);
-    EXPECT_EQ(p->kp, 64);
-    std::vector<float> x(static_cast<size_t>(3 * p->kp), 0.0f);
+    Stack s = make_stack(f, 1, 19, 37, 99);
+    std::vector<float> x(static_cast<size_t>(3 * 64), 0.0f);
     for (int i = 0; i < 3; ++i)
-      for (int k = 0; k < 37; ++k) x[static_cast<size_t>(i * p->kp + k)] = 0.1f * (k - i);
-    for (const Level& L : lv)
+      for (int k = 0; k < 37; ++k) x[static_cast<size_t>(i * 64 + k)] = 0.1f * (k - i);
+    for (const Level& L : lv) {
+      const auto p = pack_stack(s.m, LaneMap::kPlain, L.ks.code_layout);
+      EXPECT_EQ(p->kp, 64);
       check_against_dense(s, *p, x, p->kp, 3, L.name, [&](const kernels::BlockRef& b, float* acc) {
         L.ks.stream(b, x.data(), p->kp, 3, acc);
       });
+    }
   }
 }
 
-// Both e2m1 layouts (kernels.hpp) hold every canonical nibble at the place e2m1_code reads, with zeros
-// past the true K and in padding lanes: checked code by code, independent of any kernel.
-TEST(CpuKernels, Fp4LayoutsHoldEveryNibbleOnce) {
-  for (const kernels::Fp4Layout layout : {kernels::Fp4Layout::kPairs, kernels::Fp4Layout::kQuads})
-  for (const WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
-    // N: a half-filled second block; nvfp4's K is padded from 48 to 64
-    const int64_t E = 2, N = 24, K = f == WeightFormat::kMxfp4 ? 96 : 48;
-    Stack s = make_stack(f, E, N, K, 7);
-    const auto p = pack_stack(s.m, LaneMap::kPlain, layout);
-    ASSERT_EQ(p->fmt, f == WeightFormat::kMxfp4 ? PackFmt::kMxfp4 : PackFmt::kNvfp4);
-    ASSERT_EQ(p->kp, f == WeightFormat::kMxfp4 ? 96 : 64);
-    const uint8_t* src = static_cast<const uint8_t*>(s.m.data.data);
-    int64_t nonzero = 0;
-    for (int64_t e = 0; e < E; ++e)
-      for (int64_t b = 0; b < p->nblocks; ++b) {
-        const kernels::BlockRef ref = p->block(e, b);
-        for (int l = 0; l < 16; ++l)
-          for (int64_t k = 0; k < p->kp; ++k) {
-            const int64_t r = 16 * b + l;
-            int want = 0;
-            if (r < N && k < K) {
-              const uint8_t byte = src[(e * N + r) * (K / 2) + k / 2];
-              want = (k & 1) ? byte >> 4 : byte & 15;
+// Both code layouts (kernels.hpp) hold every canonical fp8 byte and e2m1 nibble at the place
+// fp8_code / e2m1_code read, with zeros past the true K and in padding lanes: checked code by code,
+// independent of any kernel.
+TEST(CpuKernels, CodeLayoutsHoldEveryCodeOnce) {
+  for (const kernels::CodeLayout layout : {kernels::CodeLayout::kPerK, kernels::CodeLayout::kVnniWords})
+    for (const WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4, WeightFormat::kFp8PerTensor,
+                                 WeightFormat::kFp8Block}) {
+      SCOPED_TRACE(std::string(to_string(f)) + (layout == kernels::CodeLayout::kPerK ? " per-k" : " vnni-words"));
+      const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
+      // N: a half-filled second block; K padded: nvfp4 48 -> 64, fp8 70 -> 96
+      const int64_t E = 2, N = 24, K = f == WeightFormat::kMxfp4 ? 96 : fp4 ? 48 : 70;
+      Stack s = make_stack(f, E, N, K, 7);
+      const auto p = pack_stack(s.m, LaneMap::kPlain, layout);
+      ASSERT_EQ(p->kp, (K + 31) / 32 * 32);
+      const uint8_t* src = static_cast<const uint8_t*>(s.m.data.data);
+      int64_t nonzero = 0;
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t b = 0; b < p->nblocks; ++b) {
+          const kernels::BlockRef ref = p->block(e, b);
+          for (int l = 0; l < 16; ++l)
+            for (int64_t k = 0; k < p->kp; ++k) {
+              const int64_t r = 16 * b + l;
+              int want = 0;
+              if (r < N && k < K) {
+                if (fp4) {
+                  const uint8_t byte = src[(e * N + r) * (K / 2) + k / 2];
+                  want = (k & 1) ? byte >> 4 : byte & 15;
+                } else {
+                  want = src[(e * N + r) * K + k];
+                }
+              }
+              const int odd = static_cast<int>(k & 1);
+              const int got = fp4 ? kernels::e2m1_code(layout, ref.data, k / 2, l, odd)
+                                  : kernels::fp8_code(layout, ref.data, k / 2, l, odd);
+              ASSERT_EQ(got, want) << "expert " << e << " block " << b << " lane " << l << " k " << k;
+              nonzero += got != 0;
             }
-            const int got = kernels::e2m1_code(layout, ref.data, k / 2, l, static_cast<int>(k & 1));
-            ASSERT_EQ(got, want) << "expert " << e << " block " << b << " lane " << l << " k " << k;
-            nonzero += got != 0;
-          }
-      }
-    EXPECT_GT(nonzero, E * N * K / 2);  // the random stack is not mostly zeros
-  }
+        }
+      EXPECT_GT(nonzero, E * N * K / 2);  // the random stack is not mostly zeros
+    }
 }
 
 TEST(CpuKernels, RefusesUnknownLayout) {
   Stack s = make_stack(WeightFormat::kBF16, 1, 16, 32, 1);
   s.m.layout = "someone-elses-layout";
   try {
-    pack_stack(s.m, LaneMap::kPlain, kernels::Fp4Layout::kQuads);
+    pack_stack(s.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords);
     FAIL() << "accepted an unknown layout";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
@@ -674,26 +684,26 @@ TEST(CpuKernels, RefusesUnknownLayout) {
   }
   // A prepared copy is accepted for the same lane map only.
   Stack t = make_stack(WeightFormat::kBF16, 1, 16, 32, 1);
-  ExpertMatrix prepared = prepared_matrix(pack_stack(t.m, LaneMap::kPlain, kernels::Fp4Layout::kQuads), t.m);
+  ExpertMatrix prepared = prepared_matrix(pack_stack(t.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords), t.m);
   EXPECT_EQ(prepared.layout, "cpu-nb16-v2:plain");
-  EXPECT_NO_THROW(packed_of(prepared, LaneMap::kPlain, kernels::Fp4Layout::kPairs));  // no 4-bit codes in it
-  EXPECT_THROW(packed_of(prepared, LaneMap::kGatedSplit, kernels::Fp4Layout::kQuads), Error);
+  EXPECT_NO_THROW(packed_of(prepared, LaneMap::kPlain, kernels::CodeLayout::kPerK));  // no 4-bit codes in it
+  EXPECT_THROW(packed_of(prepared, LaneMap::kGatedSplit, kernels::CodeLayout::kVnniWords), Error);
   // 4-bit codes prepared for the AVX-512 levels are refused by AVX2 kernels, and the other way round.
   Stack q = make_stack(WeightFormat::kMxfp4, 1, 16, 64, 1);
-  ExpertMatrix quads = prepared_matrix(pack_stack(q.m, LaneMap::kPlain, kernels::Fp4Layout::kQuads), q.m);
-  EXPECT_EQ(quads.layout, "cpu-nb16-v2:plain:fp4-quads");
-  EXPECT_NO_THROW(packed_of(quads, LaneMap::kPlain, kernels::Fp4Layout::kQuads));
-  EXPECT_THROW(packed_of(quads, LaneMap::kPlain, kernels::Fp4Layout::kPairs), Error);
-  ExpertMatrix pairs = prepared_matrix(pack_stack(q.m, LaneMap::kPlain, kernels::Fp4Layout::kPairs), q.m);
-  EXPECT_EQ(pairs.layout, "cpu-nb16-v2:plain:fp4-pairs");
-  EXPECT_THROW(packed_of(pairs, LaneMap::kPlain, kernels::Fp4Layout::kQuads), Error);
+  ExpertMatrix quads = prepared_matrix(pack_stack(q.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords), q.m);
+  EXPECT_EQ(quads.layout, "cpu-nb16-v2:plain:vnni-words");
+  EXPECT_NO_THROW(packed_of(quads, LaneMap::kPlain, kernels::CodeLayout::kVnniWords));
+  EXPECT_THROW(packed_of(quads, LaneMap::kPlain, kernels::CodeLayout::kPerK), Error);
+  ExpertMatrix pairs = prepared_matrix(pack_stack(q.m, LaneMap::kPlain, kernels::CodeLayout::kPerK), q.m);
+  EXPECT_EQ(pairs.layout, "cpu-nb16-v2:plain:per-k");
+  EXPECT_THROW(packed_of(pairs, LaneMap::kPlain, kernels::CodeLayout::kVnniWords), Error);
 }
 
 TEST(CpuKernels, WrongScaleShapeIsAFormatError) {
   Stack s = make_stack(WeightFormat::kFp8PerChannel, 2, 16, 32, 1);
   HostTensor bad(DType::kF32, {2, 15});
   s.m.scale = bad.view();
-  EXPECT_THROW(pack_stack(s.m, LaneMap::kPlain, kernels::Fp4Layout::kQuads), Error);
+  EXPECT_THROW(pack_stack(s.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords), Error);
 }
 
 TEST(CpuKernels, ReportsDetectedIsa) {

@@ -158,7 +158,7 @@ KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
       throw_error(ErrorKind::kUnsupported, "cpu backend needs AVX2 + FMA + F16C (this CPU or the ISA cap allows scalar only)");
     case CpuIsa::kAvx2:
       k.prefix = "avx2";
-      k.fp4_layout = kernels::Fp4Layout::kPairs;
+      k.code_layout = kernels::CodeLayout::kPerK;
       k.stream = variant == "v1" ? kernels::stream_avx2_v1 : kernels::stream_avx2;
       k.stream_max_m = kAvx2StreamMaxTokens;
       k.stream_max_m_cheap = variant == "v1" ? kAvx2StreamMaxTokens : kAvx2StreamMaxTokensCheapDecode;

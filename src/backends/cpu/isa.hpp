@@ -85,7 +85,7 @@ struct KernelSet {
   void (*act)(kernels::Act, const float*, const float*, int, float, float, float*) = nullptr;  // every level: AVX2
   void (*act_rows)(kernels::Act, const float*, int64_t, int, float, float, float*, int64_t) = nullptr;  // the same
   bool amx = false;  // large calls go through bf16 panels and AMX tiles
-  kernels::Fp4Layout fp4_layout = kernels::Fp4Layout::kQuads;  // what this level's decoders read (kernels.hpp)
+  kernels::CodeLayout code_layout = kernels::CodeLayout::kVnniWords;  // what this level's decoders read (kernels.hpp)
   int stream_max_m = 4;  // calls with at most this many tokens take `stream`, larger ones panel + tile
   int stream_max_m_cheap = 4;  // the same for bf16 and f32 weights
   int stream_max_m_bf16 = 4;  // the same where stream_bf16 runs

@@ -80,10 +80,10 @@ void check_stack(const ExpertMatrix& m) {
 
 }  // namespace
 
-std::string layout_tag(LaneMap map, WeightFormat format, kernels::Fp4Layout fp4_layout) {
+std::string layout_tag(LaneMap map, WeightFormat format, kernels::CodeLayout code_layout) {
   std::string t = std::string(kLayoutTag) + ":" + map_name(map);
-  if (format == WeightFormat::kMxfp4 || format == WeightFormat::kNvfp4)
-    t += fp4_layout == kernels::Fp4Layout::kQuads ? ":fp4-quads" : ":fp4-pairs";
+  if (kernels::has_code_layout(pack_fmt_for(format)))
+    t += code_layout == kernels::CodeLayout::kVnniWords ? ":vnni-words" : ":per-k";
   return t;
 }
 
@@ -101,16 +101,16 @@ PackFmt pack_fmt_for(WeightFormat f) noexcept {
   return PackFmt::kF32;
 }
 
-std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map, kernels::Fp4Layout fp4_layout) {
+std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map, kernels::CodeLayout code_layout) {
   if (m.layout != "canonical")
     throw_error(ErrorKind::kInvalidArgument, "cpu backend: cannot pack a weight stack with layout '" + m.layout +
-                                                 "' (knows 'canonical' and '" + layout_tag(map, m.format, fp4_layout) + "')");
+                                                 "' (knows 'canonical' and '" + layout_tag(map, m.format, code_layout) + "')");
   check_stack(m);
   auto ps = std::make_shared<PackedStack>();
   PackedStack& p = *ps;
   p.fmt = pack_fmt_for(m.format);
   p.map = map;
-  p.fp4_layout = fp4_layout;
+  p.code_layout = code_layout;
   p.experts = m.experts;
   p.rows = m.rows;
   p.cols = m.cols;
@@ -179,18 +179,25 @@ std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map
             for (int64_t k = 0; k < K; ++k)
               std::memcpy(dst + (((k / 2) * 16 + l) * 2 + (k & 1)) * 2, row + k * 2, 2);
             break;
-          case PackFmt::kFp8: case PackFmt::kFp8Block: case PackFmt::kInt8:
+          case PackFmt::kInt8:
             for (int64_t k = 0; k < K; ++k) dst[k * 16 + l] = row[k];
+            break;
+          case PackFmt::kFp8: case PackFmt::kFp8Block:  // where kernels::fp8_code reads it
+            for (int64_t k = 0; k < K; ++k) {
+              const int64_t pair = k / 2;
+              if (code_layout == kernels::CodeLayout::kPerK) dst[k * 16 + l] = row[k];
+              else dst[(pair / 2) * kernels::kVnniWordBytes + (2 * l + (k & 1)) * 2 + (pair % 2)] = row[k];
+            }
             break;
           case PackFmt::kMxfp4: case PackFmt::kNvfp4:
             for (int64_t k = 0; k < K; ++k) {  // where kernels::e2m1_code reads it
               const int nib = (k & 1) ? (row[k / 2] >> 4) : (row[k / 2] & 0x0F);
               const int64_t pair = k / 2;
-              if (fp4_layout == kernels::Fp4Layout::kPairs) {
+              if (code_layout == kernels::CodeLayout::kPerK) {
                 dst[k * 8 + (l & 7)] |= static_cast<uint8_t>(l < 8 ? nib : nib << 4);
               } else {
                 const int64_t shift = 4 * (pair % 4);
-                uint8_t* w = dst + (pair / 4) * kernels::kFp4QuadBytes + (2 * l + (k & 1)) * 2;
+                uint8_t* w = dst + (pair / 4) * kernels::kVnniWordBytes + (2 * l + (k & 1)) * 2;
                 w[shift / 8] |= static_cast<uint8_t>(nib << (shift % 8));
               }
             }
@@ -245,7 +252,7 @@ ExpertMatrix prepared_matrix(std::shared_ptr<const PackedStack> p, const ExpertM
   out.experts = source.experts;
   out.rows = source.rows;
   out.cols = source.cols;
-  out.layout = layout_tag(p->map, source.format, p->fp4_layout);
+  out.layout = layout_tag(p->map, source.format, p->code_layout);
   out.data.data = p->data.get();
   out.data.dtype = DType::kU8;
   out.data.shape = Shape{static_cast<int64_t>(p->block_bytes) * p->nblocks * p->experts};
@@ -253,9 +260,9 @@ ExpertMatrix prepared_matrix(std::shared_ptr<const PackedStack> p, const ExpertM
   return out;
 }
 
-std::shared_ptr<const PackedStack> packed_of(const ExpertMatrix& m, LaneMap map, kernels::Fp4Layout fp4_layout) {
-  if (m.layout == "canonical") return pack_stack(m, map, fp4_layout);
-  const std::string want = layout_tag(map, m.format, fp4_layout);
+std::shared_ptr<const PackedStack> packed_of(const ExpertMatrix& m, LaneMap map, kernels::CodeLayout code_layout) {
+  if (m.layout == "canonical") return pack_stack(m, map, code_layout);
+  const std::string want = layout_tag(map, m.format, code_layout);
   if (m.layout == want && !m.keepalive.empty()) return std::static_pointer_cast<const PackedStack>(m.keepalive.front());
   throw_error(ErrorKind::kInvalidArgument, "cpu backend: weight layout '" + m.layout + "' does not fit these kernels (they take 'canonical' or '" +
                                                want + "')");

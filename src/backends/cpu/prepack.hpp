@@ -40,7 +40,7 @@ struct PackedStack {
   std::vector<float> lane_scale;            // [E][nblocks * 16] or empty (all ones)
   std::vector<float> gmul;                  // [E] nvfp4: 256 * global scale
   bool e8m0_fold = false;                   // mxfp4: every scale byte in [kE8m0FoldMin, kE8m0FoldMax]
-  kernels::Fp4Layout fp4_layout = kernels::Fp4Layout::kQuads;  // mxfp4 / nvfp4 codes (kernels.hpp)
+  kernels::CodeLayout code_layout = kernels::CodeLayout::kVnniWords;  // fp8 / e2m1 codes (kernels.hpp)
   std::vector<int32_t> lane_row;            // [nblocks * 16]: canonical row of each lane, -1 = padding
   int64_t weight_bytes_per_expert = 0;      // data + scales as stored (bandwidth accounting)
 
@@ -59,18 +59,19 @@ struct PackedStack {
   }
 };
 
-// Re-lays out a canonical stack, 4-bit codes in fp4_layout (the kernel level's: KernelSet::fp4_layout).
-// Throws Error{kInvalidArgument} for a layout tag other than "canonical", and Error{kFormat} when
-// data/scales do not match the format table.
-std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map, kernels::Fp4Layout fp4_layout);
+// Re-lays out a canonical stack, fp8 and e2m1 codes in code_layout (the kernel level's:
+// KernelSet::code_layout). Throws Error{kInvalidArgument} for a layout tag other than "canonical", and
+// Error{kFormat} when data/scales do not match the format table.
+std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map, kernels::CodeLayout code_layout);
 
-// The prepared copy as an ExpertMatrix: layout "cpu-nb16-v2:<map>" (4-bit formats: plus ":fp4-quads" or
-// ":fp4-pairs"), data = the packed bytes (U8), keepalive[0] = the PackedStack. packed_of() returns the
-// stack of such a copy, packs a canonical one, and refuses (Error{kInvalidArgument}) any other layout
-// tag, a map other than the one asked for, and 4-bit codes laid out for another kernel level.
+// The prepared copy as an ExpertMatrix: layout "cpu-nb16-v2:<map>" (fp8 and 4-bit formats: plus
+// ":vnni-words" or ":per-k"), data = the packed bytes (U8), keepalive[0] = the PackedStack. packed_of()
+// returns the stack of such a copy, packs a canonical one, and refuses (Error{kInvalidArgument}) any
+// other layout tag, a map other than the one asked for, and fp8 / e2m1 codes laid out for another
+// kernel level.
 ExpertMatrix prepared_matrix(std::shared_ptr<const PackedStack> p, const ExpertMatrix& source);
-std::shared_ptr<const PackedStack> packed_of(const ExpertMatrix& m, LaneMap map, kernels::Fp4Layout fp4_layout);
-std::string layout_tag(LaneMap map, WeightFormat format, kernels::Fp4Layout fp4_layout);
+std::shared_ptr<const PackedStack> packed_of(const ExpertMatrix& m, LaneMap map, kernels::CodeLayout code_layout);
+std::string layout_tag(LaneMap map, WeightFormat format, kernels::CodeLayout code_layout);
 
 kernels::PackFmt pack_fmt_for(WeightFormat f) noexcept;
 

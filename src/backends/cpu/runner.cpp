@@ -164,8 +164,8 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
   h_ = spec.hidden;
   hp_ = round_up(h_, kernels::kKAlign);
   ilp_ = round_up(il_, kernels::kKAlign);
-  w13_ = packed_of(w.w13, w13_map(spec.activation), ks_.fp4_layout);
-  w2_ = packed_of(w.w2, LaneMap::kPlain, ks_.fp4_layout);
+  w13_ = packed_of(w.w13, w13_map(spec.activation), ks_.code_layout);
+  w2_ = packed_of(w.w2, LaneMap::kPlain, ks_.code_layout);
   if (w13_->experts != el_ || w13_->outputs != il_ || w13_->cols != h_ || w2_->experts != el_ ||
       w2_->rows != h_ || w2_->cols != il_)
     throw_error(ErrorKind::kInvalidArgument, "cpu backend: weight stacks do not match the spec " + spec.summary());
@@ -175,8 +175,8 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
     is_ = static_cast<int>(w.shared_w2.cols);
     isp_ = round_up(is_, kernels::kKAlign);
     const bool gated = w.shared_w13.rows == 2 * static_cast<int64_t>(is_);
-    sw13_ = packed_of(w.shared_w13, gated ? LaneMap::kGatedSplit : LaneMap::kPlain, ks_.fp4_layout);
-    sw2_ = packed_of(w.shared_w2, LaneMap::kPlain, ks_.fp4_layout);
+    sw13_ = packed_of(w.shared_w13, gated ? LaneMap::kGatedSplit : LaneMap::kPlain, ks_.code_layout);
+    sw2_ = packed_of(w.shared_w2, LaneMap::kPlain, ks_.code_layout);
     shared_act_ = gated ? (spec.activation.gated() ? spec.activation.kind : ActivationKind::kSiluAndMul)
                         : spec.activation.kind;
     if (spec.shared.gated_by_router) shared_gate_ = copy_f32(w.shared_gate);

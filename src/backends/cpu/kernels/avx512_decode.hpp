@@ -1,5 +1,6 @@
-// cpu/kernels/avx512_decode.hpp — AVX-512 helpers shared by gemm_avx512.cpp and gemm_avx512bf16.cpp:
-// packed weights of one k pair decoded to f32 (every PackFmt), and the per-K-group scale vector.
+// cpu/kernels/avx512_decode.hpp — AVX-512 helpers shared by gemm_avx512.cpp, gemm_avx512bf16.cpp and
+// gemm_amx.cpp: packed weights of one k pair decoded to f32 (every PackFmt), fp8 and e2m1 codes to bf16
+// words, and the per-K-group scale vector.
 //
 // Everything here has internal linkage (an unnamed namespace): the two including files are compiled
 // with different -m flags, and an inline function with external linkage could be merged by the linker
@@ -34,6 +35,60 @@ constexpr E2m1Words make_e2m1_words() {
   return t;
 }
 constexpr E2m1Words kE2m1Words = make_e2m1_words();
+static_assert(kE2m1Words.v[7] == 0x40C0 && kE2m1Words.v[9] == 0xBF00 && kE2m1Words.v[16 + 5] == 0x4040,
+              "e2m1 6, -0.5, 3");
+
+// bf16 bits of n * 2^q for 0 <= n < 256 (exact: at most 8 significant bits), assuming a normal result.
+constexpr uint16_t bf16_bits(int n, int q) {
+  if (n == 0) return 0;
+  int top = 7;
+  while (!((n >> top) & 1)) --top;
+  const int biased = top + q + 127;
+  const int mant = (n << (7 - top)) & 0x7F;
+  return static_cast<uint16_t>((biased << 7) | mant);
+}
+// e4m3 magnitude code c (0..127) / 256: normal (8 + m) * 2^(e - 18), subnormal m * 2^-17.
+constexpr uint16_t e4m3_mag_bf16(int c) {
+  const int e = c >> 3, m = c & 7;
+  return bf16_bits(e ? 8 + m : m, (e ? e : 1) - 18);
+}
+static_assert(e4m3_mag_bf16(0x38) == 0x3B80, "e4m3 1.0 / 256 = 2^-8");
+static_assert(e4m3_mag_bf16(0x01) == 0x3700, "e4m3 2^-9 (smallest subnormal) / 256 = 2^-17");
+static_assert(e4m3_mag_bf16(0x07) == 0x3860, "e4m3 7 * 2^-9 / 256 = 1.75 * 2^-15");
+static_assert(e4m3_mag_bf16(0x7E) == 0x3FE0, "e4m3 448 / 256 = 1.75");
+
+// The e4m3 codes 0-7 (zero and the subnormals) / 256 as bf16, a vpermw table.
+struct alignas(64) Fp8Sub {
+  uint16_t v[32];
+};
+constexpr Fp8Sub make_fp8_sub() {
+  Fp8Sub t{};
+  for (int c = 0; c < 8; ++c) t.v[c] = e4m3_mag_bf16(c);
+  return t;
+}
+constexpr Fp8Sub kFp8Sub = make_fp8_sub();
+
+// The e4m3 code in the low (kHigh false) or high byte of every word of w -> bf16(value / 256) in the
+// word; sub = kFp8Sub. Normal codes by arithmetic: the code's 7 magnitude bits shifted to bits 4-10 put
+// e and m where bf16 keeps them, and OR-ing 0x3800 adds the exponent bias difference (127 - 7 - 8: the
+// / 256 convention) without a carry. Zero and subnormal codes (exponent field 0) come from the table by
+// one masked vpermw; the sign is OR-ed in last. Six ops, two of them on the shuffle port. The e4m3 NaN
+// (0x7F) decodes as 480 like everywhere else (quantizers never emit it).
+template <bool kHigh>
+[[gnu::always_inline]] inline __m512i fp8_word_bf16(__m512i w, __m512i sub) {
+  const __m512i em = _mm512_set1_epi16(0x07F0), bias = _mm512_set1_epi16(0x3800);
+  const __m512i sign = _mm512_set1_epi16(static_cast<short>(0x8000));
+  if constexpr (!kHigh) {
+    __m512i r = _mm512_ternarylogic_epi32(_mm512_slli_epi16(w, 4), em, bias, 0xEA);  // (w << 4 & em) | bias
+    r = _mm512_mask_permutexvar_epi16(r, _mm512_testn_epi16_mask(w, _mm512_set1_epi16(0x0078)), w, sub);
+    return _mm512_ternarylogic_epi32(r, _mm512_slli_epi16(w, 8), sign, 0xF8);  // r | (w << 8 & sign)
+  } else {
+    __m512i r = _mm512_ternarylogic_epi32(_mm512_srli_epi16(w, 4), em, bias, 0xEA);
+    r = _mm512_mask_permutexvar_epi16(r, _mm512_testn_epi16_mask(w, _mm512_set1_epi16(0x7800)),
+                                      _mm512_srli_epi16(w, 8), sub);
+    return _mm512_ternarylogic_epi32(r, w, sign, 0xF8);
+  }
+}
 
 // k pair p -> we (k = 2p, 16 lanes), wo (k = 2p + 1).
 template <PackFmt F>
@@ -50,14 +105,17 @@ inline void load2(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
     const __m512i z = _mm512_loadu_si512(d + p * 64);
     we = _mm512_castsi512_ps(_mm512_slli_epi32(z, 16));
     wo = _mm512_castsi512_ps(_mm512_and_si512(z, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
-  } else if constexpr (F == PackFmt::kFp8 || F == PackFmt::kFp8Block) {
-    we = e4m3x16(ld128(d + p * 32));
-    wo = e4m3x16(ld128(d + p * 32 + 16));
+  } else if constexpr (F == PackFmt::kFp8 || F == PackFmt::kFp8Block) {  // VNNI words (kernels.hpp)
+    const __m512i w = _mm512_loadu_si512(d + (p / 2) * kVnniWordBytes);
+    const __m512i sub = _mm512_load_si512(kFp8Sub.v);
+    const __m512i v = (p & 1) ? fp8_word_bf16<true>(w, sub) : fp8_word_bf16<false>(w, sub);
+    we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    wo = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
   } else if constexpr (F == PackFmt::kInt8) {
     we = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32)));
     wo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32 + 16)));
-  } else {  // e2m1 quads (kernels.hpp): pair p is nibble p % 4 of each word, decoded to bf16 words
-    const __m512i w = _mm512_loadu_si512(d + (p / 4) * kFp4QuadBytes);
+  } else {  // e2m1 in VNNI words (kernels.hpp): pair p is nibble p % 4 of each word, decoded to bf16
+    const __m512i w = _mm512_loadu_si512(d + (p / 4) * kVnniWordBytes);
     const __m512i c = _mm512_srl_epi16(w, _mm_cvtsi32_si128(static_cast<int>(4 * (p % 4))));
     const __m512i v = _mm512_permutexvar_epi16(c, _mm512_load_si512(kE2m1Words.v));
     we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));  // word 2l: k even of lane l

@@ -14,11 +14,10 @@
 //   group's sum (one FMA per group and token) instead of every weight.
 // - Word order of a k pair p (what VDPBF16PS pairs up): word 2l = k 2p of lane l, word 2l + 1 = k 2p + 1
 //   of lane l; the x operand is the token's (x[2p], x[2p + 1]) bf16 pair broadcast as one dword.
-// - fp8 e4m3, per k pair (7 ops, 3 of them shuffles): a zero-masked vpermb puts each code in the low
-//   byte of its word; normal codes become bf16(|value| / 256) by a shift and one vpternlog; a masked
-//   vpermw replaces zero and subnormal codes from an 8-entry table (built below from integer
-//   arithmetic, so they are exact); a last vpternlog ORs the sign in. The e4m3 NaN (0x7F) decodes as
-//   480, like the other kernels (quantizers never emit it).
+// - fp8 e4m3, per 2 k pairs (one 64-byte load of VNNI words, kernels.hpp): six ops per pair
+//   (fp8_word_bf16 in avx512_decode.hpp, two of them on the shuffle port). The per-k layout before
+//   needed a vpermb per pair to spread the codes over words first: 2.52-2.58 against 2.12-2.29 ns per
+//   pair on the H200 host's Xeon (one thread, one token, in L2; the session-8 probe).
 // - e2m1, per 4 k pairs (7 ops): one 64-byte load of the quad (kernels.hpp), then per pair a vpsrlw by 0,
 //   4, 8 or 12 and a vpermw mapping each word's low nibble to bf16 (every e2m1 value is a bf16 value;
 //   the 32-entry table repeats the 16, so bit 4 of the index does not matter). The pair-major layout

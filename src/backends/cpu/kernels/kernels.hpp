@@ -23,32 +23,42 @@ enum class PackFmt : uint8_t {
   kF32,        // f32 [kp][16]
   kF16,        // f16 [kp][16]
   kBF16,       // bf16 [kp/2][16][2]: VNNI pairs (k even in the low half), what AMX tiles read
-  kFp8,        // e4m3 [kp][16] (per-tensor / per-channel: scale in the lane scale)
-  kFp8Block,   // e4m3 [kp][16] + f32 group scale [kp/128][16] (block scale times 256)
+  kFp8,        // e4m3 (CodeLayout below; per-tensor / per-channel: scale in the lane scale)
+  kFp8Block,   // e4m3 like kFp8 + f32 group scale [kp/128][16] (block scale times 256)
   kInt8,       // int8 [kp][16] (per-channel scale in the lane scale)
-  kMxfp4,      // e2m1 (Fp4Layout below) + e8m0 [kp/32][16]
+  kMxfp4,      // e2m1 (CodeLayout below) + e8m0 [kp/32][16]
   kNvfp4,      // e2m1 like mxfp4 + e4m3 group scale [kp/16][16]; times gmul = 256 * global scale
 };
 
-// Where e2m1 codes sit in a block; chosen per kernel level (KernelSet::fp4_layout), recorded on the
-// packed weights, and checked by the runner.
-// - kPairs (AVX2): 8 bytes per k, byte j = lane j (low nibble) | lane j + 8 (high); a pair is k even
-//   then k odd. Two vpshufb map its 32 codes to fp16 high bytes for F16C's conversion.
-// - kQuads (AVX-512 levels): pairs 4q .. 4q + 3 are 64 bytes, 32 little-endian words in VNNI order (word
-//   2l + o = lane l, k 2p + o); nibble i of a word (bits 4i .. 4i + 3) is pair 4q + i. One load serves
-//   four pairs, and a pair is one shift from a 32-word vpermw lookup: no vpermb to spread nibbles over
-//   words first (the shuffle-port op that set the one-token decode speed on the Xeon). On AVX2 the same
-//   decode costs more than kPairs' (Zen 1, one core: 6.0 against 4.6 ns per pair in cache).
-enum class Fp4Layout : uint8_t { kPairs, kQuads };
-inline constexpr int kFp4QuadBytes = 64;
-inline int e2m1_code(Fp4Layout layout, const uint8_t* data, int64_t pair, int lane, int odd) noexcept {
-  if (layout == Fp4Layout::kPairs) {
+// Where fp8 and e2m1 codes sit in a block; chosen per kernel level (KernelSet::code_layout), recorded
+// on the packed weights, and checked by the runner. (Other formats have one layout.)
+// - kPerK (AVX2): each k is a run of the 16 lanes' codes, k even then k odd: fp8 16 bytes per k; e2m1
+//   8 bytes per k, byte j = lane j (low nibble) | lane j + 8 (high). AVX2 widens bytes with vpshufb /
+//   vpmovzx and converts through F16C.
+// - kVnniWords (AVX-512 levels): the codes of several k pairs interleaved in 32 little-endian words in
+//   VNNI order (word 2l + o = lane l, k 2p + o), 64 bytes: fp8 pairs 2q (low byte) and 2q + 1 (high
+//   byte); e2m1 pairs 4q + i in nibble i. One load serves 2 or 4 pairs, and a pair's 32 codes are a shift
+//   away from bf16 by arithmetic or a vpermw table: no vpermb to spread codes over words first (a
+//   shuffle-port op per pair that set the one-token decode speed on the Xeon). On AVX2 the same e2m1
+//   decode costs more than kPerK's (Zen 1, one core: 6.0 against 4.6 ns per pair in cache).
+enum class CodeLayout : uint8_t { kPerK, kVnniWords };
+inline constexpr int kVnniWordBytes = 64;
+constexpr bool has_code_layout(PackFmt f) noexcept {
+  return f == PackFmt::kFp8 || f == PackFmt::kFp8Block || f == PackFmt::kMxfp4 || f == PackFmt::kNvfp4;
+}
+// The code of (pair, lane, k parity) in a block, as kernels read it (tests, and the packer's contract).
+inline int e2m1_code(CodeLayout layout, const uint8_t* data, int64_t pair, int lane, int odd) noexcept {
+  if (layout == CodeLayout::kPerK) {
     const uint8_t byte = data[pair * 16 + odd * 8 + (lane & 7)];
     return lane < 8 ? byte & 0xF : byte >> 4;
   }
-  const uint8_t* w = data + (pair / 4) * kFp4QuadBytes + (2 * lane + odd) * 2;
+  const uint8_t* w = data + (pair / 4) * kVnniWordBytes + (2 * lane + odd) * 2;
   const int word = w[0] | (w[1] << 8);
   return (word >> (4 * (pair % 4))) & 0xF;
+}
+inline int fp8_code(CodeLayout layout, const uint8_t* data, int64_t pair, int lane, int odd) noexcept {
+  if (layout == CodeLayout::kPerK) return data[(2 * pair + odd) * 16 + lane];
+  return data[(pair / 2) * kVnniWordBytes + (2 * lane + odd) * 2 + (pair % 2)];
 }
 // bf16 bits of e2m1 code c (every e2m1 value is a bf16 value); bits above the code are ignored.
 constexpr uint16_t e2m1_bf16(int c) noexcept {
