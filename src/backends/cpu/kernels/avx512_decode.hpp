@@ -123,6 +123,25 @@ inline void load2(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
   }
 }
 
+// Pairs p and p + 1 (p even): fp8 VNNI words are decoded from one load, low then high byte, with no
+// branch on p's parity; other formats pair by pair.
+template <PackFmt F>
+[[gnu::always_inline]] inline void load2x2(const uint8_t* d, int64_t p, __m512& we0, __m512& wo0, __m512& we1,
+                                           __m512& wo1) {
+  if constexpr (F == PackFmt::kFp8 || F == PackFmt::kFp8Block) {
+    const __m512i w = _mm512_loadu_si512(d + (p / 2) * kVnniWordBytes);
+    const __m512i sub = _mm512_load_si512(kFp8Sub.v), hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    const __m512i v0 = fp8_word_bf16<false>(w, sub), v1 = fp8_word_bf16<true>(w, sub);
+    we0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
+    wo0 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi));
+    we1 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));
+    wo1 = _mm512_castsi512_ps(_mm512_and_si512(v1, hi));
+  } else {
+    load2<F>(d, p, we0, wo0);
+    load2<F>(d, p + 1, we1, wo1);
+  }
+}
+
 // The 16 lanes' scale of K group g: fp8 block (f32, stored times 256), mxfp4 (e8m0: 2^(e - 127),
 // e = 0 -> 2^-127, e = 255 -> NaN), nvfp4 (e4m3 / 256 times gmul = 256 * global scale); 1 otherwise.
 template <PackFmt F>

@@ -25,18 +25,30 @@ void stream_t(const BlockRef& b, const float* x, int64_t ldx, float* acc) {
     __m512 s = _mm512_set1_ps(1.0f);
     if constexpr (G != 0) s = group_scale<F>(b.gscale, p0 / gp, b.gmul);
     const int64_t pe = std::min(p0 + gp, pairs);
-    for (int64_t p = p0; p < pe; ++p) {
-      prefetch_pair<2 * bytes_per_k(F)>(b, p);
-      __m512 we, wo;
-      load2<F>(b.data, p, we, wo);
-      if constexpr (G != 0) { we = _mm512_mul_ps(we, s); wo = _mm512_mul_ps(wo, s); }
-#define STEP(t)                                                                  \
-      if constexpr (MT > (t)) {                                                  \
-        e##t = _mm512_fmadd_ps(we, _mm512_set1_ps(x##t[2 * p]), e##t);           \
-        if constexpr (kSplit) o##t = _mm512_fmadd_ps(wo, _mm512_set1_ps(x##t[2 * p + 1]), o##t); \
-        else e##t = _mm512_fmadd_ps(wo, _mm512_set1_ps(x##t[2 * p + 1]), e##t); \
+    for (int64_t p = p0; p < pe; p += 2) {  // two pairs per step: one load of fp8 VNNI words (kernels.hpp)
+      prefetch_pair<4 * bytes_per_k(F)>(b, p / 2);
+      __m512 we0, wo0, we1, wo1;
+      load2x2<F>(b.data, p, we0, wo0, we1, wo1);
+      if constexpr (G != 0) {
+        we0 = _mm512_mul_ps(we0, s); wo0 = _mm512_mul_ps(wo0, s);
+        we1 = _mm512_mul_ps(we1, s); wo1 = _mm512_mul_ps(wo1, s);
       }
-      MOERUN_T8(STEP)
+#define STEP(t)                                                                                  \
+      if constexpr (MT > (t)) {                                                                  \
+        e##t = _mm512_fmadd_ps(we, _mm512_set1_ps(x##t[2 * q]), e##t);                           \
+        if constexpr (kSplit) o##t = _mm512_fmadd_ps(wo, _mm512_set1_ps(x##t[2 * q + 1]), o##t); \
+        else e##t = _mm512_fmadd_ps(wo, _mm512_set1_ps(x##t[2 * q + 1]), e##t);                 \
+      }
+      {
+        const int64_t q = p;
+        const __m512 we = we0, wo = wo0;
+        MOERUN_T8(STEP)
+      }
+      {
+        const int64_t q = p + 1;
+        const __m512 we = we1, wo = wo1;
+        MOERUN_T8(STEP)
+      }
 #undef STEP
     }
   }
@@ -66,12 +78,10 @@ void panel_f(const BlockRef& b, float* panel) {
     __m512 s = _mm512_set1_ps(1.0f);
     if constexpr (G != 0) s = group_scale<F>(b.gscale, p0 / gp, b.gmul);
     const int64_t pe = std::min(p0 + gp, pairs);
-    for (int64_t p = p0; p < pe; ++p) {
-      __m512 we, wo;
-      load2<F>(b.data, p, we, wo);
-      if constexpr (G != 0) { we = _mm512_mul_ps(we, s); wo = _mm512_mul_ps(wo, s); }
-      _mm512_store_ps(panel + p * 32, we);
-      _mm512_store_ps(panel + p * 32 + 16, wo);
+    for (int64_t p = p0; p < pe; p += 2) {
+      __m512 w[4];
+      load2x2<F>(b.data, p, w[0], w[1], w[2], w[3]);
+      for (int j = 0; j < 4; ++j) _mm512_store_ps(panel + p * 32 + j * 16, G != 0 ? _mm512_mul_ps(w[j], s) : w[j]);
     }
   }
 }
