@@ -123,6 +123,10 @@ inline void load2(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
   }
 }
 
+// fp8 formats, whose VNNI words hold two pairs (kernels.hpp).
+template <PackFmt F>
+inline constexpr bool kFp8Words = F == PackFmt::kFp8 || F == PackFmt::kFp8Block;
+
 // Pairs p and p + 1 (p even): fp8 VNNI words are decoded from one load, low then high byte, with no
 // branch on p's parity; other formats pair by pair.
 template <PackFmt F>
