@@ -686,17 +686,21 @@ TEST(CpuKernels, RefusesUnknownLayout) {
   Stack t = make_stack(WeightFormat::kBF16, 1, 16, 32, 1);
   ExpertMatrix prepared = prepared_matrix(pack_stack(t.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords), t.m);
   EXPECT_EQ(prepared.layout, "cpu-nb16-v2:plain");
-  EXPECT_NO_THROW(packed_of(prepared, LaneMap::kPlain, kernels::CodeLayout::kPerK));  // no 4-bit codes in it
+  EXPECT_NO_THROW(packed_of(prepared, LaneMap::kPlain, kernels::CodeLayout::kPerK));  // bf16: one layout only
   EXPECT_THROW(packed_of(prepared, LaneMap::kGatedSplit, kernels::CodeLayout::kVnniWords), Error);
-  // 4-bit codes prepared for the AVX-512 levels are refused by AVX2 kernels, and the other way round.
+  // fp8 and 4-bit codes prepared for the AVX-512 levels are refused by AVX2 kernels, and the other way round.
   Stack q = make_stack(WeightFormat::kMxfp4, 1, 16, 64, 1);
-  ExpertMatrix quads = prepared_matrix(pack_stack(q.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords), q.m);
-  EXPECT_EQ(quads.layout, "cpu-nb16-v2:plain:vnni-words");
-  EXPECT_NO_THROW(packed_of(quads, LaneMap::kPlain, kernels::CodeLayout::kVnniWords));
-  EXPECT_THROW(packed_of(quads, LaneMap::kPlain, kernels::CodeLayout::kPerK), Error);
+  ExpertMatrix words = prepared_matrix(pack_stack(q.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords), q.m);
+  EXPECT_EQ(words.layout, "cpu-nb16-v2:plain:vnni-words");
+  EXPECT_NO_THROW(packed_of(words, LaneMap::kPlain, kernels::CodeLayout::kVnniWords));
+  EXPECT_THROW(packed_of(words, LaneMap::kPlain, kernels::CodeLayout::kPerK), Error);
   ExpertMatrix pairs = prepared_matrix(pack_stack(q.m, LaneMap::kPlain, kernels::CodeLayout::kPerK), q.m);
   EXPECT_EQ(pairs.layout, "cpu-nb16-v2:plain:per-k");
   EXPECT_THROW(packed_of(pairs, LaneMap::kPlain, kernels::CodeLayout::kVnniWords), Error);
+  Stack f8 = make_stack(WeightFormat::kFp8Block, 1, 16, 64, 1);
+  ExpertMatrix f8w = prepared_matrix(pack_stack(f8.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords), f8.m);
+  EXPECT_EQ(f8w.layout, "cpu-nb16-v2:plain:vnni-words");
+  EXPECT_THROW(packed_of(f8w, LaneMap::kPlain, kernels::CodeLayout::kPerK), Error);
 }
 
 TEST(CpuKernels, WrongScaleShapeIsAFormatError) {

@@ -22,7 +22,7 @@
 //   4, 8 or 12 and a vpermw mapping each word's low nibble to bf16 (every e2m1 value is a bf16 value;
 //   the 32-entry table repeats the 16, so bit 4 of the index does not matter). The pair-major layout
 //   before needed a vpermb to spread the nibbles over words first: on the H200 host's Xeon (one thread,
-//   one token, in L2) 1.74-1.89 against 1.35-1.43 ns per pair for the quads.
+//   one token, in L2) 1.74-1.89 against 1.35-1.43 ns per pair for the VNNI words.
 // - bf16 weights: the packed block already is in that word order.
 // - f32, f16 and int8 weights are not bf16-exact (int8 is, but its decode costs more than it saves):
 //   they take an f32 FMA loop here (x widened from bf16, exact), so the kernel accepts every format;
