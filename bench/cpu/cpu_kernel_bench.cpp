@@ -81,14 +81,14 @@ std::shared_ptr<uint8_t> alloc(size_t n) {
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(q), [](uint8_t* x) { std::free(x); });
 }
 
-Set make_set(WeightFormat f, int64_t N, int64_t K, size_t min_bytes, kernels::CodeLayout fp4) {
+Set make_set(WeightFormat f, int64_t N, int64_t K, size_t min_bytes, kernels::CodeLayout layout) {
   std::mt19937 g(11);
   std::normal_distribution<float> n(0.0f, 0.03f);
   std::vector<float> w(static_cast<size_t>(N * K));
   for (float& v : w) v = n(g);
   ExpertMatrix m = quantize_experts(f, w.data(), 1, N, K);
   Set s;
-  s.p = pack_stack(m, LaneMap::kPlain, fp4);
+  s.p = pack_stack(m, LaneMap::kPlain, layout);
   const size_t db = s.p->block_bytes * s.p->nblocks, gb = s.p->gs_block_bytes * s.p->nblocks;
   s.bytes_per_copy = db + gb;
   s.copies = static_cast<int>(std::max<size_t>(1, (min_bytes + s.bytes_per_copy - 1) / s.bytes_per_copy));

@@ -560,6 +560,17 @@ void stream_bf16_decodes_every_code(const KernelSet& ks, int m) {
         for (int l = 0; l < 16; ++l)
           ASSERT_EQ(got[static_cast<size_t>(i * 16 + l)], want[static_cast<size_t>(l)])
               << to_string(f) << " k " << k << " token " << i << " lane " << l;
+      // At these levels the f32 kernel decodes fp8 through the same fp8_word_bf16, so fp8 is also held
+      // to dequantize_row (the format codecs): value / 256 times the lane scale (256 x the channel
+      // scale) or inside the kernel times the block scale (x 256) is the same single rounding.
+      if (fp8) {
+        const float* ls = p->lane_scales(0, 0);
+        for (int l = 0; l < 16; ++l) {
+          const int32_t r = p->lane_row[static_cast<size_t>(l)];
+          const float ref = r >= 0 ? rows[static_cast<size_t>(r * p->cols + k)] : 0.0f;
+          ASSERT_EQ(got[static_cast<size_t>(l)] * (ls ? ls[l] : 1.0f), ref) << to_string(f) << " k " << k << " lane " << l;
+        }
+      }
     }
   }
 }

@@ -105,12 +105,8 @@ inline void load2(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
     const __m512i z = _mm512_loadu_si512(d + p * 64);
     we = _mm512_castsi512_ps(_mm512_slli_epi32(z, 16));
     wo = _mm512_castsi512_ps(_mm512_and_si512(z, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
-  } else if constexpr (F == PackFmt::kFp8 || F == PackFmt::kFp8Block) {  // VNNI words (kernels.hpp)
-    const __m512i w = _mm512_loadu_si512(d + (p / 2) * kVnniWordBytes);
-    const __m512i sub = _mm512_load_si512(kFp8Sub.v);
-    const __m512i v = (p & 1) ? fp8_word_bf16<true>(w, sub) : fp8_word_bf16<false>(w, sub);
-    we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    wo = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  } else if constexpr (F == PackFmt::kFp8 || F == PackFmt::kFp8Block) {
+    static_assert(F != F, "fp8 VNNI words hold two pairs: load2x2");
   } else if constexpr (F == PackFmt::kInt8) {
     we = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32)));
     wo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32 + 16)));
