@@ -25,16 +25,18 @@ inline __m512 e4m3x16(__m128i v) {
   return _mm512_cvtph_ps(h);
 }
 
-// bf16 of the e2m1 code in a word's low nibble, as a vpermw table (32 entries: bit 4 of the index free).
-struct alignas(64) E2m1Words {
+// 32-word vpermw tables, built at compile time: entry i = fn(i) for i < n, zero after.
+struct alignas(64) WordTable {
   uint16_t v[32];
 };
-constexpr E2m1Words make_e2m1_words() {
-  E2m1Words t{};
-  for (int i = 0; i < 32; ++i) t.v[i] = e2m1_bf16(i);
+template <typename Fn>
+constexpr WordTable word_table(int n, Fn fn) {
+  WordTable t{};
+  for (int i = 0; i < n; ++i) t.v[i] = fn(i);
   return t;
 }
-constexpr E2m1Words kE2m1Words = make_e2m1_words();
+// bf16 of the e2m1 code in a word's low nibble (32 entries: bit 4 of the index free).
+constexpr WordTable kE2m1Words = word_table(32, [](int i) { return e2m1_bf16(i); });
 static_assert(kE2m1Words.v[7] == 0x40C0 && kE2m1Words.v[9] == 0xBF00 && kE2m1Words.v[16 + 5] == 0x4040,
               "e2m1 6, -0.5, 3");
 
@@ -57,16 +59,8 @@ static_assert(e4m3_mag_bf16(0x01) == 0x3700, "e4m3 2^-9 (smallest subnormal) / 2
 static_assert(e4m3_mag_bf16(0x07) == 0x3860, "e4m3 7 * 2^-9 / 256 = 1.75 * 2^-15");
 static_assert(e4m3_mag_bf16(0x7E) == 0x3FE0, "e4m3 448 / 256 = 1.75");
 
-// The e4m3 codes 0-7 (zero and the subnormals) / 256 as bf16, a vpermw table.
-struct alignas(64) Fp8Sub {
-  uint16_t v[32];
-};
-constexpr Fp8Sub make_fp8_sub() {
-  Fp8Sub t{};
-  for (int c = 0; c < 8; ++c) t.v[c] = e4m3_mag_bf16(c);
-  return t;
-}
-constexpr Fp8Sub kFp8Sub = make_fp8_sub();
+// The e4m3 codes 0-7 (zero and the subnormals) / 256 as bf16.
+constexpr WordTable kFp8Sub = word_table(8, [](int c) { return e4m3_mag_bf16(c); });
 
 // The e4m3 code in the low (kHigh false) or high byte of every word of w -> bf16(value / 256) in the
 // word; sub = kFp8Sub. Normal codes by arithmetic: the code's 7 magnitude bits shifted to bits 4-10 put
