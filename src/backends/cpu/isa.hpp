@@ -4,8 +4,10 @@
 // opmask/ZMM for AVX-512, XTILECFG/XTILEDATA for AMX) AND, for AMX on Linux, the process was granted
 // the tile data permission (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), requested here once).
 // The result is then capped by moerun's process-wide ISA cap (MOERUN_CPU_ISA / set_cpu_isa_cap).
-// kAvx512Bf16 (and kAmx) also require AVX512-VBMI: the bf16 streaming kernel decodes weights with
-// vpermb. Every CPU with AMX has it; Cooper Lake (AVX512-BF16 without VBMI) counts as kAvx512.
+// kAvx512Bf16 (and kAmx) also require AVX512-VBMI: their kernels are compiled with -mavx512vbmi. Every
+// CPU with AMX has it; Cooper Lake (AVX512-BF16 without VBMI) counts as kAvx512. (The decoders stopped
+// using vpermb with the VNNI-word layouts; dropping the flag and this requirement would give Cooper Lake
+// these levels, untested so far.)
 //
 // Stream/tile crossover: a call of one expert with at most KernelSet::stream_max(fmt) tokens takes the
 // streaming kernel, a larger one dequantized panels + register tiles (or AMX tiles). The defaults per

@@ -4,7 +4,7 @@
 // decode stream (gemm_amx.cpp); how each format decodes is in gemm_avx512bf16.cpp's NOTES.
 //
 // Internal linkage (an unnamed namespace) like avx512_decode.hpp: the including files are compiled
-// with different -m flags. Needs AVX-512F/BW and AVX512-VBMI.
+// with different -m flags. Needs AVX-512F/BW (no vpermb since the VNNI-word layouts).
 #pragma once
 
 #include <immintrin.h>
@@ -47,10 +47,6 @@ template <> struct Dec<PackFmt::kMxfp4> {
   // Pair p is nibble p % 4 of its quad's words: one shift and one vpermw (the table only reads the low
   // five bits of each word, and repeats its 16 entries, so the higher nibbles do not matter).
   const __m512i lut = ld512(kE2m1Words.v);
-  __m512i operator()(const uint8_t* d, int64_t p) const {
-    const __m512i w = _mm512_loadu_si512(d + (p / 4) * kVnniWordBytes);
-    return _mm512_permutexvar_epi16(_mm512_srl_epi16(w, _mm_cvtsi32_si128(static_cast<int>(4 * (p % 4)))), lut);
-  }
   void quad(const uint8_t* d, int64_t p, __m512i& w0, __m512i& w1, __m512i& w2, __m512i& w3) const {
     const __m512i w = _mm512_loadu_si512(d + (p / 4) * kVnniWordBytes);
     w0 = _mm512_permutexvar_epi16(w, lut);
