@@ -182,24 +182,15 @@ std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map
           case PackFmt::kInt8:
             for (int64_t k = 0; k < K; ++k) dst[k * 16 + l] = row[k];
             break;
-          case PackFmt::kFp8: case PackFmt::kFp8Block:  // where kernels::fp8_code reads it
-            for (int64_t k = 0; k < K; ++k) {
-              const int64_t pair = k / 2;
-              if (code_layout == kernels::CodeLayout::kPerK) dst[k * 16 + l] = row[k];
-              else dst[(pair / 2) * kernels::kVnniWordBytes + (2 * l + (k & 1)) * 2 + (pair % 2)] = row[k];
-            }
+          case PackFmt::kFp8: case PackFmt::kFp8Block:
+            for (int64_t k = 0; k < K; ++k)
+              dst[kernels::fp8_byte(code_layout, k / 2, l, static_cast<int>(k & 1))] = row[k];
             break;
           case PackFmt::kMxfp4: case PackFmt::kNvfp4:
-            for (int64_t k = 0; k < K; ++k) {  // where kernels::e2m1_code reads it
+            for (int64_t k = 0; k < K; ++k) {
               const int nib = (k & 1) ? (row[k / 2] >> 4) : (row[k / 2] & 0x0F);
-              const int64_t pair = k / 2;
-              if (code_layout == kernels::CodeLayout::kPerK) {
-                dst[k * 8 + (l & 7)] |= static_cast<uint8_t>(l < 8 ? nib : nib << 4);
-              } else {
-                const int64_t shift = 4 * (pair % 4);
-                uint8_t* w = dst + (pair / 4) * kernels::kVnniWordBytes + (2 * l + (k & 1)) * 2;
-                w[shift / 8] |= static_cast<uint8_t>(nib << (shift % 8));
-              }
+              const int64_t bit = kernels::e2m1_bit(code_layout, k / 2, l, static_cast<int>(k & 1));
+              dst[bit / 8] |= static_cast<uint8_t>(nib << (bit % 8));
             }
             break;
         }

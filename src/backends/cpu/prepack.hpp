@@ -2,10 +2,9 @@
 //
 // Layout "cpu-nb16-v2": each expert's [N, K] matrix is cut into N-blocks of 16 output lanes; a block
 // stores its K steps contiguously in the encoding of kernels::PackFmt (still quantized: fp8, int8 and
-// 4-bit weights keep their size; fp8 and e2m1 codes in the kernel level's kernels::CodeLayout), K padded
-// with zeros to a multiple of 32. Per-K-group scales are
-// re-laid out per lane next to it; per-channel and per-tensor scales become one f32 per lane, applied in
-// the epilogue. For gated activations the w13 blocks pair gate and up: lanes 0-7 are the gate rows of
+// 4-bit weights keep their size; fp8 and e2m1 codes in the kernel level's kernels::CodeLayout), K
+// padded with zeros to a multiple of 32. Per-K-group scales are re-laid out per lane next to it;
+// per-channel and per-tensor scales become one f32 per lane, applied in the epilogue. For gated activations the w13 blocks pair gate and up: lanes 0-7 are the gate rows of
 // intermediate columns j..j+7 and lanes 8-15 their up rows, so the activation runs in the GEMM epilogue.
 #pragma once
 

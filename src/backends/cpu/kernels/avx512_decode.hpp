@@ -84,6 +84,10 @@ template <bool kHigh>
   }
 }
 
+// fp8 formats, whose VNNI words hold two pairs (kernels.hpp).
+template <PackFmt F>
+inline constexpr bool kFp8Words = F == PackFmt::kFp8 || F == PackFmt::kFp8Block;
+
 // k pair p -> we (k = 2p, 16 lanes), wo (k = 2p + 1).
 template <PackFmt F>
 inline void load2(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
@@ -99,7 +103,7 @@ inline void load2(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
     const __m512i z = _mm512_loadu_si512(d + p * 64);
     we = _mm512_castsi512_ps(_mm512_slli_epi32(z, 16));
     wo = _mm512_castsi512_ps(_mm512_and_si512(z, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
-  } else if constexpr (F == PackFmt::kFp8 || F == PackFmt::kFp8Block) {
+  } else if constexpr (kFp8Words<F>) {
     static_assert(F != F, "fp8 VNNI words hold two pairs: load2x2");
   } else if constexpr (F == PackFmt::kInt8) {
     we = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(d + p * 32)));
@@ -113,16 +117,12 @@ inline void load2(const uint8_t* d, int64_t p, __m512& we, __m512& wo) {
   }
 }
 
-// fp8 formats, whose VNNI words hold two pairs (kernels.hpp).
-template <PackFmt F>
-inline constexpr bool kFp8Words = F == PackFmt::kFp8 || F == PackFmt::kFp8Block;
-
 // Pairs p and p + 1 (p even): fp8 VNNI words are decoded from one load, low then high byte, with no
 // branch on p's parity; other formats pair by pair.
 template <PackFmt F>
 [[gnu::always_inline]] inline void load2x2(const uint8_t* d, int64_t p, __m512& we0, __m512& wo0, __m512& we1,
                                            __m512& wo1) {
-  if constexpr (F == PackFmt::kFp8 || F == PackFmt::kFp8Block) {
+  if constexpr (kFp8Words<F>) {
     const __m512i w = _mm512_loadu_si512(d + (p / 2) * kVnniWordBytes);
     const __m512i sub = _mm512_load_si512(kFp8Sub.v), hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     const __m512i v0 = fp8_word_bf16<false>(w, sub), v1 = fp8_word_bf16<true>(w, sub);

@@ -46,19 +46,22 @@ inline constexpr int kVnniWordBytes = 64;
 constexpr bool has_code_layout(PackFmt f) noexcept {
   return f == PackFmt::kFp8 || f == PackFmt::kFp8Block || f == PackFmt::kMxfp4 || f == PackFmt::kNvfp4;
 }
-// The code of (pair, lane, k parity) in a block, as kernels read it (tests, and the packer's contract).
+// Where the code of (pair, lane, k parity) sits in a block: the packer writes there, and e2m1_code /
+// fp8_code (tests) read there. e2m1: a bit offset (a nibble never straddles bytes); fp8: a byte offset.
+constexpr int64_t e2m1_bit(CodeLayout layout, int64_t pair, int lane, int odd) noexcept {
+  if (layout == CodeLayout::kPerK) return (pair * 16 + odd * 8 + (lane & 7)) * 8 + (lane < 8 ? 0 : 4);
+  return ((pair / 4) * kVnniWordBytes + (2 * lane + odd) * 2) * 8 + 4 * (pair % 4);  // little-endian words
+}
+constexpr int64_t fp8_byte(CodeLayout layout, int64_t pair, int lane, int odd) noexcept {
+  if (layout == CodeLayout::kPerK) return (2 * pair + odd) * 16 + lane;
+  return (pair / 2) * kVnniWordBytes + (2 * lane + odd) * 2 + (pair % 2);
+}
 inline int e2m1_code(CodeLayout layout, const uint8_t* data, int64_t pair, int lane, int odd) noexcept {
-  if (layout == CodeLayout::kPerK) {
-    const uint8_t byte = data[pair * 16 + odd * 8 + (lane & 7)];
-    return lane < 8 ? byte & 0xF : byte >> 4;
-  }
-  const uint8_t* w = data + (pair / 4) * kVnniWordBytes + (2 * lane + odd) * 2;
-  const int word = w[0] | (w[1] << 8);
-  return (word >> (4 * (pair % 4))) & 0xF;
+  const int64_t bit = e2m1_bit(layout, pair, lane, odd);
+  return (data[bit / 8] >> (bit % 8)) & 0xF;
 }
 inline int fp8_code(CodeLayout layout, const uint8_t* data, int64_t pair, int lane, int odd) noexcept {
-  if (layout == CodeLayout::kPerK) return data[(2 * pair + odd) * 16 + lane];
-  return data[(pair / 2) * kVnniWordBytes + (2 * lane + odd) * 2 + (pair % 2)];
+  return data[fp8_byte(layout, pair, lane, odd)];
 }
 // bf16 bits of e2m1 code c (every e2m1 value is a bf16 value); bits above the code are ignored.
 constexpr uint16_t e2m1_bf16(int c) noexcept {
