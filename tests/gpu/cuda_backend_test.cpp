@@ -16,6 +16,7 @@
 #include "backends/cublas/cublas_backend.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/kernels/launch.hpp"
+#include "backends/cuda/stream_tune.hpp"
 #include "backends/reference/reference_backend.hpp"
 #include "moerun/backend.hpp"
 #include "moerun/formats.hpp"
@@ -864,6 +865,97 @@ TEST(CudaBackend, SmallOneTokenDownPrefetch) {
     EXPECT_EQ(std::memcmp(out.data(), off.data(), out.nbytes()), 0) << at;
   }
   unsetenv("MOERUN_CUDA_DOWN_PREFETCH");
+}
+
+// The premise of the plan-time stream tiling choice (stream_tune.hpp): the 16x32 and 16x64 stream
+// tiles give bitwise the same output, one token (direct) and several, with biases and shared experts.
+TEST(CudaBackend, SmallStreamTilingsBitwiseEqual) {
+  REQUIRE_GPU();
+  MoeSpec s = make_spec(16, 4, 264, 136, ActivationKind::kSwigluOai);
+  s.activation.interleaved_gate_up = true;
+  s.expert_bias = true;
+  s.shared.count = 1;
+  s.shared.intermediate = 72;
+  const Platform plat = sm90_platform();
+  const MoeWeights w = random_weights(s, 907);
+  auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+  for (int64_t m : {1, 5, 16, 32}) {
+    const Inputs in = make_inputs(s, m, 908 + m, Route::kLogits);
+    HostTensor a(s.act_dtype, {m, s.hidden}), b(s.act_dtype, {m, s.hidden});
+    {
+      ForceGemm force("mma-stream-m16-n32");
+      runner->forward(host_args(in, a));
+    }
+    {
+      ForceGemm force("mma-stream-m16");
+      poison(b);
+      runner->forward(host_args(in, b));
+    }
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << "m=" << m;
+  }
+}
+
+// A runner that timed the two stream tilings (MOERUN_CUDA_STREAM_TUNE=1 also tunes this small layer)
+// reports one of them for every streaming token count, the rule's variants above, and stays right
+// against the reference; MOERUN_CUDA_GEMM still overrides the measured choice.
+TEST(CudaBackend, SmallTunedRunnerMatchesReference) {
+  REQUIRE_GPU();
+  setenv("MOERUN_CUDA_STREAM_TUNE", "1", 1);
+  const MoeSpec s = make_spec(16, 4, 264, 136, ActivationKind::kSiluAndMul);  // streams up to m = 32
+  const Platform plat = sm90_platform();
+  const MoeWeights w = random_weights(s, 909);
+  auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+  unsetenv("MOERUN_CUDA_STREAM_TUNE");
+  auto ref = make_reference_backend()->create_runner(s, w, plat, {});
+  for (int64_t m : {1, 2, 3, 7, 16, 31, 32, 33}) {
+    const std::string v = runner->variant_for(m);
+    if (m <= 32) EXPECT_TRUE(v == "mma-stream-m16-n32" || v == "mma-stream-m16") << "m=" << m << ": " << v;
+    else EXPECT_EQ(v, "mma-stream-m32") << "m=" << m;
+    const Inputs in = make_inputs(s, m, 910 + m, Route::kLogits);
+    HostTensor out(s.act_dtype, {m, s.hidden}), want(s.act_dtype, {m, s.hidden});
+    poison(out);
+    runner->forward(host_args(in, out));
+    ref->forward(host_args(in, want));
+    int64_t bad = 0;
+    EXPECT_LT(rel_error(out, want, m * s.hidden, &bad), tolerance_for(s).rel_l2) << "m=" << m << " " << v;
+    EXPECT_EQ(bad, 0);
+  }
+  ForceGemm force("mma-tile-m64");
+  EXPECT_EQ(runner->variant_for(1), "mma-tile-m64");
+}
+
+// Host-side, no GPU needed: the token counts the stream tiling choice times cover every count that
+// streams, once, in ascending buckets; a call takes its bucket's pick; and only layers that stream at
+// least kTuneMinBytes per token are timed unless asked.
+TEST(CudaStreamTune, PointsPicksAndWhen) {
+  using cuda_detail::StreamPick;
+  using cuda_kernels::GemmConfig;
+  for (const auto& [E, K] : std::vector<std::pair<int, int>>{{256, 8}, {8, 2}, {128, 8}, {128, 4}, {16, 4}, {6, 4}, {4, 4}}) {
+    const std::vector<int64_t> pts = cuda_detail::tune_points(E, K, 8.0);
+    const int64_t m_max = static_cast<int64_t>(8.0 * E / K);
+    ASSERT_FALSE(pts.empty()) << E << " " << K;
+    EXPECT_EQ(pts.front(), 1);
+    EXPECT_EQ(pts.back(), m_max) << E << " " << K;
+    EXPECT_LE(static_cast<double>(m_max) * K / E, 8.0);
+    EXPECT_GT(static_cast<double>(m_max + 1) * K / E, 8.0);
+    for (size_t i = 1; i < pts.size(); ++i) EXPECT_LT(pts[i - 1], pts[i]);
+  }
+  EXPECT_TRUE(cuda_detail::tune_points(0, 4, 8.0).empty());
+  const std::vector<StreamPick> picks = {{1, GemmConfig::kStreamM16, 0, 0},
+                                         {2, GemmConfig::kStreamM16N32, 0, 0},
+                                         {4, GemmConfig::kStreamM16, 0, 0}};
+  EXPECT_EQ(cuda_detail::stream_pick_for(picks, 1, GemmConfig::kStreamM16N32), GemmConfig::kStreamM16);
+  EXPECT_EQ(cuda_detail::stream_pick_for(picks, 2, GemmConfig::kStreamM16N32), GemmConfig::kStreamM16N32);
+  EXPECT_EQ(cuda_detail::stream_pick_for(picks, 3, GemmConfig::kStreamM16N32), GemmConfig::kStreamM16);
+  EXPECT_EQ(cuda_detail::stream_pick_for(picks, 9, GemmConfig::kStreamM16N32), GemmConfig::kStreamM16);
+  EXPECT_EQ(cuda_detail::stream_pick_for({}, 3, GemmConfig::kStreamM16N32), GemmConfig::kStreamM16N32);
+  using cuda_detail::StreamTune;
+  EXPECT_FALSE(cuda_detail::stream_tune_wanted(StreamTune::kAuto, cuda_detail::kTuneMinBytes - 1));
+  EXPECT_TRUE(cuda_detail::stream_tune_wanted(StreamTune::kAuto, cuda_detail::kTuneMinBytes));
+  EXPECT_TRUE(cuda_detail::stream_tune_wanted(StreamTune::kAlways, 1));
+  EXPECT_FALSE(cuda_detail::stream_tune_wanted(StreamTune::kOff, int64_t{1} << 40));
+  // qwen3-30b-a3b's one-token call streams 8 x 3 x 2048 x 768 bf16 = 75 MB: timed by default
+  EXPECT_TRUE(cuda_detail::stream_tune_wanted(StreamTune::kAuto, int64_t{8} * 3 * 2048 * 768 * 2));
 }
 
 // Host-side, no GPU needed: the slices the gate_up blocks prefetch (GroupedGemmParams::l2_next) are

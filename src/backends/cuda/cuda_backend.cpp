@@ -1,12 +1,17 @@
 // cuda/cuda_backend.cpp — the `cuda` backend: capabilities, and a runner that launches the forward.
 #include "backends/cuda/cuda_backend.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/device_runner.hpp"
+#include "backends/cuda/stream_tune.hpp"
 
 namespace moerun {
 namespace {
@@ -128,6 +133,7 @@ class CudaRunner final : public Runner {
     MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes_, cudaDevAttrL2CacheSize, o.device_index));
     cutlass_ok_ = d_.elem() == Elem::kBF16 || d_.elem() == Elem::kF16;
     if (cutlass_ok_) cutlass_ws_.reserve(cutlass_grouped_workspace_bytes(d_.elem(), d_.experts(), sm_count_));
+    tune_stream(o.device_index);
   }
 
   std::string variant_for(int64_t m) const override { return path_for(m).name(); }
@@ -254,7 +260,102 @@ class CudaRunner final : public Runner {
 
  private:
   Path path_for(int64_t m) const {
-    return path_for_tpe(static_cast<double>(m) * d_.top_k() / d_.experts(), cutlass_ok_);
+    if (tuning_) return {false, *tuning_};
+    bool forced = false;
+    const Path f = forced_path(cutlass_ok_, &forced);
+    if (forced) return f;
+    Path p = path_for_tpe(static_cast<double>(m) * d_.top_k() / d_.experts(), cutlass_ok_);
+    if (!p.cutlass && p.cfg == GemmConfig::kStreamM16N32) p.cfg = cuda_detail::stream_pick_for(picks_, m, p.cfg);
+    return p;
+  }
+
+  // Times the 16x32 and 16x64 stream tilings on this runner's weights at each of tune_points' token
+  // counts and keeps the faster per bucket (stream_tune.hpp). Synthetic calls: a constant hidden state,
+  // kSets sets of uniformly routed distinct experts per token (so each timed call streams other
+  // experts' weights), weights 1/k; one warm-up of each tiling (it allocates the workspaces), then three
+  // rounds alternating the two, kSets calls each; the medians decide, and the 16x64 tiles must be at
+  // least 1% faster to be taken. Skipped under MOERUN_CUDA_GEMM, with expert parallelism (the
+  // synthetic ids assume every expert is local), and where stream_tune_wanted says it does not pay.
+  void tune_stream(int device) {
+    bool forced = false;
+    forced_path(cutlass_ok_, &forced);
+    const MoeSpec& sp = d_.spec();
+    const int E = d_.experts(), K = d_.top_k(), H = d_.hidden();
+    const size_t es = cuda_detail::elem_size(d_.elem());
+    const int64_t bytes_m1 =
+        static_cast<int64_t>(K) * (static_cast<int64_t>(d_.w13_rows()) * H + static_cast<int64_t>(H) * d_.inter()) *
+        static_cast<int64_t>(es);
+    if (forced || sp.parallel.ep != 1 || !cuda_detail::stream_tune_wanted(cuda_detail::stream_tune_mode(), bytes_m1))
+      return;
+    const std::vector<int64_t> points = cuda_detail::tune_points(E, K, kStreamMaxTpe);
+    if (points.empty() || K > E) return;
+    constexpr int kSets = 4;
+    const int64_t mmax = points.back();
+    std::vector<int32_t> ids(static_cast<size_t>(kSets * mmax * K));
+    std::mt19937 rng(20261130u);
+    std::vector<int32_t> perm(static_cast<size_t>(E));
+    for (int64_t t = 0; t < kSets * mmax; ++t) {  // the first K of a partial shuffle: distinct experts
+      for (int e = 0; e < E; ++e) perm[static_cast<size_t>(e)] = e;
+      for (int j = 0; j < K; ++j) {
+        std::swap(perm[static_cast<size_t>(j)], perm[static_cast<size_t>(j + static_cast<int>(rng() % (E - j)))]);
+        ids[static_cast<size_t>(t * K + j)] = perm[static_cast<size_t>(j)];
+      }
+    }
+    const std::vector<float> weights(ids.size(), 1.0f / static_cast<float>(K));
+    cuda_detail::DeviceBuffer hid, did, dw, out;
+    hid.reserve(static_cast<size_t>(mmax) * H * es);
+    out.reserve(static_cast<size_t>(mmax) * H * es);
+    MOERUN_CUDA_CHECK(cudaMemset(hid.get(), 0x3C, static_cast<size_t>(mmax) * H * es));  // ~0.01 (bf16, f32), ~1 (f16)
+    did.upload(ids.data(), ids.size() * sizeof(int32_t));
+    dw.upload(weights.data(), weights.size() * sizeof(float));
+    cudaStream_t s = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    MOERUN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    MOERUN_CUDA_CHECK(cudaEventCreate(&e0));
+    MOERUN_CUDA_CHECK(cudaEventCreate(&e1));
+    auto view = [&](void* p, int64_t rows, int64_t cols, DType t) {
+      TensorView v;
+      v.data = p;
+      v.dtype = t;
+      v.shape = Shape{rows, cols};
+      v.device = DeviceKind::kCuda;
+      v.device_index = device;
+      return v;
+    };
+    auto call = [&](int64_t m, int set, GemmConfig cfg) {
+      ForwardArgs a;
+      a.hidden = view(hid.get(), m, H, sp.act_dtype);
+      a.topk_ids = view(did.as<int32_t>() + set * mmax * K, m, K, DType::kI32);
+      a.topk_weights = view(dw.as<float>() + set * mmax * K, m, K, DType::kF32);
+      a.output = view(out.get(), m, H, sp.act_dtype);
+      a.stream = s;
+      tuning_ = cfg;
+      forward(a);
+      tuning_.reset();
+    };
+    const GemmConfig cfgs[2] = {GemmConfig::kStreamM16N32, GemmConfig::kStreamM16};
+    for (const int64_t m : points) {
+      for (const GemmConfig c : cfgs) call(m, 0, c);
+      float t[2][3];
+      for (int r = 0; r < 3; ++r)
+        for (int c = 0; c < 2; ++c) {
+          MOERUN_CUDA_CHECK(cudaEventRecord(e0, s));
+          for (int set = 0; set < kSets; ++set) call(m, set, cfgs[c]);
+          MOERUN_CUDA_CHECK(cudaEventRecord(e1, s));
+          MOERUN_CUDA_CHECK(cudaEventSynchronize(e1));
+          MOERUN_CUDA_CHECK(cudaEventElapsedTime(&t[c][r], e0, e1));
+        }
+      for (auto& row : t) std::sort(row, row + 3);
+      cuda_detail::StreamPick p;
+      p.m_hi = m;
+      p.us_n32 = t[0][1] * 1000.0f / kSets;
+      p.us_m16 = t[1][1] * 1000.0f / kSets;
+      p.cfg = p.us_m16 < 0.99f * p.us_n32 ? GemmConfig::kStreamM16 : GemmConfig::kStreamM16N32;
+      picks_.push_back(p);
+    }
+    MOERUN_CUDA_CHECK(cudaEventDestroy(e0));
+    MOERUN_CUDA_CHECK(cudaEventDestroy(e1));
+    MOERUN_CUDA_CHECK(cudaStreamDestroy(s));
   }
 
   // The large-M path: gather the tokens expert-sorted, CUTLASS grouped GEMM (gate_up), activation,
@@ -374,6 +475,8 @@ class CudaRunner final : public Runner {
   int l2_bytes_ = 0;
   bool cutlass_ok_ = false;
   cuda_detail::DeviceBuffer cutlass_ws_;
+  std::vector<cuda_detail::StreamPick> picks_;  // tune_stream's, ascending m_hi; empty: the rule's 16x32
+  std::optional<GemmConfig> tuning_;            // the tiling tune_stream is timing
 };
 
 class CudaBackend final : public cuda_detail::GpuBackendBase {
