@@ -289,6 +289,7 @@ class CudaRunner final : public Runner {
       return;
     const std::vector<int64_t> points = cuda_detail::tune_points(E, K, kStreamMaxTpe);
     if (points.empty() || K > E) return;
+    MOERUN_CUDA_CHECK(cudaSetDevice(device));  // the buffers below live on the runner's device
     constexpr int kSets = 4;
     const int64_t mmax = points.back();
     std::vector<int32_t> ids(static_cast<size_t>(kSets * mmax * K));
@@ -308,11 +309,20 @@ class CudaRunner final : public Runner {
     MOERUN_CUDA_CHECK(cudaMemset(hid.get(), 0x3C, static_cast<size_t>(mmax) * H * es));  // ~0.01 (bf16, f32), ~1 (f16)
     did.upload(ids.data(), ids.size() * sizeof(int32_t));
     dw.upload(weights.data(), weights.size() * sizeof(float));
-    cudaStream_t s = nullptr;
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    MOERUN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    MOERUN_CUDA_CHECK(cudaEventCreate(&e0));
-    MOERUN_CUDA_CHECK(cudaEventCreate(&e1));
+    struct Timing {  // released however tune_stream leaves
+      cudaStream_t s = nullptr;
+      cudaEvent_t e0 = nullptr, e1 = nullptr;
+      ~Timing() {
+        if (e0) cudaEventDestroy(e0);
+        if (e1) cudaEventDestroy(e1);
+        if (s) cudaStreamDestroy(s);
+      }
+    } tm;
+    MOERUN_CUDA_CHECK(cudaStreamCreateWithFlags(&tm.s, cudaStreamNonBlocking));
+    MOERUN_CUDA_CHECK(cudaEventCreate(&tm.e0));
+    MOERUN_CUDA_CHECK(cudaEventCreate(&tm.e1));
+    const cudaStream_t s = tm.s;
+    const cudaEvent_t e0 = tm.e0, e1 = tm.e1;
     auto view = [&](void* p, int64_t rows, int64_t cols, DType t) {
       TensorView v;
       v.data = p;
@@ -353,9 +363,6 @@ class CudaRunner final : public Runner {
       p.cfg = p.us_m16 < 0.99f * p.us_n32 ? GemmConfig::kStreamM16 : GemmConfig::kStreamM16N32;
       picks_.push_back(p);
     }
-    MOERUN_CUDA_CHECK(cudaEventDestroy(e0));
-    MOERUN_CUDA_CHECK(cudaEventDestroy(e1));
-    MOERUN_CUDA_CHECK(cudaStreamDestroy(s));
   }
 
   // The large-M path: gather the tokens expert-sorted, CUTLASS grouped GEMM (gate_up), activation,
