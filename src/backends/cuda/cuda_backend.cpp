@@ -23,7 +23,9 @@ using namespace cuda_kernels;
 // Thresholds from the H200 sweeps (bench/results/2026-11-30_*_h200: 4 model shapes, M 1..8192, every
 // variant forced): the 16-row stream tiles win up to ~8 tokens per expert (16x32 tiles over 16x64, measured
 // side by side in 2026-11-30_d533313_h200: deepseek-v3 M=1 0.209 vs 0.232 ms, mixtral M=1 0.222 vs
-// 0.246, M=16 0.672 vs 0.718; gpt-oss M=1 the one loss, 0.075 vs 0.071; within 2% elsewhere), stream-m32 up to ~12, and above that
+// 0.246, M=16 0.672 vs 0.718; gpt-oss M=1 the one loss, 0.075 vs 0.071; within 2% elsewhere; a runner
+// whose one-token call streams >= 16 MB times both tilings at construction and keeps the faster per
+// token count: stream_tune.hpp), stream-m32 up to ~12, and above that
 // the CUTLASS sm90 grouped GEMM (wgmma + TMA) wins or ties everywhere measured (deepseek-v3 at 12-16
 // tokens per expert: 5.46 vs 5.78 ms, 5.51 vs 6.00 ms; qwen3 at 16-24 is the exception, m32 ahead by
 // 1-5%); at >= 64 it is 1.3-2.3x the mma.sync tiles, which top out near 250 TFLOP/s. tile-m64 and
@@ -497,7 +499,9 @@ class CudaBackend final : public cuda_detail::GpuBackendBase {
     caps_.host_sync = false;
     caps_.variants = {
         {gemm_config_name(GemmConfig::kStreamM16N32), kStreamMaxTpe,
-         "decode: 16x32 tiles (2 warps, 8-stage cp.async) stream each activated expert's weights once"},
+         "decode: 16x32 tiles (2 warps, 8-stage cp.async) stream each activated expert's weights once; "
+         "a large layer's runner times them against 16x64 tiles (mma-stream-m16) per token count and "
+         "keeps the faster"},
         {gemm_config_name(GemmConfig::kStreamM32), kStream32MaxTpe,
          "32x64 tiles, 5-stage cp.async: a few tokens per expert, weights still streamed once"},
         {kCutlassSwapVariant, kSwapMaxTpe,
