@@ -43,11 +43,11 @@ Capabilities make_caps() {
       // bf16 layers only, and (the backend's variant() says so per format) bf16, fp8 and fp4 weights:
       // f32, f16 and int8 weights stay on avx512-stream.
       {"avx512bf16-stream", static_cast<double>(cpu::kAvx512Bf16StreamMaxTokens),
-       "decode with bf16 activations: bf16/fp8/fp4 weights decoded to bf16 pairs by byte shuffles, one VDPBF16PS "
-       "per 32 weights", CpuIsa::kAvx512Bf16, 0.0, {DType::kBF16}},
+       "decode with bf16 activations: bf16/fp8/fp4 weights decoded to bf16 pairs by shifts and word-table "
+       "lookups, one VDPBF16PS per 32 weights", CpuIsa::kAvx512Bf16, 0.0, {DType::kBF16}},
       // The AMX level's decode for mxfp4 and fp8 weights (again per format: variant()).
       {"amx-bf16-stream", 16.0,
-       "2-16 tokens per expert with bf16 activations on AMX: mxfp4/fp8 weights decoded 16 k pairs at a time "
+       "2-16 tokens per expert with bf16 activations on AMX: bf16/fp8/fp4 weights decoded 16 k pairs at a time "
        "into a bf16 tile in L1, one TDPBF16PS per 512 weights whatever the token count", CpuIsa::kAmx, 1.0,
        {DType::kBF16}},
       // AMX multiplies bf16 operands: exact for bf16 activations, a precision loss for f16/f32 ones (measured

@@ -150,7 +150,8 @@ class CublasBackend final : public cuda_detail::GpuBackendBase {
     caps_.cuda_graph_safe = false;
     caps_.host_sync = true;  // group sizes go to the host every forward
     caps_.variants = {{"cublas-grouped-batched", 0.0,
-                       "cublasGemmGroupedBatchedEx over the activated experts (host-side group sizes)"}};
+                       "cublasGemmGroupedBatchedEx over the activated experts (host-side group sizes)",
+                       CpuIsa::kScalar, 0.0, {}}};
   }
   std::string_view name() const override { return "cublas"; }
   std::string_view description() const override {

@@ -497,23 +497,25 @@ class CudaBackend final : public cuda_detail::GpuBackendBase {
     caps_.shared_gate = true;
     caps_.cuda_graph_safe = true;
     caps_.host_sync = false;
+    // {name, max tokens per expert, why, cpu isa (unused), min tokens per expert, act dtypes (any)}
     caps_.variants = {
         {gemm_config_name(GemmConfig::kStreamM16N32), kStreamMaxTpe,
          "decode: 16x32 tiles (2 warps, 8-stage cp.async) stream each activated expert's weights once; "
          "a large layer's runner times them against 16x64 tiles (mma-stream-m16) per token count and "
-         "keeps the faster"},
+         "keeps the faster",
+         CpuIsa::kScalar, 0.0, {}},
         {gemm_config_name(GemmConfig::kStreamM32), kStream32MaxTpe,
-         "32x64 tiles, 5-stage cp.async: a few tokens per expert, weights still streamed once"},
+         "32x64 tiles, 5-stage cp.async: a few tokens per expert, weights still streamed once", CpuIsa::kScalar,
+         kStreamMaxTpe, {}},
         {kCutlassSwapVariant, kSwapMaxTpe,
          "tens of tokens per expert: the CUTLASS sm90 grouped GEMM transposed (128 weight rows x 64 "
-         "tokens per tile, column-major output), so few-token experts pad the MMA work little"},
+         "tokens per tile, column-major output), so few-token experts pad the MMA work little",
+         CpuIsa::kScalar, kStream32MaxTpe, {}},
         {kCutlassVariant, 0.0,
          "large M: CUTLASS sm90 grouped GEMM (TMA, warp-specialized wgmma, 128x256 tiles, device-side "
-         "group sizes) between gather, activation and combine passes; bf16 and fp16"},
+         "group sizes) between gather, activation and combine passes; bf16 and fp16",
+         CpuIsa::kScalar, kSwapMaxTpe, {}},
     };
-    caps_.variants[1].min_tokens_per_expert = kStreamMaxTpe;
-    caps_.variants[2].min_tokens_per_expert = kStream32MaxTpe;
-    caps_.variants[3].min_tokens_per_expert = kSwapMaxTpe;
   }
   std::string_view name() const override { return "cuda"; }
   std::string_view description() const override {
