@@ -11,7 +11,8 @@
 //   far from the f32 denormal range.
 // - A product of two bf16 numbers is exact in f32. Against stream_avx512 on the same bf16-rounded x the
 //   results differ only in the order of the f32 additions and in that a K group's scale multiplies the
-//   group's sum (one FMA per group and token) instead of every weight.
+//   group's sum (one FMA per group and token) instead of every weight; for nvfp4 that is the e4m3
+//   scale alone, two groups' converted at once, and the global scale multiplies the finished sums.
 // - Word order of a k pair p (what VDPBF16PS pairs up): word 2l = k 2p of lane l, word 2l + 1 = k 2p + 1
 //   of lane l; the x operand is the token's (x[2p], x[2p + 1]) bf16 pair broadcast as one dword.
 // - fp8 e4m3, per 2 k pairs (one 64-byte load of VNNI words, kernels.hpp): six ops per pair
@@ -104,6 +105,7 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
 #define DECL(t) __m512 sum##t = z;
   MOERUN_S8(DECL)
 #undef DECL
+  __m512 sc_odd = z;  // nvfp4: the scale of the odd group, converted with the even one's
   for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
     const int64_t pe = std::min(p0 + gp, pairs);  // pe - p0 is a multiple of 8 (see NOTES)
     for (int64_t p = p0; p < pe; p += 4) {
@@ -119,7 +121,13 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
 #undef STEP
     }
     if constexpr (G != 0) {
-      const __m512 sc = group_scale<F>(b.gscale, p0 / gp, b.gmul);
+      __m512 sc;
+      if constexpr (F == PackFmt::kNvfp4) {  // two groups' scales per conversion, gmul after the loop
+        if (((p0 / gp) & 1) == 0) nvfp4_scale_pair(b.gscale, p0 / gp, sc, sc_odd);
+        else sc = sc_odd;
+      } else {
+        sc = group_scale<F>(b.gscale, p0 / gp, b.gmul);
+      }
 #define FOLD(t) if constexpr (MT > (t)) sum##t = _mm512_fmadd_ps(token_sum<NA, ((t) < MT ? (t) : 0)>(MOERUN_A8), sc, sum##t);
       MOERUN_S8(FOLD)
 #undef FOLD
@@ -128,7 +136,12 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
 #undef ZERO
     }
   }
-  if constexpr (G != 0) {
+  if constexpr (F == PackFmt::kNvfp4) {
+    const __m512 gm = _mm512_set1_ps(b.gmul);
+#define STORE(t) if constexpr (MT > (t)) _mm512_storeu_ps(acc + (t) * 16, _mm512_mul_ps(sum##t, gm));
+    MOERUN_S8(STORE)
+#undef STORE
+  } else if constexpr (G != 0) {
 #define STORE(t) if constexpr (MT > (t)) _mm512_storeu_ps(acc + (t) * 16, sum##t);
     MOERUN_S8(STORE)
 #undef STORE
