@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -956,6 +957,30 @@ TEST(CudaStreamTune, PointsPicksAndWhen) {
   EXPECT_FALSE(cuda_detail::stream_tune_wanted(StreamTune::kOff, int64_t{1} << 40));
   // qwen3-30b-a3b's one-token call streams 8 x 3 x 2048 x 768 bf16 = 75 MB: timed by default
   EXPECT_TRUE(cuda_detail::stream_tune_wanted(StreamTune::kAuto, int64_t{8} * 3 * 2048 * 768 * 2));
+}
+
+// Host-side, no GPU needed: the cache times each key once and hands later runners the same picks; a
+// timing that throws leaves nothing behind, so the next runner of that shape times again.
+TEST(CudaStreamTune, CacheTimesEachShapeOnce) {
+  using cuda_detail::StreamPick;
+  using cuda_kernels::GemmConfig;
+  cuda_detail::StreamTuneCache cache;
+  int timed = 0;
+  auto tune = [&] {
+    ++timed;
+    return std::vector<StreamPick>{{1, GemmConfig::kStreamM16, 60.0f, 55.0f}, {4, GemmConfig::kStreamM16N32, 0, 0}};
+  };
+  const auto a = cache.get("dev0 E128 K8", tune), b = cache.get("dev0 E128 K8", tune);
+  EXPECT_EQ(timed, 1);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].cfg, GemmConfig::kStreamM16);
+  EXPECT_EQ(b[1].m_hi, a[1].m_hi);
+  cache.get("dev1 E128 K8", tune);
+  EXPECT_EQ(timed, 2);
+  EXPECT_THROW(cache.get("dev0 E256 K8", []() -> std::vector<StreamPick> { throw std::runtime_error("no memory"); }),
+               std::runtime_error);
+  cache.get("dev0 E256 K8", tune);
+  EXPECT_EQ(timed, 3);
 }
 
 // Host-side, no GPU needed: the slices the gate_up blocks prefetch (GroupedGemmParams::l2_next) are

@@ -549,9 +549,11 @@ void stream_bf16_decodes_every_code(const KernelSet& ks, int m) {
       x[static_cast<size_t>(k)] = 1.0f;
       ks.stream(p->block(0, 0), x.data(), ldx, 1, want.data());
       ks.stream_bf16(p->block(0, 0), xb.data(), ldx, m, got.data());
-      // The AMX decode stream scales nvfp4 weights as dequantize_row does, (e2m1 x block) x global with
-      // one rounding; the f32 kernel multiplies by (block x global), one ulp apart at times.
-      if (f == WeightFormat::kNvfp4 && m > 1 && ks.amx_stream)
+      // Both bf16 kernels scale nvfp4 weights as dequantize_row does, (e2m1 x block) x global with one
+      // rounding: the AMX decode stream in its decoder, the VDPBF16PS kernel by folding the e4m3 group
+      // scales into its sums and the global scale into the finished ones. The f32 kernel multiplies by
+      // (block x global), one ulp apart at times.
+      if (f == WeightFormat::kNvfp4)
         for (int l = 0; l < 16; ++l) {
           const int32_t r = p->lane_row[static_cast<size_t>(l)];
           want[static_cast<size_t>(l)] = r >= 0 ? rows[static_cast<size_t>(r * p->cols + k)] : 0.0f;

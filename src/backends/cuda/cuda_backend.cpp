@@ -271,13 +271,10 @@ class CudaRunner final : public Runner {
     return p;
   }
 
-  // Times the 16x32 and 16x64 stream tilings on this runner's weights at each of tune_points' token
-  // counts and keeps the faster per bucket (stream_tune.hpp). Synthetic calls: a constant hidden state,
-  // kSets sets of uniformly routed distinct experts per token (so each timed call streams other
-  // experts' weights), weights 1/k; one warm-up of each tiling (it allocates the workspaces), then three
-  // rounds alternating the two, kSets calls each; the medians decide, and the 16x64 tiles must be at
-  // least 1% faster to be taken. Skipped under MOERUN_CUDA_GEMM, with expert parallelism (the
-  // synthetic ids assume every expert is local), and where stream_tune_wanted says it does not pay.
+  // The stream tilings' picks for this runner: timed by measure_stream_picks on its own weights the
+  // first time the process meets this shape on this device, else the earlier runner's (stream_tune.hpp).
+  // Skipped under MOERUN_CUDA_GEMM, with expert parallelism (the synthetic ids assume every expert is
+  // local), and where stream_tune_wanted says it does not pay.
   void tune_stream(int device) {
     bool forced = false;
     forced_path(cutlass_ok_, &forced);
@@ -289,8 +286,30 @@ class CudaRunner final : public Runner {
         static_cast<int64_t>(es);
     if (forced || sp.parallel.ep != 1 || !cuda_detail::stream_tune_wanted(cuda_detail::stream_tune_mode(), bytes_m1))
       return;
+    if (cuda_detail::tune_points(E, K, kStreamMaxTpe).empty() || K > E) return;
+    // Everything the timed calls' speed depends on: device, shapes, element and activation types,
+    // activation, shared experts, biases.
+    const std::string key = "dev" + std::to_string(device) + " E" + std::to_string(E) + " K" + std::to_string(K) +
+                            " H" + std::to_string(H) + " I" + std::to_string(d_.inter()) + " R" +
+                            std::to_string(d_.w13_rows()) + " Rs" + std::to_string(d_.shared_rows()) + " Is" +
+                            std::to_string(d_.shared_inter()) + " el" + std::to_string(static_cast<int>(d_.elem())) +
+                            " act" + std::to_string(static_cast<int>(sp.activation.kind)) + " ad" +
+                            std::to_string(static_cast<int>(sp.act_dtype)) + " b" + std::to_string(sp.expert_bias ? 1 : 0);
+    picks_ = cuda_detail::stream_tune_cache().get(key, [&] { return measure_stream_picks(device); });
+  }
+
+  // Times the 16x32 and 16x64 stream tilings on this runner's weights at each of tune_points' token
+  // counts and returns the faster per bucket (stream_tune.hpp). Synthetic calls: a constant hidden state,
+  // kSets sets of uniformly routed distinct experts per token (so each timed call streams other
+  // experts' weights), weights 1/k; one warm-up of each tiling (it allocates the workspaces), then three
+  // rounds alternating the two, kSets calls each; the medians decide, and the 16x64 tiles must be at
+  // least 1% faster to be taken.
+  std::vector<cuda_detail::StreamPick> measure_stream_picks(int device) {
+    const MoeSpec& sp = d_.spec();
+    const int E = d_.experts(), K = d_.top_k(), H = d_.hidden();
+    const size_t es = cuda_detail::elem_size(d_.elem());
     const std::vector<int64_t> points = cuda_detail::tune_points(E, K, kStreamMaxTpe);
-    if (points.empty() || K > E) return;
+    std::vector<cuda_detail::StreamPick> picks;
     MOERUN_CUDA_CHECK(cudaSetDevice(device));  // the buffers below live on the runner's device
     constexpr int kSets = 4;
     const int64_t mmax = points.back();
@@ -363,8 +382,9 @@ class CudaRunner final : public Runner {
       p.us_n32 = t[0][1] * 1000.0f / kSets;
       p.us_m16 = t[1][1] * 1000.0f / kSets;
       p.cfg = p.us_m16 < 0.99f * p.us_n32 ? GemmConfig::kStreamM16 : GemmConfig::kStreamM16N32;
-      picks_.push_back(p);
+      picks.push_back(p);
     }
+    return picks;
   }
 
   // The large-M path: gather the tokens expert-sorted, CUTLASS grouped GEMM (gate_up), activation,
