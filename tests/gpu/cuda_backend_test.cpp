@@ -901,12 +901,25 @@ TEST(CudaBackend, SmallStreamTilingsBitwiseEqual) {
 // against the reference; MOERUN_CUDA_GEMM still overrides the measured choice.
 TEST(CudaBackend, SmallTunedRunnerMatchesReference) {
   REQUIRE_GPU();
-  setenv("MOERUN_CUDA_STREAM_TUNE", "1", 1);
+  struct TuneAlways {  // unset however the test leaves
+    TuneAlways() { setenv("MOERUN_CUDA_STREAM_TUNE", "1", 1); }
+    ~TuneAlways() { unsetenv("MOERUN_CUDA_STREAM_TUNE"); }
+  };
   const MoeSpec s = make_spec(16, 4, 264, 136, ActivationKind::kSiluAndMul);  // streams up to m = 32
   const Platform plat = sm90_platform();
   const MoeWeights w = random_weights(s, 909);
-  auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
-  unsetenv("MOERUN_CUDA_STREAM_TUNE");
+  std::unique_ptr<Runner> runner;
+  {
+    TuneAlways tune;
+    runner = make_cuda_backend()->create_runner(s, w, plat, {});
+    // this shape was timed (now, or by an earlier repeat of this test: no other test tunes), and a
+    // second runner of it finds the picks instead of timing again
+    const size_t timed = cuda_detail::stream_tune_cache().timed();
+    EXPECT_GE(timed, 1u);
+    auto again = make_cuda_backend()->create_runner(s, w, plat, {});
+    EXPECT_EQ(cuda_detail::stream_tune_cache().timed(), timed);
+    for (int64_t m : {1, 2, 4, 8, 16, 32}) EXPECT_EQ(again->variant_for(m), runner->variant_for(m)) << "m=" << m;
+  }
   auto ref = make_reference_backend()->create_runner(s, w, plat, {});
   for (int64_t m : {1, 2, 3, 7, 16, 31, 32, 33}) {
     const std::string v = runner->variant_for(m);
@@ -970,8 +983,10 @@ TEST(CudaStreamTune, CacheTimesEachShapeOnce) {
     ++timed;
     return std::vector<StreamPick>{{1, GemmConfig::kStreamM16, 60.0f, 55.0f}, {4, GemmConfig::kStreamM16N32, 0, 0}};
   };
+  EXPECT_EQ(cache.timed(), 0u);
   const auto a = cache.get("dev0 E128 K8", tune), b = cache.get("dev0 E128 K8", tune);
   EXPECT_EQ(timed, 1);
+  EXPECT_EQ(cache.timed(), 1u);
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(b[0].cfg, GemmConfig::kStreamM16);
   EXPECT_EQ(b[1].m_hi, a[1].m_hi);
@@ -979,8 +994,10 @@ TEST(CudaStreamTune, CacheTimesEachShapeOnce) {
   EXPECT_EQ(timed, 2);
   EXPECT_THROW(cache.get("dev0 E256 K8", []() -> std::vector<StreamPick> { throw std::runtime_error("no memory"); }),
                std::runtime_error);
+  EXPECT_EQ(cache.timed(), 2u);  // the key that threw is not timed
   cache.get("dev0 E256 K8", tune);
   EXPECT_EQ(timed, 3);
+  EXPECT_EQ(cache.timed(), 3u);
 }
 
 // Host-side, no GPU needed: the slices the gate_up blocks prefetch (GroupedGemmParams::l2_next) are

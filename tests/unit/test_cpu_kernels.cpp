@@ -512,8 +512,8 @@ void stream_bf16_matches_f32_stream(const KernelSet& ks) {
 
 // Every e4m3 code (NaN aside) and every e2m1 nibble through the bf16 kernel: a one-hot x selects the
 // weight of one k, so acc is exactly the decoded weight (times its group scale), compared bit for bit
-// with the f32 kernel. At the AMX level with two identical tokens, which the AMX decode stream takes
-// (one token stays on VDPBF16PS).
+// with the f32 kernel (nvfp4: with dequantize_row, see below). At the AMX level with two identical
+// tokens, which the AMX decode stream takes (one token stays on VDPBF16PS).
 TEST(CpuKernels, Avx512Bf16StreamDecodesEveryCodeExactly) {
   if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 + AVX512-VBMI here";
   for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {

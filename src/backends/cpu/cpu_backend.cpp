@@ -45,7 +45,8 @@ Capabilities make_caps() {
       {"avx512bf16-stream", static_cast<double>(cpu::kAvx512Bf16StreamMaxTokens),
        "decode with bf16 activations: bf16/fp8/fp4 weights decoded to bf16 pairs by shifts and word-table "
        "lookups, one VDPBF16PS per 32 weights", CpuIsa::kAvx512Bf16, 0.0, {DType::kBF16}},
-      // The AMX level's decode for mxfp4 and fp8 weights (again per format: variant()).
+      // The AMX level's decode of 2 or more tokens per call (which formats and how many tokens per expert,
+      // again per format: variant()).
       {"amx-bf16-stream", 16.0,
        "2-16 tokens per expert with bf16 activations on AMX: bf16/fp8/fp4 weights decoded 16 k pairs at a time "
        "into a bf16 tile in L1, one TDPBF16PS per 512 weights whatever the token count", CpuIsa::kAmx, 1.0,

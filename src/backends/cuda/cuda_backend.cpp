@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -143,7 +142,12 @@ class CudaRunner final : public Runner {
   void forward(const ForwardArgs& args) override {
     const int64_t m = args.hidden.shape.rank > 0 ? args.hidden.shape[0] : 0;
     if (m == 0) return;
-    const Path path = path_for(m);
+    forward_on(args, m, path_for(m));
+  }
+
+ private:
+  // The forward on a given path (the stream tune times both stream tilings through it).
+  void forward_on(const ForwardArgs& args, int64_t m, const Path& path) {
     if (path.cutlass) {
       forward_cutlass(args, m, path.swap_ab ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256);
       return;
@@ -260,9 +264,7 @@ class CudaRunner final : public Runner {
     d_.finish(args, call);
   }
 
- private:
   Path path_for(int64_t m) const {
-    if (tuning_) return {false, *tuning_};
     bool forced = false;
     const Path f = forced_path(cutlass_ok_, &forced);
     if (forced) return f;
@@ -272,9 +274,11 @@ class CudaRunner final : public Runner {
   }
 
   // The stream tilings' picks for this runner: timed by measure_stream_picks on its own weights the
-  // first time the process meets this shape on this device, else the earlier runner's (stream_tune.hpp).
-  // Skipped under MOERUN_CUDA_GEMM, with expert parallelism (the synthetic ids assume every expert is
-  // local), and where stream_tune_wanted says it does not pay.
+  // first time the process meets this shape on this kind of device (with these knobs), else the earlier
+  // runner's (stream_tune.hpp). Skipped under MOERUN_CUDA_GEMM, with expert parallelism (the synthetic
+  // ids assume every expert is local), and where stream_tune_wanted says it does not pay. A timing that
+  // fails (out of memory for its workspaces, say) leaves the rule's 16x32 tiles: the tune is only ever
+  // an optimisation, so it never stops a runner from being made.
   void tune_stream(int device) {
     bool forced = false;
     forced_path(cutlass_ok_, &forced);
@@ -287,15 +291,30 @@ class CudaRunner final : public Runner {
     if (forced || sp.parallel.ep != 1 || !cuda_detail::stream_tune_wanted(cuda_detail::stream_tune_mode(), bytes_m1))
       return;
     if (cuda_detail::tune_points(E, K, kStreamMaxTpe).empty() || K > E) return;
-    // Everything the timed calls' speed depends on: device, shapes, element and activation types,
-    // activation, shared experts, biases.
-    const std::string key = "dev" + std::to_string(device) + " E" + std::to_string(E) + " K" + std::to_string(K) +
+    cudaDeviceProp prop{};
+    MOERUN_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    // Everything the timed calls' speed depends on: the kind of device (identical GPUs share one
+    // timing), shapes, element and activation types, activation, shared experts, biases, and the
+    // per-call knobs that change the decode chain.
+    auto env = [](const char* n) { const char* v = std::getenv(n); return std::string(v ? v : "-"); };
+    const std::string key = std::string(prop.name) + " sm" + std::to_string(prop.multiProcessorCount) + " l2" +
+                            std::to_string(prop.l2CacheSize) + " E" + std::to_string(E) + " K" + std::to_string(K) +
                             " H" + std::to_string(H) + " I" + std::to_string(d_.inter()) + " R" +
                             std::to_string(d_.w13_rows()) + " Rs" + std::to_string(d_.shared_rows()) + " Is" +
                             std::to_string(d_.shared_inter()) + " el" + std::to_string(static_cast<int>(d_.elem())) +
                             " act" + std::to_string(static_cast<int>(sp.activation.kind)) + " ad" +
-                            std::to_string(static_cast<int>(sp.act_dtype)) + " b" + std::to_string(sp.expert_bias ? 1 : 0);
-    picks_ = cuda_detail::stream_tune_cache().get(key, [&] { return measure_stream_picks(device); });
+                            std::to_string(static_cast<int>(sp.act_dtype)) + " b" + std::to_string(sp.expert_bias ? 1 : 0) +
+                            " direct" + env("MOERUN_CUDA_DIRECT") + " pdl" + env("MOERUN_CUDA_PDL") + " l2pf" +
+                            env("MOERUN_CUDA_DOWN_PREFETCH");
+    picks_ = cuda_detail::stream_tune_cache().get(key, [&] {
+      try {
+        return measure_stream_picks(device);
+      } catch (const std::exception&) {
+        cudaGetLastError();  // a non-sticky error (allocation) must not reach the next CUDA call
+        MOERUN_CUDA_CHECK(cudaDeviceSynchronize());  // a sticky one does: then making the runner fails
+        return std::vector<cuda_detail::StreamPick>{};
+      }
+    });
   }
 
   // Times the 16x32 and 16x64 stream tilings on this runner's weights at each of tune_points' token
@@ -327,10 +346,9 @@ class CudaRunner final : public Runner {
     cuda_detail::DeviceBuffer hid, did, dw, out;
     hid.reserve(static_cast<size_t>(mmax) * H * es);
     out.reserve(static_cast<size_t>(mmax) * H * es);
-    MOERUN_CUDA_CHECK(cudaMemset(hid.get(), 0x3C, static_cast<size_t>(mmax) * H * es));  // ~0.01 (bf16, f32), ~1 (f16)
     did.upload(ids.data(), ids.size() * sizeof(int32_t));
     dw.upload(weights.data(), weights.size() * sizeof(float));
-    struct Timing {  // released however tune_stream leaves
+    struct Timing {  // released however measure_stream_picks leaves
       cudaStream_t s = nullptr;
       cudaEvent_t e0 = nullptr, e1 = nullptr;
       ~Timing() {
@@ -344,6 +362,8 @@ class CudaRunner final : public Runner {
     MOERUN_CUDA_CHECK(cudaEventCreate(&tm.e1));
     const cudaStream_t s = tm.s;
     const cudaEvent_t e0 = tm.e0, e1 = tm.e1;
+    // ~0.01 (bf16, f32), ~1 (f16); on the timing stream, which does not wait for the legacy one
+    MOERUN_CUDA_CHECK(cudaMemsetAsync(hid.get(), 0x3C, static_cast<size_t>(mmax) * H * es, s));
     auto view = [&](void* p, int64_t rows, int64_t cols, DType t) {
       TensorView v;
       v.data = p;
@@ -360,9 +380,7 @@ class CudaRunner final : public Runner {
       a.topk_weights = view(dw.as<float>() + set * mmax * K, m, K, DType::kF32);
       a.output = view(out.get(), m, H, sp.act_dtype);
       a.stream = s;
-      tuning_ = cfg;
-      forward(a);
-      tuning_.reset();
+      forward_on(a, m, Path{false, cfg});
     };
     const GemmConfig cfgs[2] = {GemmConfig::kStreamM16N32, GemmConfig::kStreamM16};
     for (const int64_t m : points) {
@@ -370,6 +388,7 @@ class CudaRunner final : public Runner {
       float t[2][3];
       for (int r = 0; r < 3; ++r)
         for (int c = 0; c < 2; ++c) {
+          call(m, kSets - 1, cfgs[c]);  // untimed: the GPU is busy while the timed calls are launched
           MOERUN_CUDA_CHECK(cudaEventRecord(e0, s));
           for (int set = 0; set < kSets; ++set) call(m, set, cfgs[c]);
           MOERUN_CUDA_CHECK(cudaEventRecord(e1, s));
@@ -505,7 +524,6 @@ class CudaRunner final : public Runner {
   bool cutlass_ok_ = false;
   cuda_detail::DeviceBuffer cutlass_ws_;
   std::vector<cuda_detail::StreamPick> picks_;  // tune_stream's, ascending m_hi; empty: the rule's 16x32
-  std::optional<GemmConfig> tuning_;            // the tiling tune_stream is timing
 };
 
 class CudaBackend final : public cuda_detail::GpuBackendBase {

@@ -1,7 +1,7 @@
 // cuda/stream_tune.hpp — which 16-row stream tiling a decode call takes, measured when a runner is made.
 //
 // Up to kStreamMaxTpe tokens per expert the GEMMs stream each activated expert's weights once in 16-row
-// tiles, 16x32 (2 warps, 8 stages) or 16x64 (4 warps, 5 stages). Neither wins everywhere, and no fixed
+// tiles, 16x32 (2 warps, 8 stages) or 16x64 (4 warps, 6 stages). Neither wins everywhere, and no fixed
 // rule on tokens per expert, block count or K separates them (H200, graph replay, side by side):
 //   16x64 faster: gpt-oss-120b M = 1 67.8 vs 72.8 us, M = 16 593 vs 607 us; qwen3-30b-a3b M = 16 201
 //   vs 209 us; deepseek-v3 M = 16 2.070 vs 2.090 ms;
@@ -11,15 +11,18 @@
 // counts (tune_points), keeps the faster per bucket, and every later call of that size takes it.
 // Only where it pays: a one-token call must stream at least kTuneMinBytes (small layers, tests).
 // MOERUN_CUDA_STREAM_TUNE=0 keeps the 16x32 tiles everywhere, =1 tunes every runner (tests).
-// The timing depends on the layer's shape and the device, not on the weights' values, so a process
-// times each shape once per device (StreamTuneCache): a model's dozens of identical MoE layers pay for
-// one. One timing costs 40-630 ms on the H200 (qwen3-30b-a3b 41 ms, deepseek-v3 633 ms).
+// The timing depends on the layer's shape and the kind of device, not on the weights' values, so a
+// process times each shape once (StreamTuneCache): a model's dozens of identical MoE layers, and the
+// same layer on several identical GPUs, pay for one. One timing costs 40-630 ms on the H200
+// (qwen3-30b-a3b 41 ms, deepseek-v3 633 ms). The first runner of a shape keeps workspaces sized for
+// the largest timed call (deepseek-v3: 256 tokens).
 #pragma once
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -69,24 +72,48 @@ inline cuda_kernels::GemmConfig stream_pick_for(const std::vector<StreamPick>& p
   return picks.empty() ? fallback : picks.back().cfg;
 }
 
-// Picks per (shape, device) key, timed the first time a key is asked for. The whole lookup holds one
-// lock, so two runners made at once never time concurrently (each would slow the other's timings) and a
-// key is timed once.
+// Picks per key (the kind of device, the layer's shape, the knobs), timed the first time a key is asked
+// for. Each key has its own lock, held while it is timed: runners of one shape made at once on several
+// GPUs (tensor parallel) wait for the first one's timing instead of each timing again, and other keys
+// are not held up.
 class StreamTuneCache {
  public:
   template <class Tune>
   std::vector<StreamPick> get(const std::string& key, Tune&& tune) {
+    Entry* e;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_ptr<Entry>& slot = entries_[key];
+      if (!slot) slot = std::make_unique<Entry>();
+      e = slot.get();  // entries are never erased: the pointer stays valid
+    }
+    std::lock_guard<std::mutex> lock(e->mu);
+    if (!e->done) {
+      e->picks = tune();  // if it throws, the key stays untimed and the next runner times it
+      e->done = true;
+    }
+    return e->picks;
+  }
+
+  // Keys timed so far (tests).
+  size_t timed() {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto it = picks_.find(key);
-    if (it != picks_.end()) return it->second;
-    std::vector<StreamPick> p = tune();  // if it throws, nothing is cached and the next runner retries
-    picks_.emplace(key, p);
-    return p;
+    size_t n = 0;
+    for (const auto& kv : entries_) {
+      std::lock_guard<std::mutex> l(kv.second->mu);
+      n += kv.second->done ? 1 : 0;
+    }
+    return n;
   }
 
  private:
+  struct Entry {
+    std::mutex mu;
+    bool done = false;
+    std::vector<StreamPick> picks;
+  };
   std::mutex mu_;
-  std::map<std::string, std::vector<StreamPick>> picks_;
+  std::map<std::string, std::unique_ptr<Entry>> entries_;
 };
 
 // The process's cache (runners of every backend instance share it).

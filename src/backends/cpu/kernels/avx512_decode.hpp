@@ -159,7 +159,7 @@ inline __m512 group_scale(const uint8_t* gs, int64_t g, float gmul) {
 
 // nvfp4: the scales of K groups g and g + 1 (g even) from one 32-byte load, as e4m3 / 256 without the
 // global scale, which the caller multiplies into its sums once. A block always has an even number of
-// nvfp4 groups (kp is a multiple of kKAlign = 2 groups). Against group_scale per group this saves one
+// nvfp4 groups (BlockRef::kp is a multiple of kKAlign = 2 groups; prepack pads K so). Against group_scale per group this saves one
 // conversion and the gmul product per group: on the H200 host's Xeon, one token in L2, 1.63-1.85
 // against 1.84-2.06 ns per k pair (bench/results/2026-11-30_s9_h200-and-host-xeon, call 2).
 inline void nvfp4_scale_pair(const uint8_t* gs, int64_t g, __m512& s0, __m512& s1) {

@@ -166,7 +166,7 @@ constexpr bool l2_next_fits(int64_t expert_bytes, int top_k, int64_t l2_bytes) {
 
 // Tile configurations (the kernel variants shown by Capabilities::variants).
 enum class GemmConfig : int {
-  kStreamM16 = 0,  // 16 x 64 tiles, 5 stages: decode, streams each expert's weights once
+  kStreamM16 = 0,  // 16 x 64 tiles, 6 stages: decode, streams each expert's weights once
   kTileM64 = 1,    // 64 x 128 tiles, 4 stages
   kTileM128 = 2,   // 128 x 128 tiles, 3 stages
   kStreamM32 = 3,  // 32 x 64 tiles, 5 stages: a few tokens per expert, still one pass over weights
