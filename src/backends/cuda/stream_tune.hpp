@@ -13,8 +13,8 @@
 // MOERUN_CUDA_STREAM_TUNE=0 keeps the 16x32 tiles everywhere, =1 tunes every runner (tests).
 // The timing depends on the layer's shape and the kind of device, not on the weights' values, so a
 // process times each shape once (StreamTuneCache): a model's dozens of identical MoE layers, and the
-// same layer on several identical GPUs, pay for one. One timing costs 40-630 ms on the H200
-// (qwen3-30b-a3b 41 ms, deepseek-v3 633 ms). The first runner of a shape keeps workspaces sized for
+// same layer on several identical GPUs, pay for one. One timing costs 50-780 ms on the H200
+// (qwen3-30b-a3b 51 ms, deepseek-v3 775 ms). The first runner of a shape keeps workspaces sized for
 // the largest timed call (deepseek-v3: 256 tokens).
 #pragma once
 
