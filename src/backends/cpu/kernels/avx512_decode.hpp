@@ -159,9 +159,10 @@ inline __m512 group_scale(const uint8_t* gs, int64_t g, float gmul) {
 
 // nvfp4: the scales of K groups g and g + 1 (g even) from one 32-byte load, as e4m3 / 256 without the
 // global scale, which the caller multiplies into its sums once. A block always has an even number of
-// nvfp4 groups (BlockRef::kp is a multiple of kKAlign = 2 groups; prepack pads K so). Against group_scale per group this saves one
-// conversion and the gmul product per group: on the H200 host's Xeon, one token in L2, 1.63-1.85
-// against 1.84-2.06 ns per k pair (bench/results/2026-11-30_s9_h200-and-host-xeon, call 2).
+// nvfp4 groups (BlockRef::kp is a multiple of kKAlign = 2 groups; prepack pads K so). The conversion
+// is e4m3x16's on 32 bytes at once. Against group_scale per group this saves one conversion and the
+// gmul product per group: on the H200 host's Xeon, one token in L2, 1.63-1.85 against 1.84-2.06 ns
+// per k pair (bench/results/2026-11-30_s9_h200-and-host-xeon, call 2).
 inline void nvfp4_scale_pair(const uint8_t* gs, int64_t g, __m512& s0, __m512& s1) {
   static_assert(kKAlign % (2 * group_size(PackFmt::kNvfp4)) == 0, "an even number of nvfp4 groups per block");
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gs + g * 16));
