@@ -42,6 +42,7 @@ inline constexpr float kE4m3Max = 448.0f;
 inline constexpr float kE2m1Max = 6.0f;
 inline constexpr int kFp8BlockSize = 128;      // fp8 block weights: 128 x 128
 inline constexpr int kActQuantGroup = 128;     // dynamic activation quant: 1 x 128 per token
+inline constexpr int kActQuantGroupInt8 = 32;  // int8 activation quant: 1 x 32 per token
 inline constexpr int kMxfp4Group = 32;
 inline constexpr int kNvfp4Group = 16;
 
@@ -96,5 +97,21 @@ void check_expert_matrix(const ExpertMatrix& m, const std::string& what);
 // for an all-zero group), then writes the dequantized values back into x (what a kernel computing with
 // the fp8 activations sees). The reference uses this so that it quantizes exactly as kernels do.
 void fake_quantize_act_fp8_per_token_group(float* x, int64_t m, int64_t k);
+
+// int8 activation quantization (ActQuant::kInt8PerTokenGroup), one group of n <= 32 values: codes
+// q[i] = round-half-even(x[i] / 2^e) in [-127, 127] with the smallest e >= -126 such that
+// absmax <= 127 * 2^e (e = 0 for an all-zero group). Returns the scale 2^e. Every q * 2^e is a normal
+// (or zero) f32 and bf16 number, so a kernel computing with the codes and one computing with bf16
+// copies of the dequantized values see the same operands. A group holding a NaN or an infinity
+// returns NaN and zero codes: its outputs become NaN, never a finite guess.
+float quantize_act_int8_group(const float* x, int n, int8_t* q) noexcept;
+
+// Quantizes each row of x [M, K] with quantize_act_int8_group over 32-column groups (the last one
+// partial when K is not a multiple of 32), then writes q * scale back (NaN for a non-finite group).
+// The reference uses this so that it quantizes exactly as kernels do.
+void fake_quantize_act_int8_per_token_group(float* x, int64_t m, int64_t k);
+
+// The fake quantization of `q` (the two above; nothing for ActQuant::kNone) on rows of x [M, K].
+void fake_quantize_act(ActQuant q, float* x, int64_t m, int64_t k);
 
 }  // namespace moerun

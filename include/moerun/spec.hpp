@@ -72,7 +72,9 @@ enum class WeightFormat : uint8_t {
 // Dynamic activation quantization applied to the GEMM inputs.
 enum class ActQuant : uint8_t {
   kNone,
-  kFp8PerTokenGroup,  // e4m3, one fp32 scale per token per 128 columns (DeepSeek block-fp8 recipe)
+  kFp8PerTokenGroup,   // e4m3, one fp32 scale per token per 128 columns (DeepSeek block-fp8 recipe)
+  kInt8PerTokenGroup,  // int8, one power-of-two scale per token per 32 columns (W4A8: mxfp4 / nvfp4
+                       // weights on integer dot products, as llama.cpp's q8 activations; formats.hpp)
 };
 
 struct Parallel {
@@ -133,5 +135,6 @@ std::optional<ActQuant> parse_act_quant(std::string_view s) noexcept;
 // "silu-and-mul, gelu-and-mul, ..." — for "allowed values" in messages.
 std::string allowed_activations();
 std::string allowed_weight_formats();
+std::string allowed_act_quants();
 
 }  // namespace moerun

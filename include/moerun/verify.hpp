@@ -49,7 +49,7 @@ struct Tolerance {
   double rel_l2 = 0.0;
 };
 
-// The tolerances for a spec: by activation dtype, looser with fp8 activation quantization.
+// The tolerances for a spec: by activation dtype, looser with dynamic activation quantization.
 Tolerance tolerance_for(const MoeSpec& spec);
 
 // Compares an output with the reference output (host tensors, F32/F16/BF16, same number of elements).

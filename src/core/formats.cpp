@@ -441,4 +441,55 @@ void fake_quantize_act_fp8_per_token_group(float* x, int64_t m, int64_t k) {
   }
 }
 
+float quantize_act_int8_group(const float* x, int n, int8_t* q) noexcept {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int i = 0; i < n; ++i) {
+    finite = finite && std::isfinite(x[i]);
+    amax = std::max(amax, std::fabs(x[i]));
+  }
+  if (!finite) {
+    for (int i = 0; i < n; ++i) q[i] = 0;
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  int e = 0;
+  if (amax > 0.0f) {
+    // amax = f * 2^b with f in [0.5, 1): 127 * 2^(b - 7) < amax <= 127 * 2^(b - 6) up to the step
+    // checks below, which make e exact (ldexp of small integers is exact).
+    int b = 0;
+    std::frexp(amax, &b);
+    e = std::max(b - 7, -126);
+    while (std::ldexp(127.0f, e) < amax) ++e;
+    while (e > -126 && std::ldexp(127.0f, e - 1) >= amax) --e;
+  }
+  // x / 2^e as x * 2^-e (a normal power of two for e in [-126, 121]: exact, or below 2^-126 where the
+  // code is 0 anyway), rounded half to even by the 1.5 * 2^23 trick (|x / 2^e| <= 127; the project never
+  // builds with -ffast-math, which could fold it): no libm calls, since the cpu backend quantizes every
+  // activation row of a forward with this.
+  const float inv = std::ldexp(1.0f, -e);
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+  for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(static_cast<int>((x[i] * inv + kRound) - kRound));
+  return std::ldexp(1.0f, e);
+}
+
+void fake_quantize_act_int8_per_token_group(float* x, int64_t m, int64_t k) {
+  int8_t q[kActQuantGroupInt8];
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = x + i * k;
+    for (int64_t c0 = 0; c0 < k; c0 += kActQuantGroupInt8) {
+      const int n = static_cast<int>(std::min<int64_t>(kActQuantGroupInt8, k - c0));
+      const float s = quantize_act_int8_group(row + c0, n, q);
+      for (int j = 0; j < n; ++j) row[c0 + j] = static_cast<float>(q[j]) * s;  // exact; NaN * 0 = NaN
+    }
+  }
+}
+
+void fake_quantize_act(ActQuant q, float* x, int64_t m, int64_t k) {
+  switch (q) {
+    case ActQuant::kNone: break;
+    case ActQuant::kFp8PerTokenGroup: fake_quantize_act_fp8_per_token_group(x, m, k); break;
+    case ActQuant::kInt8PerTokenGroup: fake_quantize_act_int8_per_token_group(x, m, k); break;
+  }
+}
+
 }  // namespace moerun

@@ -37,7 +37,8 @@ constexpr std::array<Named<WeightFormat>, 9> kFormats{{
     {WeightFormat::kNvfp4, "nvfp4"},
     {WeightFormat::kInt8PerChannel, "int8-channel"},
 }};
-constexpr std::array<Named<ActQuant>, 2> kActQuants{{{ActQuant::kNone, "none"}, {ActQuant::kFp8PerTokenGroup, "fp8-token-group"}}};
+constexpr std::array<Named<ActQuant>, 3> kActQuants{
+    {{ActQuant::kNone, "none"}, {ActQuant::kFp8PerTokenGroup, "fp8-token-group"}, {ActQuant::kInt8PerTokenGroup, "int8-token-group"}}};
 
 template <typename E, size_t N>
 std::string_view name_of(const std::array<Named<E>, N>& table, E v) noexcept {
@@ -82,6 +83,7 @@ std::optional<WeightFormat> parse_weight_format(std::string_view s) noexcept { r
 std::optional<ActQuant> parse_act_quant(std::string_view s) noexcept { return parse_in(kActQuants, s); }
 std::string allowed_activations() { return join_names(kActivations); }
 std::string allowed_weight_formats() { return join_names(kFormats); }
+std::string allowed_act_quants() { return join_names(kActQuants); }
 
 void MoeSpec::validate() const {
   // Caps keep every size product far from overflow (E*2I*H < 2^47) and reject typos like hidden=7168000.
@@ -134,10 +136,13 @@ void MoeSpec::validate() const {
     bad("weight_format", "nvfp4", "needs hidden and intermediate multiples of 16 (got " + std::to_string(hidden) + ", " +
                                       std::to_string(intermediate) + ")");
   if (static_cast<size_t>(act_quant) >= kActQuants.size())
-    bad("act_quant", std::to_string(static_cast<int>(act_quant)), "allowed: none, fp8-token-group");
+    bad("act_quant", std::to_string(static_cast<int>(act_quant)), "allowed: " + allowed_act_quants());
   if (act_quant == ActQuant::kFp8PerTokenGroup && weight_format != WeightFormat::kFp8Block &&
       weight_format != WeightFormat::kFp8PerChannel && weight_format != WeightFormat::kFp8PerTensor)
     bad("act_quant", "fp8-token-group", "needs an fp8 weight format, not " + std::string(to_string(weight_format)));
+  if (act_quant == ActQuant::kInt8PerTokenGroup && weight_format != WeightFormat::kMxfp4 &&
+      weight_format != WeightFormat::kNvfp4)
+    bad("act_quant", "int8-token-group", "needs a 4-bit weight format (mxfp4, nvfp4), not " + std::string(to_string(weight_format)));
   if (act_dtype != DType::kF32 && act_dtype != DType::kF16 && act_dtype != DType::kBF16)
     bad("act_dtype", std::string(dtype_name(act_dtype)), "allowed: F32, F16, BF16");
 

@@ -129,7 +129,7 @@ MoeSpec spec_from_json(const json& j, std::string_view origin) {
   r.opt("weight_format", fmt, "a string");
   s.weight_format = parse_enum<WeightFormat>(fmt, parse_weight_format, origin, "weight_format", allowed_weight_formats());
   r.opt("act_quant", aq, "a string");
-  s.act_quant = parse_enum<ActQuant>(aq, parse_act_quant, origin, "act_quant", "none, fp8-token-group");
+  s.act_quant = parse_enum<ActQuant>(aq, parse_act_quant, origin, "act_quant", allowed_act_quants());
   r.opt("act_dtype", ad, "a string");
   s.act_dtype = parse_act_dtype(ad, origin, "act_dtype");
   r.opt("expert_bias", s.expert_bias, "a boolean");
@@ -233,7 +233,7 @@ Capabilities capabilities_from_json(const json& j, std::string_view origin) {
       rf.opt("act_quant", aq, "a string");
       rf.finish();
       c.formats.push_back({parse_enum<WeightFormat>(w, parse_weight_format, origin, "formats[].weights", allowed_weight_formats()),
-                           parse_enum<ActQuant>(aq, parse_act_quant, origin, "formats[].act_quant", "none, fp8-token-group")});
+                           parse_enum<ActQuant>(aq, parse_act_quant, origin, "formats[].act_quant", allowed_act_quants())});
     }
   }
   auto strings = [&](const char* key) {

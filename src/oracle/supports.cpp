@@ -29,6 +29,7 @@ std::vector<FormatSupport> every_format() {
     v.push_back({f, ActQuant::kNone});
   for (WeightFormat f : {WeightFormat::kFp8PerTensor, WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block})
     v.push_back({f, ActQuant::kFp8PerTokenGroup});
+  for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) v.push_back({f, ActQuant::kInt8PerTokenGroup});
   return v;
 }
 

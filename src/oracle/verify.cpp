@@ -18,8 +18,11 @@ namespace moerun {
 // ---- tolerances: the one place they are stated ------------------------------------------------------
 // A backend may round the intermediate activation and the output to the activation dtype and
 // accumulate in fp32 in any order (bf16: 2^-9 relative per rounding, f16: 2^-12); the bounds below
-// hold that with ~4x margin at the harness's sizes. fp8 activation quantization can flip one e4m3
-// rounding step (1/16 relative) on a few intermediate elements when accumulation order differs.
+// hold that with ~4x margin at the harness's sizes. Dynamic activation quantization can flip a rounding
+// step of an intermediate element when accumulation order differs: up to 1/8 of the element for e4m3,
+// 1/64 of the group's absmax for int8. One such flip among the 32-64 intermediate columns of a
+// scaled-down layer moves the relative L2 error by up to ~1/8 / sqrt(32) = 2.2% (moerun check met 2.06%
+// on kimi-k2's, tp = 2, seeded by its order of runs on the H200 host), so both measures allow 4%.
 Tolerance tolerance_for(const MoeSpec& spec) {
   Tolerance t;
   switch (spec.act_dtype) {
@@ -27,7 +30,7 @@ Tolerance tolerance_for(const MoeSpec& spec) {
     case DType::kF16: t = {4e-3, 2e-3}; break;
     default: t = {2.5e-2, 1.5e-2}; break;  // BF16
   }
-  if (spec.act_quant == ActQuant::kFp8PerTokenGroup) t = {std::max(t.max_normalized, 4e-2), std::max(t.rel_l2, 2e-2)};
+  if (spec.act_quant != ActQuant::kNone) t = {std::max(t.max_normalized, 4e-2), std::max(t.rel_l2, 4e-2)};
   return t;
 }
 
@@ -77,6 +80,7 @@ MoeSpec random_spec(uint64_t seed, const std::vector<WeightFormat>& formats) {
   const bool fp8 = s.weight_format == WeightFormat::kFp8Block || s.weight_format == WeightFormat::kFp8PerChannel ||
                    s.weight_format == WeightFormat::kFp8PerTensor;
   if (fp8 && g.below(2)) s.act_quant = ActQuant::kFp8PerTokenGroup;
+  if (fp4 && g.below(2)) s.act_quant = ActQuant::kInt8PerTokenGroup;
   s.expert_bias = g.below(3) == 0;
   s.router_bias = g.below(4) == 0;
   if (s.activation.gated() && g.below(3) == 0) {

@@ -859,5 +859,77 @@ TEST(Formats, FakeQuantizeActPerTokenGroup) {
   for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(z[i], y[i], std::fabs(y[i]) * 0x1p-22) << i;
 }
 
+// int8 activation quantization: the smallest power-of-two scale 2^e (e >= -126) with absmax <= 127 x 2^e,
+// codes rounded half to even, every dequantized value exact in bf16; zero groups give scale 1, groups
+// with a NaN or infinity give NaN; partial last groups; idempotent.
+TEST(Formats, Int8ActQuantPowerOfTwoScales) {
+  int8_t q[32];
+  const float ones[4] = {1.0f, -0.5f, 0.25f, 0.0f};
+  EXPECT_EQ(quantize_act_int8_group(ones, 4, q), 0x1p-6f);  // 127/64 >= 1 > 127/128
+  EXPECT_EQ(q[0], 64);
+  EXPECT_EQ(q[1], -32);
+  const float edge[2] = {127.0f, 63.5f};  // absmax exactly 127: scale 1; 63.5 rounds half to even: 64
+  EXPECT_EQ(quantize_act_int8_group(edge, 2, q), 1.0f);
+  EXPECT_EQ(q[0], 127);
+  EXPECT_EQ(q[1], 64);
+  const float above[1] = {127.5f};  // just above 127: scale 2, code 64 (63.75 rounds up)
+  EXPECT_EQ(quantize_act_int8_group(above, 1, q), 2.0f);
+  EXPECT_EQ(q[0], 64);
+  const float zeros[3] = {0.0f, -0.0f, 0.0f};
+  EXPECT_EQ(quantize_act_int8_group(zeros, 3, q), 1.0f);
+  EXPECT_EQ(q[0] | q[1] | q[2], 0);
+  const float tiny[2] = {1e-40f, -3e-41f};  // subnormal: the scale stops at 2^-126 (normal)
+  EXPECT_EQ(quantize_act_int8_group(tiny, 2, q), 0x1p-126f);
+  const float huge[1] = {3e38f};
+  EXPECT_EQ(quantize_act_int8_group(huge, 1, q), 0x1p+121f);
+  EXPECT_EQ(q[0], 113);  // 3e38 / 2^121 = 112.85
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    const float g[3] = {1.0f, bad, 2.0f};
+    EXPECT_TRUE(std::isnan(quantize_act_int8_group(g, 3, q)));
+    std::vector<float> row = {1.0f, bad, 2.0f};
+    fake_quantize_act_int8_per_token_group(row.data(), 1, 3);
+    for (float v : row) EXPECT_TRUE(std::isnan(v));
+  }
+
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed = " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> expo(-60, 60);
+  const int64_t M = 4, K = 200;  // groups of 32, the last of 8
+  std::vector<float> x(static_cast<size_t>(M * K));
+  for (int64_t i = 0; i < M * K; ++i) x[static_cast<size_t>(i)] = std::ldexp(normal(rng), (i / 32) % 3 == 0 ? expo(rng) : 0);
+  std::vector<float> y = x;
+  fake_quantize_act_int8_per_token_group(y.data(), M, K);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t c0 = 0; c0 < K; c0 += 32) {
+      const int n = static_cast<int>(std::min<int64_t>(32, K - c0));
+      float amax = 0.0f;
+      for (int j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[static_cast<size_t>(i * K + c0 + j)]));
+      const float s = quantize_act_int8_group(x.data() + i * K + c0, n, q);
+      int e = 0;
+      std::frexp(s, &e);
+      --e;  // s = 2^e
+      ASSERT_EQ(s, std::ldexp(1.0f, e));
+      ASSERT_GE(127.0 * s, amax);
+      if (e > -126) ASSERT_LT(127.0 * s / 2, amax);  // the smallest such power of two
+      for (int j = 0; j < n; ++j) {
+        const float xi = x[static_cast<size_t>(i * K + c0 + j)], yi = y[static_cast<size_t>(i * K + c0 + j)];
+        ASSERT_EQ(yi, q[j] * s);
+        ASSERT_LE(std::fabs(yi - xi), 0.5f * s);
+        ASSERT_EQ(yi, bf16_to_f32(f32_to_bf16(yi))) << "exact in bf16";
+      }
+    }
+  std::vector<float> z = y;
+  fake_quantize_act_int8_per_token_group(z.data(), M, K);
+  EXPECT_EQ(z, y);
+  // fake_quantize_act dispatches on the spec's choice.
+  std::vector<float> w = x;
+  fake_quantize_act(ActQuant::kInt8PerTokenGroup, w.data(), M, K);
+  EXPECT_EQ(w, y);
+  fake_quantize_act(ActQuant::kNone, w.data(), M, K);
+  EXPECT_EQ(w, y);
+}
+
 }  // namespace
 }  // namespace moerun

@@ -66,6 +66,21 @@ TEST(Spec, ActQuantNeedsFp8) {
   EXPECT_EQ(error_of(s), "");
 }
 
+TEST(Spec, Int8ActQuantNeeds4BitWeights) {
+  MoeSpec s = small();
+  s.hidden = s.intermediate = 64;
+  s.act_quant = ActQuant::kInt8PerTokenGroup;
+  EXPECT_NE(error_of(s).find("needs a 4-bit weight format (mxfp4, nvfp4), not bf16"), std::string::npos) << error_of(s);
+  for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+    s.weight_format = f;
+    EXPECT_EQ(error_of(s), "") << to_string(f);
+  }
+  EXPECT_EQ(parse_act_quant("int8-token-group"), ActQuant::kInt8PerTokenGroup);
+  EXPECT_EQ(to_string(ActQuant::kInt8PerTokenGroup), "int8-token-group");
+  EXPECT_EQ(allowed_act_quants(), "none, fp8-token-group, int8-token-group");
+  EXPECT_NE(s.summary().find("+int8-token-group"), std::string::npos) << s.summary();
+}
+
 TEST(Spec, ParallelRules) {
   MoeSpec s = small();
   s.parallel.ep = 3;

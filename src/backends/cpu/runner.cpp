@@ -1,11 +1,11 @@
 // cpu/runner.cpp — CpuRunner (runner.hpp).
 //
 // NOTES: one OpenMP region per forward, stages separated by the implicit barriers of `omp for`:
-//   gather   X[row] = hidden[token(row)] in f32 (x router weight on input; fp8 act fake-quant), K padded
+//   gather   X[row] = hidden[token(row)] in f32 (x router weight on input; fp8 / int8 act fake-quant), K padded
 //   lora1    gate_up LoRA deltas per row (only with a LoRA batch)
 //   gemm1    work items (job, w13 N-block), dynamic schedule: a hot expert spreads over all threads;
 //            the epilogue applies scales, bias, LoRA and the activation (gate and up share a block)
-//   post1    pad columns, fp8 act fake-quant of the intermediate, down LoRA deltas
+//   post1    pad columns, fp8 / int8 act fake-quant of the intermediate, down LoRA deltas
 //   gemm2    work items = N-blocks of the hidden size; each loops over all jobs and accumulates the
 //            router-weighted outputs of its 16 columns in a per-thread [M][16] buffer, then writes the
 //            output columns in the act dtype. No two threads write the same output element; the sum
@@ -300,7 +300,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const int E = spec_.num_experts, k = spec_.top_k, H = h_;
   const DType adt = spec_.act_dtype;
   const bool on_input = spec_.apply_router_weight_on_input;
-  const bool act_fp8 = spec_.act_quant == ActQuant::kFp8PerTokenGroup;
+  const ActQuant aq = spec_.act_quant;
 
   // ---- hidden -> f32 [M][hp] ----
   float* hid = hid_.get(static_cast<size_t>(M * hp_));
@@ -474,7 +474,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
           gate[t] = sigmoid(g);
         }
       }
-      if (act_fp8) fake_quantize_act_fp8_per_token_group(d, 1, H);
+      fake_quantize_act(aq, d, 1, H);
       if (Xb) kernels::f32_to_bf16_row(d, hp_, Xb + row * ldx);
     }
 
@@ -565,7 +565,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const int64_t I = shared_row ? is_ : il_, ip = shared_row ? isp_ : ilp_;
       float* hrow = Hb + row * ldh;
       for (int64_t c = I; c < ip; ++c) hrow[c] = 0.0f;
-      if (act_fp8) fake_quantize_act_fp8_per_token_group(hrow, 1, I);
+      fake_quantize_act(aq, hrow, 1, I);
       if (Hbb) kernels::f32_to_bf16_row(hrow, ip, Hbb + row * ldh);
       if (lw && !shared_row) {
         const int a = row_adapter(row);

@@ -69,7 +69,6 @@ class ReferenceRunner final : public Runner {
     std::vector<char> has(static_cast<size_t>(m * k), 0);
     const int units = local_intermediate(spec_);
     const int rows13 = static_cast<int>(w_.w13.rows);
-    const bool fp8_act = spec_.act_quant == ActQuant::kFp8PerTokenGroup;
     const bool add_b2 = spec_.expert_bias && tp_rank(spec_) == 0;
 
 #pragma omp parallel for schedule(dynamic)
@@ -84,7 +83,7 @@ class ReferenceRunner final : public Runner {
         const float wt = d.weight[static_cast<size_t>(row)];
         for (int64_t c = 0; c < h; ++c)
           xin[static_cast<size_t>(c)] = spec_.apply_router_weight_on_input ? x[static_cast<size_t>(t * h + c)] * wt : x[static_cast<size_t>(t * h + c)];
-        if (fp8_act) fake_quantize_act_fp8_per_token_group(xin.data(), 1, h);
+        fake_quantize_act(spec_.act_quant, xin.data(), 1, h);
         matvec(w13.data(), rows13, h, xin.data(), h1.data());
         if (spec_.expert_bias)
           for (int n = 0; n < rows13; ++n) h1[static_cast<size_t>(n)] += w_.w13_bias.as<const float>()[e * rows13 + n];
@@ -95,7 +94,7 @@ class ReferenceRunner final : public Runner {
           const float u = spec_.activation.gated() ? static_cast<float>(h1[static_cast<size_t>(up_row(spec_.activation, i, units))]) : 0.0f;
           act[static_cast<size_t>(i)] = apply_activation(spec_.activation, g, u);
         }
-        if (fp8_act) fake_quantize_act_fp8_per_token_group(act.data(), 1, units);
+        fake_quantize_act(spec_.act_quant, act.data(), 1, units);
         matvec(w2.data(), h, units, act.data(), out.data());
         if (add_b2)
           for (int64_t c = 0; c < h; ++c) out[static_cast<size_t>(c)] += w_.w2_bias.as<const float>()[e * h + c];
@@ -146,7 +145,6 @@ class ReferenceRunner final : public Runner {
     const int64_t h = spec_.hidden, units = w_.shared_w2.cols;
     const std::vector<float> w13 = dequantize_expert(w_.shared_w13, 0);
     const std::vector<float> w2 = dequantize_expert(w_.shared_w2, 0);
-    const bool fp8_act = spec_.act_quant == ActQuant::kFp8PerTokenGroup;
     // Shared experts are always gated silu-style MLPs in the models we read, except that they use the
     // layer's activation kind when it is gated; non-gated layers have none.
     Activation a = spec_.activation;
@@ -155,11 +153,11 @@ class ReferenceRunner final : public Runner {
     for (int64_t t = 0; t < m; ++t) {
       std::vector<float> xin(x + t * h, x + (t + 1) * h), act(static_cast<size_t>(units));
       std::vector<double> h1(static_cast<size_t>(2 * units)), out(static_cast<size_t>(h));
-      if (fp8_act) fake_quantize_act_fp8_per_token_group(xin.data(), 1, h);
+      fake_quantize_act(spec_.act_quant, xin.data(), 1, h);
       matvec(w13.data(), 2 * units, h, xin.data(), h1.data());
       for (int64_t i = 0; i < units; ++i)
         act[static_cast<size_t>(i)] = apply_activation(a, static_cast<float>(h1[static_cast<size_t>(i)]), static_cast<float>(h1[static_cast<size_t>(units + i)]));
-      if (fp8_act) fake_quantize_act_fp8_per_token_group(act.data(), 1, units);
+      fake_quantize_act(spec_.act_quant, act.data(), 1, units);
       matvec(w2.data(), h, units, act.data(), out.data());
       double gate = 1.0;
       if (spec_.shared.gated_by_router) {
