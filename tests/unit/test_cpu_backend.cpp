@@ -377,6 +377,58 @@ TEST(CpuBackend, Bf16LayersNameTheBf16StreamingKernel) {
       }
 }
 
+// int8 activation quantization (mxfp4 / nvfp4 weights): at kAvx512Bf16 and kAmx calls of up to 16 tokens
+// per expert take the q8 kernel on the int8 codes, larger ones the bf16 / f32 kernels on the dequantized
+// activations; below, every call does. Against the reference, which fake-quantizes the same way, at every
+// level this machine has, with f32 and bf16 activations, an nvfp4 intermediate that ends in half a
+// 32-k activation group (I = 48), biases and shared experts, and skewed routing.
+TEST(CpuBackend, Int8ActivationQuant) {
+  for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4})
+    for (DType act : {DType::kF32, DType::kBF16})
+      for (int64_t m : {1, 3, 16, 64, 70, 100}) {  // 0.25 .. 25 tokens per expert
+        Case c;
+        c.spec = base_spec();
+        c.spec.weight_format = f;
+        c.spec.act_dtype = act;
+        c.spec.act_quant = ActQuant::kInt8PerTokenGroup;
+        c.m = m;
+        const std::string what = "int8 act " + std::string(to_string(f)) + " " + std::string(dtype_name(act)) + " m=" +
+                                 std::to_string(m);
+        check_case(c, what);
+        if (m == 3 || m == 70) {
+          c.spec.intermediate = f == WeightFormat::kNvfp4 ? 48 : 64;
+          c.spec.expert_bias = true;
+          c.spec.shared.count = 1;
+          c.spec.shared.intermediate = c.spec.intermediate;
+          c.skew = true;
+          check_case(c, what + " bias, shared, skewed");
+        }
+      }
+}
+
+TEST(CpuBackend, Int8ActivationQuantNamesTheQ8Kernel) {
+  MoeSpec s = base_spec();  // 8 experts, top 2: m tokens = m / 4 per expert
+  s.act_quant = ActQuant::kInt8PerTokenGroup;
+  for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4})
+    for (DType act : {DType::kF32, DType::kBF16})
+      for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
+        s.weight_format = f;
+        s.act_dtype = act;
+        const cpu::KernelSet ks = cpu::kernels_for_spec(s, isa);
+        const cpu::kernels::PackFmt pf = cpu::pack_fmt_for(f);
+        const std::string what = std::string(to_string(f)) + " " + std::string(dtype_name(act)) + " " + std::string(to_string(isa));
+        const bool q8 = isa >= CpuIsa::kAvx512Bf16;
+        EXPECT_EQ(ks.uses_q8_stream(pf), q8) << what;
+        EXPECT_EQ(cpu::variant_name(s, ks, pf, 1) == "avx512vnni-q8-stream", q8) << what;
+        EXPECT_EQ(cpu::variant_name(s, ks, pf, 4 * cpu::kQ8StreamMaxTokens) == "avx512vnni-q8-stream", q8) << what;
+        EXPECT_NE(cpu::variant_name(s, ks, pf, 4 * cpu::kQ8StreamMaxTokens + 4), "avx512vnni-q8-stream") << what;
+        EXPECT_GE(ks.stream_max(pf), q8 ? cpu::kQ8StreamMaxTokens : 0) << what;
+      }
+  // Without int8 activation quantization no layer takes it.
+  s.act_quant = ActQuant::kNone;
+  EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAmx).stream_q8, nullptr);
+}
+
 // The software prefetch distance: kPrefetchBytes at every level; MOERUN_CPU_PREFETCH overrides it
 // (0 = off) and invalid values leave the default.
 TEST(CpuBackend, PrefetchKnob) {
@@ -656,6 +708,24 @@ TEST(CpuBackend, AmxStreamKnob) {
     EXPECT_EQ(ks.amx_stream, on) << "'" << v << "'";
     EXPECT_EQ(ks.stream_bf16, on ? cpu::kernels::stream_amx_bf16 : cpu::kernels::stream_avx512bf16) << "'" << v << "'";
     EXPECT_FALSE(cpu::kernels_for(CpuIsa::kAvx512Bf16).amx_stream);
+  });
+}
+
+// MOERUN_CPU_Q8=0 leaves int8-activation layers on the bf16 / f32 kernels (the same values, for measuring
+// the q8 kernel against them); the layer still matches the reference.
+TEST(CpuBackend, Q8Knob) {
+  for_each_switch_value("MOERUN_CPU_Q8", [](const char* v, bool on) {
+    for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx})
+      EXPECT_EQ(cpu::kernels_for(isa).stream_q8 != nullptr, on) << "'" << v << "'";
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512).stream_q8, nullptr);
+    if (std::string(v) == "0") {
+      Case c;
+      c.spec = base_spec();
+      c.spec.weight_format = WeightFormat::kMxfp4;
+      c.spec.act_quant = ActQuant::kInt8PerTokenGroup;
+      c.m = 3;
+      check_case(c, "MOERUN_CPU_Q8=0");
+    }
   });
 }
 

@@ -13,6 +13,7 @@
 
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/prepack.hpp"
+#include "backends/cpu/q8_rows.hpp"
 #include "moerun/error.hpp"
 #include "moerun/formats.hpp"
 
@@ -138,9 +139,12 @@ Stack make_stack(WeightFormat f, int64_t E, int64_t N, int64_t K, uint32_t seed)
       std::shared_ptr<HostTensor> gs;
       for (int64_t i = 0; i < n / 2; ++i) d->as<uint8_t>()[i] = static_cast<uint8_t>(byte(g));
       for (int64_t i = 0; i < E * N * (K / G); ++i)
-        sc->as<uint8_t>()[i] = f == WeightFormat::kMxfp4 ? static_cast<uint8_t>(120 + byte(g) % 12)
-                                                         : static_cast<uint8_t>(byte(g) & 0x7F) == 0x7F ? 0x38
-                                                                                                        : static_cast<uint8_t>(byte(g) & 0x7F);
+        if (f == WeightFormat::kMxfp4) {
+          sc->as<uint8_t>()[i] = static_cast<uint8_t>(120 + byte(g) % 12);
+        } else {  // any e4m3 magnitude but the NaN (one draw: the test and the value are the same byte)
+          const uint8_t v = static_cast<uint8_t>(byte(g) & 0x7F);
+          sc->as<uint8_t>()[i] = v == 0x7F ? 0x38 : v;
+        }
       if (f == WeightFormat::kNvfp4) {
         gs = tensor(DType::kF32, {E});
         for (int64_t e = 0; e < E; ++e) gs->as<float>()[e] = 0.01f * (1.5f + u(g));
@@ -572,6 +576,106 @@ void stream_bf16_decodes_every_code(const KernelSet& ks, int m) {
           const float ref = r >= 0 ? rows[static_cast<size_t>(r * p->cols + k)] : 0.0f;
           ASSERT_EQ(got[static_cast<size_t>(l)] * (ls ? ls[l] : 1.0f), ref) << to_string(f) << " k " << k << " lane " << l;
         }
+      }
+    }
+  }
+}
+
+// ---- int8 activations (ActQuant::kInt8PerTokenGroup) ------------------------------------------------
+
+// pack_q8_row holds exactly the codes the reference's fake quantization rounds to, in the kernel's order
+// (kernels.hpp: k = 8j + {0, 4, 1, 5, 2, 6, 3, 7} within each chunk), with each group's scale and the
+// bias sums that take the e2m1 offset back out. Runs on any machine (no SIMD).
+TEST(CpuKernels, Q8RowsHoldTheFakeQuantizedCodesInKernelOrder) {
+  const int64_t K = 72, kp = 96;  // three 32-k groups, the last one partial (zeros past K)
+  std::mt19937 g(5);
+  std::normal_distribution<float> n(0.0f, 2.0f);
+  std::vector<float> x(static_cast<size_t>(kp), 0.0f);
+  for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(k)] = n(g);
+  x[3] = 0.0f;
+  for (int64_t k = 32; k < 64; ++k) x[static_cast<size_t>(k)] = 0.0f;  // an all-zero group: scale 1, codes 0
+  x[70] = -1e-3f;                                                         // a small group beside zeros
+  std::vector<float> fake(x.begin(), x.begin() + K);
+  fake_quantize_act_int8_per_token_group(fake.data(), 1, K);
+  Q8Buffer buf;
+  const Q8Slots row = buf.reserve(2, kp).row(1);  // row 1: the strides must hold
+  std::vector<float> back(x);
+  pack_q8_row(back.data(), kp, row, back.data());  // in place, as the runner does
+  for (int64_t k = 0; k < kp; ++k) ASSERT_EQ(back[static_cast<size_t>(k)], k < K ? fake[static_cast<size_t>(k)] : 0.0f) << k;
+  static const int kPos[8] = {0, 2, 4, 6, 1, 3, 5, 7};  // chunk position of k = 8j + i
+  for (int64_t grp = 0; grp < kp / 32; ++grp) {
+    int sum16[2] = {0, 0};
+    for (int i = 0; i < 32; ++i) {
+      const int64_t k = grp * 32 + i;
+      const int code = row.q[grp * 32 + (i / 8) * 8 + kPos[i % 8]];
+      ASSERT_LE(std::abs(code), 127);
+      const float want = k < K ? fake[static_cast<size_t>(k)] : 0.0f;
+      ASSERT_EQ(static_cast<float>(code) * row.scale[grp], want) << "k " << k;
+      sum16[i / 16] += code;
+    }
+    EXPECT_EQ(row.bias16[2 * grp], -kernels::kQ8E2m1Offset * sum16[0]);
+    EXPECT_EQ(row.bias16[2 * grp + 1], -kernels::kQ8E2m1Offset * sum16[1]);
+    EXPECT_EQ(row.bias32[grp], -kernels::kQ8E2m1Offset * (sum16[0] + sum16[1]));
+  }
+  EXPECT_EQ(row.scale[1], 1.0f);
+  EXPECT_THROW(pack_q8_row(x.data(), 100, row), Error);  // not whole 32-k groups
+  EXPECT_THROW(pack_q8_row(x.data(), 128, row), Error);  // longer than the row stride
+}
+
+// The q8 kernel against the dense loop on the dequantized activations, every register group size and
+// its tails, both 4-bit formats, at each level that has it.
+TEST(CpuKernels, Q8StreamMatchesDenseLoop) {
+  if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-VNNI + AVX512-VBMI level here";
+  const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
+  ASSERT_NE(ks.stream_q8, nullptr);
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed = " + std::to_string(seed));
+  for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+    const int64_t E = 2, N = 40, K = 352;
+    Stack s = make_stack(f, E, N, K, seed + static_cast<uint32_t>(f));
+    auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
+    std::mt19937 g(seed);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    for (int m : {1, 2, 3, 5, 7, 8, 9, 16, 17}) {
+      const int64_t ld = p->kp + 64;  // a row stride longer than the blocks' K
+      std::vector<float> x(static_cast<size_t>(m * ld), 0.0f);
+      for (int i = 0; i < m; ++i)
+        for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(i * ld + k)] = n(g) * (k % 64 < 32 ? 1.0f : 1e-3f);
+      Q8Buffer buf;
+      const Q8Slots q = buf.reserve(m, ld);
+      for (int i = 0; i < m; ++i) {
+        pack_q8_row(x.data() + i * ld, p->kp, q.row(i));
+        fake_quantize_act_int8_per_token_group(x.data() + i * ld, 1, K);  // what the dense loop multiplies
+      }
+      check_against_dense(s, *p, x, ld, m, std::string(to_string(f)) + " q8 m " + std::to_string(m),
+                          [&](const kernels::BlockRef& b, float* acc) { ks.stream_q8(b, q.view(), m, acc); });
+    }
+  }
+}
+
+// Every e2m1 code and scale of random stacks through the q8 kernel: a one-hot activation 1.0 (code 64,
+// scale 2^-6) selects one k, so acc must equal dequantize_row bit for bit, nvfp4 included (its global
+// scale multiplies the finished sum once, as dequantize_row rounds (e2m1 x block) x global).
+TEST(CpuKernels, Q8StreamDecodesEveryCodeExactly) {
+  if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-VNNI + AVX512-VBMI level here";
+  const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
+  for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+    Stack s = make_stack(f, 1, 16, 256, 77u + static_cast<uint32_t>(f));
+    auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
+    std::vector<float> rows(static_cast<size_t>(16 * p->cols));
+    for (int64_t r = 0; r < 16; ++r) dequantize_row(s.m, 0, r, rows.data() + r * p->cols);
+    Q8Buffer buf;
+    const Q8Slots q = buf.reserve(1, p->kp);
+    std::vector<float> x(static_cast<size_t>(p->kp)), acc(16);
+    for (int64_t k = 0; k < p->cols; ++k) {
+      std::fill(x.begin(), x.end(), 0.0f);
+      x[static_cast<size_t>(k)] = 1.0f;
+      pack_q8_row(x.data(), p->kp, q);
+      ks.stream_q8(p->block(0, 0), q.view(), 1, acc.data());
+      for (int l = 0; l < 16; ++l) {
+        const int32_t r = p->lane_row[static_cast<size_t>(l)];
+        ASSERT_EQ(acc[static_cast<size_t>(l)], r >= 0 ? rows[static_cast<size_t>(r * p->cols + k)] : 0.0f)
+            << to_string(f) << " k " << k << " lane " << l;
       }
     }
   }

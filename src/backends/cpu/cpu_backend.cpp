@@ -45,6 +45,12 @@ Capabilities make_caps() {
       {"avx512bf16-stream", static_cast<double>(cpu::kAvx512Bf16StreamMaxTokens),
        "decode with bf16 activations: bf16/fp8/fp4 weights decoded to bf16 pairs by shifts and word-table "
        "lookups, one VDPBF16PS per 32 weights", CpuIsa::kAvx512Bf16, 0.0, {DType::kBF16}},
+      // Layers with int8 activation quantization and 4-bit weights only (variant() says so per spec); larger
+      // calls run the bf16 / f32 kernels on the dequantized activations.
+      {"avx512vnni-q8-stream", static_cast<double>(cpu::kQ8StreamMaxTokens),
+       "decode with int8 activations (act_quant int8-token-group, mxfp4/nvfp4 weights): e2m1 codes decoded to "
+       "bytes by vpermb, exact VPDPBUSD dot products per K group, one f32 fold per group and token",
+       CpuIsa::kAvx512Bf16, 0.0, {}},
       // The AMX level's decode of 2 or more tokens per call (which formats and how many tokens per expert,
       // again per format: variant()).
       {"amx-bf16-stream", 16.0,

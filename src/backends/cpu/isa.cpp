@@ -54,6 +54,7 @@ IsaFeatures detect() {
   f.avx512bw = (b >> 30) & 1;
   f.avx512vl = (b >> 31) & 1;
   f.avx512vbmi = (c >> 1) & 1;
+  f.avx512vnni = (c >> 11) & 1;
   f.amx_bf16 = (d >> 22) & 1;
   f.amx_tile = (d >> 24) & 1;
   const unsigned sub = a;
@@ -77,7 +78,7 @@ CpuIsa detected_isa() {
   if (!(f.avx2 && f.fma && f.f16c && f.os_ymm)) return CpuIsa::kScalar;
   const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.os_zmm;
   if (!avx512) return CpuIsa::kAvx2;
-  const bool bf16 = f.avx512_bf16 && f.avx512vbmi;  // the bf16 streaming kernel needs both (isa.hpp)
+  const bool bf16 = f.avx512_bf16 && f.avx512vbmi && f.avx512vnni;  // what the level's kernels use (isa.hpp)
   if (bf16 && f.amx_tile && f.amx_bf16 && f.os_amx && f.amx_permitted) return CpuIsa::kAmx;
   if (bf16) return CpuIsa::kAvx512Bf16;
   return CpuIsa::kAvx512;
@@ -138,6 +139,8 @@ bool amx_stream_enabled() { return env_not_zero("MOERUN_CPU_AMX_STREAM"); }
 
 bool e8m0_fold_enabled() { return env_not_zero("MOERUN_CPU_E8M0_FOLD"); }
 
+bool q8_stream_enabled() { return env_not_zero("MOERUN_CPU_Q8"); }
+
 int stream_max_tokens_override() { return env_count("MOERUN_CPU_STREAM_MAX_TOKENS", kStreamMaxTokensLimit); }
 
 KernelSet kernels_for(CpuIsa isa) {
@@ -179,6 +182,7 @@ KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
       k.prefix = "avx512";
       k.stream = kernels::stream_avx512;
       k.stream_bf16 = kernels::stream_avx512bf16;
+      k.stream_q8 = q8_stream_enabled() ? kernels::stream_q8_avx512vnni : nullptr;
       k.stream_max_m = kAvx512StreamMaxTokens;
       k.stream_max_m_cheap = kAvx512StreamMaxTokensCheapDecode;
       k.stream_max_m_bf16 = kAvx512Bf16StreamMaxTokens;
@@ -190,6 +194,7 @@ KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
       k.stream = kernels::stream_avx512;
       k.amx_stream = amx_stream_enabled();
       k.stream_bf16 = k.amx_stream ? kernels::stream_amx_bf16 : kernels::stream_avx512bf16;
+      k.stream_q8 = q8_stream_enabled() ? kernels::stream_q8_avx512vnni : nullptr;
       k.stream_max_m = kAmxStreamMaxTokens;
       k.stream_max_m_cheap = kAmxStreamMaxTokensCheapDecode;
       k.stream_max_m_bf16 = kAvx512Bf16StreamMaxTokens;
@@ -208,7 +213,8 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
     throw_error(ErrorKind::kInvalidArgument, "cpu backend: unknown kernel variant '" + variant + "' (knows v1, v2)");
   KernelSet k = kernels_default(isa, variant);
   if (const int n = stream_max_tokens_override(); n >= 0)
-    k.stream_max_m = k.stream_max_m_cheap = k.stream_max_m_bf16 = k.stream_max_m_amx = k.stream_max_m_amx_bf16 = n;
+    k.stream_max_m = k.stream_max_m_cheap = k.stream_max_m_bf16 = k.stream_max_m_amx = k.stream_max_m_amx_bf16 =
+        k.stream_max_m_q8 = n;
   k.prefetch = kPrefetchBytes;
   if (const int n = prefetch_override(); n >= 0) k.prefetch = n;
   k.amx_prefetch = k.prefetch;

@@ -4,8 +4,9 @@
 // opmask/ZMM for AVX-512, XTILECFG/XTILEDATA for AMX) AND, for AMX on Linux, the process was granted
 // the tile data permission (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), requested here once).
 // The result is then capped by moerun's process-wide ISA cap (MOERUN_CPU_ISA / set_cpu_isa_cap).
-// kAvx512Bf16 (and kAmx) also require AVX512-VBMI: their kernels are compiled with -mavx512vbmi. Every
-// CPU with AMX has it; Cooper Lake (AVX512-BF16 without VBMI) counts as kAvx512. (The decoders stopped
+// kAvx512Bf16 (and kAmx) also require AVX512-VBMI and AVX512-VNNI: their kernels are compiled with
+// -mavx512vbmi (and the q8 kernel with -mavx512vnni). Every CPU with AMX has both; Cooper Lake
+// (AVX512-BF16 without VBMI) counts as kAvx512. (The decoders stopped
 // using vpermb with the VNNI-word layouts; dropping the flag and this requirement would give Cooper Lake
 // these levels, untested so far.)
 //
@@ -27,7 +28,7 @@ namespace moerun::cpu {
 struct IsaFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512_bf16 = false;
-  bool avx512vbmi = false;
+  bool avx512vbmi = false, avx512vnni = false;
   bool amx_tile = false, amx_bf16 = false;
   bool os_ymm = false, os_zmm = false, os_amx = false, amx_permitted = false;
 };
@@ -69,6 +70,11 @@ inline constexpr int kAmxStreamMaxTokensCheapDecode = 4;
 // 76.2 ms).
 inline constexpr int kAmxStreamMaxTokensDecoded = 64;
 inline constexpr int kAmxStreamMaxTokensBf16 = 16;
+// The q8 kernel (int8 activations, 4-bit weights) against the bf16 kernels on dequantized activations:
+// per 32 weights it costs about (12 + 13 m) / 64 cycles for m tokens by its instruction count (decode
+// shared, two VPDPBUSD and the group fold per token), against about 6 cycles for the AMX decode stream at
+// 1-4 tokens, so it stays ahead up to about 16 tokens per expert.
+inline constexpr int kQ8StreamMaxTokens = 16;
 inline constexpr int kStreamMaxTokensLimit = 65536;  // largest value MOERUN_CPU_STREAM_MAX_TOKENS accepts
 
 // MOERUN_CPU_STREAM_MAX_TOKENS parsed: n, or -1 when unset or invalid (then the defaults hold).
@@ -98,7 +104,20 @@ struct KernelSet {
   // The same where stream_bf16 decodes onto AMX tiles (amx_stream): decoded formats, and bf16 weights.
   int stream_max_m_amx = kAmxStreamMaxTokensDecoded;
   int stream_max_m_amx_bf16 = kAmxStreamMaxTokensBf16;
+  // kAvx512Bf16 and kAmx, layers with ActQuant::kInt8PerTokenGroup only (null otherwise: kernels_for_spec):
+  // the int8-activation kernel for mxfp4 and nvfp4 blocks, taken by calls of at most stream_max_m_q8
+  // tokens (larger ones run the bf16 kernels on the dequantized activations, the same values).
+  // MOERUN_CPU_Q8=0 (measurement) leaves every call to the bf16 kernels.
+  void (*stream_q8)(const kernels::BlockRef&, const kernels::Q8Rows&, int, float*) = nullptr;
+  int stream_max_m_q8 = kQ8StreamMaxTokens;
+  bool uses_q8_stream(kernels::PackFmt f) const noexcept {
+    return stream_q8 != nullptr && kernels::q8_stream_native(f);
+  }
   int stream_max(kernels::PackFmt f) const noexcept {
+    const int q8 = uses_q8_stream(f) ? stream_max_m_q8 : 0;
+    return q8 > stream_max_base(f) ? q8 : stream_max_base(f);
+  }
+  int stream_max_base(kernels::PackFmt f) const noexcept {
     if (uses_bf16_stream(f)) {
       if (!amx_stream || !kernels::amx_stream_native(f)) return stream_max_m_bf16;
       return f == kernels::PackFmt::kBF16 ? stream_max_m_amx_bf16 : stream_max_m_amx;
@@ -168,6 +187,8 @@ int stream_run_override();
 bool amx_stream_enabled();
 // MOERUN_CPU_E8M0_FOLD=0: false; unset or anything else: true.
 bool e8m0_fold_enabled();
+// MOERUN_CPU_Q8=0: false; unset or anything else: true.
+bool q8_stream_enabled();
 
 // Kernels for the given level (kAvx512Bf16 and kAmx: the AVX-512 set plus stream_bf16; kAmx adds the
 // tiles). Throws Error{kUnsupported} below AVX2.

@@ -1,11 +1,12 @@
 // cpu/runner.cpp — CpuRunner (runner.hpp).
 //
 // NOTES: one OpenMP region per forward, stages separated by the implicit barriers of `omp for`:
-//   gather   X[row] = hidden[token(row)] in f32 (x router weight on input; fp8 / int8 act fake-quant), K padded
+//   gather   X[row] = hidden[token(row)] in f32 (x router weight on input; fp8 / int8 act fake-quant, and
+//            the int8 codes for the q8 kernel), K padded
 //   lora1    gate_up LoRA deltas per row (only with a LoRA batch)
 //   gemm1    work items (job, w13 N-block), dynamic schedule: a hot expert spreads over all threads;
 //            the epilogue applies scales, bias, LoRA and the activation (gate and up share a block)
-//   post1    pad columns, fp8 / int8 act fake-quant of the intermediate, down LoRA deltas
+//   post1    pad columns, fp8 / int8 act fake-quant of the intermediate (and its int8 codes), down LoRA deltas
 //   gemm2    work items = N-blocks of the hidden size; each loops over all jobs and accumulates the
 //            router-weighted outputs of its 16 columns in a per-thread [M][16] buffer, then writes the
 //            output columns in the act dtype. No two threads write the same output element; the sum
@@ -203,6 +204,7 @@ CpuRunner::~CpuRunner() {
 std::string variant_name(const MoeSpec& spec, const KernelSet& ks, kernels::PackFmt fmt, int64_t m) {
   const double per_expert = static_cast<double>(m) * spec.top_k / std::max(1, spec.num_experts);
   if (per_expert <= ks.stream_max(fmt)) {
+    if (ks.uses_q8_stream(fmt) && per_expert <= ks.stream_max_m_q8) return "avx512vnni-q8-stream";
     if (!ks.uses_bf16_stream(fmt)) return ks.prefix + "-stream";
     // stream_amx_bf16 leaves one-token calls to the VDPBF16PS kernel: name the kernel most calls take.
     return ks.amx_stream && kernels::amx_stream_native(fmt) && per_expert > 1.0 ? "amx-bf16-stream"
@@ -221,6 +223,8 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
     ks.amx = false;
     ks.stream_bf16 = nullptr;
   }
+  // The q8 kernel computes with the int8 codes themselves, so only layers that quantize to them take it.
+  if (spec.act_quant != ActQuant::kInt8PerTokenGroup) ks.stream_q8 = nullptr;
   return ks;
 }
 
@@ -230,13 +234,17 @@ bool CpuRunner::takes_amx(kernels::PackFmt f, int64_t m) const noexcept {
   return ks_.amx && m >= 16 && m > ks_.stream_max(f);  // run_block's order: stream first, then AMX
 }
 
-void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb, int64_t ldx,
-                          int64_t m, Scratch& s, float* acc) const {
+void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb,
+                          const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc) const {
   kernels::BlockRef ref = w.block(e, b);
   ref.prefetch = ks_.prefetch;
   ref.e8m0_fold = ref.e8m0_fold && ks_.e8m0_fold;
   const int mi = static_cast<int>(m);
   if (m <= ks_.stream_max(ref.fmt)) {
+    if (q8 != nullptr && ks_.uses_q8_stream(ref.fmt) && m <= ks_.stream_max_m_q8) {
+      ks_.stream_q8(ref, *q8, mi, acc);
+      return;
+    }
     if (xb != nullptr && ks_.uses_bf16_stream(ref.fmt)) ks_.stream_bf16(ref, xb, ldx, mi, acc);
     else ks_.stream(ref, x, ldx, mi, acc);
     return;
@@ -261,7 +269,8 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
 }
 
 void CpuRunner::run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, const float* x, const uint16_t* xb,
-                           int64_t ldx, int64_t m, Scratch& s, float* acc, int64_t acc_stride) const {
+                           const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc,
+                           int64_t acc_stride) const {
   if (nb == 2 && xb != nullptr && takes_amx(w.fmt, m)) {
     const size_t pn = static_cast<size_t>(w.kp * 16);
     const uint16_t* panels[2];
@@ -280,7 +289,7 @@ void CpuRunner::run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, c
     kernels::tile_amx2(panels[0], panels[1], w.kp, xb, ldx, static_cast<int>(m), acc, acc + acc_stride, ks_.amx_prefetch);
     return;
   }
-  for (int q = 0; q < nb; ++q) run_block(w, e, b + q, x, xb, ldx, m, s, acc + q * acc_stride);
+  for (int q = 0; q < nb; ++q) run_block(w, e, b + q, x, xb, q8, ldx, m, s, acc + q * acc_stride);
 }
 
 void CpuRunner::forward(const ForwardArgs& args) {
@@ -419,6 +428,10 @@ void CpuRunner::forward(const ForwardArgs& args) {
   uint16_t* Hbb = want_bf16 ? hb_.get(static_cast<size_t>((rows + 16) * ldh)) : nullptr;
   float* gate = nullptr;
   if (has_shared && !shared_gate_.empty()) gate = gate_.get(static_cast<size_t>(M));
+  // int8 activation rows for the q8 kernel (layers with int8 activation quantization at its level).
+  const bool q8 = ks_.stream_q8 != nullptr;
+  const Q8Slots xq = q8 ? xq_.reserve(rows, hp_) : Q8Slots{};
+  const Q8Slots hq = q8 ? hq_.reserve(rows, ipmax) : Q8Slots{};
 
   // LoRA
   const LoraWeights* lw = (args.lora && !args.lora->token_adapter.empty() && args.lora->weights &&
@@ -474,7 +487,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
           gate[t] = sigmoid(g);
         }
       }
-      fake_quantize_act(aq, d, 1, H);
+      if (q8) pack_q8_row(d, hp_, xq.row(row), d);  // the codes, and d rounded as fake_quantize_act does
+      else fake_quantize_act(aq, d, 1, H);
       if (Xb) kernels::f32_to_bf16_row(d, hp_, Xb + row * ldx);
     }
 
@@ -516,7 +530,9 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const int per_call = takes_amx(w.fmt, job.m) ? item.nb : 1;
       for (int q0 = 0; q0 < item.nb; q0 += per_call) {
         const double t0 = clock();
-        run_blocks(w, e, item.b + q0, per_call, X + job.row0 * ldx, Xb ? Xb + job.row0 * ldx : nullptr, ldx, job.m, s,
+        const kernels::Q8Rows xqj = q8 ? xq.row(job.row0).view() : kernels::Q8Rows{};
+        run_blocks(w, e, item.b + q0, per_call, X + job.row0 * ldx, Xb ? Xb + job.row0 * ldx : nullptr,
+                   q8 ? &xqj : nullptr, ldx, job.m, s,
                    s.acc.v.data(), acc_stride);
         const double t1 = clock();
         for (int q = 0; q < per_call; ++q) {  // the epilogue per block, on that block's accumulators
@@ -565,7 +581,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const int64_t I = shared_row ? is_ : il_, ip = shared_row ? isp_ : ilp_;
       float* hrow = Hb + row * ldh;
       for (int64_t c = I; c < ip; ++c) hrow[c] = 0.0f;
-      fake_quantize_act(aq, hrow, 1, I);
+      if (q8) pack_q8_row(hrow, ip, hq.row(row), hrow);
+      else fake_quantize_act(aq, hrow, 1, I);
       if (Hbb) kernels::f32_to_bf16_row(hrow, ip, Hbb + row * ldh);
       if (lw && !shared_row) {
         const int a = row_adapter(row);
@@ -604,7 +621,9 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const PackedStack& w = job.shared ? *sw2_ : w2;
         const int64_t e = job.shared ? 0 : job.expert;
         const double t0 = clock();
-        run_blocks(w, e, b0, nbi, Hb + job.row0 * ldh, Hbb ? Hbb + job.row0 * ldh : nullptr, ldh, job.m, s,
+        const kernels::Q8Rows hqj = q8 ? hq.row(job.row0).view() : kernels::Q8Rows{};
+        run_blocks(w, e, b0, nbi, Hb + job.row0 * ldh, Hbb ? Hbb + job.row0 * ldh : nullptr, q8 ? &hqj : nullptr, ldh,
+                   job.m, s,
                    s.acc.v.data(), acc_stride);
         const double t1 = clock();
         for (int q = 0; q < nbi; ++q) {  // block b0 + q: its accumulators into its [M][16] output buffer

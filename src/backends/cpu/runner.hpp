@@ -11,6 +11,7 @@
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/prepack.hpp"
 #include "backends/cpu/profile.hpp"
+#include "backends/cpu/q8_rows.hpp"
 #include "dispatch/dispatch.hpp"
 #include "moerun/backend.hpp"
 
@@ -70,12 +71,14 @@ class CpuRunner final : public Runner {
 
   // Whether a call of m tokens on blocks of format f takes AMX tiles (bf16 activations at hand).
   bool takes_amx(kernels::PackFmt f, int64_t m) const noexcept;
-  void run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb, int64_t ldx,
-                 int64_t m, Scratch& s, float* acc) const;
+  // q8: the job's int8 activation rows (layers with int8 activation quantization at the q8 kernel's
+  // level; null otherwise), taken by calls the q8 kernel runs (KernelSet::uses_q8_stream).
+  void run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb,
+                 const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc) const;
   // Blocks b .. b + nb - 1 (nb 1 or 2) into acc + q * acc_stride: one tile_amx2 call where two blocks take
   // AMX tiles, else run_block per block. The accumulators are bitwise the same either way.
   void run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, const float* x, const uint16_t* xb,
-                  int64_t ldx, int64_t m, Scratch& s, float* acc, int64_t acc_stride) const;
+                  const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc, int64_t acc_stride) const;
 
   MoeSpec spec_;
   RunnerOptions options_;
@@ -94,6 +97,7 @@ class CpuRunner final : public Runner {
   Grow<float> hid_, logits_, topw_, x_, hbuf_, lora1_, lora2_, lora_t_, gate_;
   Grow<int32_t> topi_, row_expert_;
   Grow<uint16_t> xb_, hb_;
+  Q8Buffer xq_, hq_;  // int8 activation rows of X and H (q8 kernel)
   std::vector<Scratch> scratch_;
   std::unique_ptr<ForwardProfile> prof_;  // MOERUN_CPU_PROFILE set when the runner was created
 };

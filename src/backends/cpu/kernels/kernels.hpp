@@ -201,4 +201,32 @@ constexpr bool bf16_stream_native(PackFmt f) noexcept {
          f == PackFmt::kNvfp4;
 }
 
+// ---- int8 activations: AVX512-VNNI + AVX512-VBMI (gemm_avx512vnni.cpp) ----
+// Rows of int8 activation codes (ActQuant::kInt8PerTokenGroup; q8_rows.hpp packs them). Row r, with a
+// row stride of ld codes (a multiple of 32, at least the blocks' kp):
+//   q      [r * ld, +kp)          codes; within each 8-k chunk j in the order k = 8j + {0, 4, 1, 5, 2, 6, 3,
+//                                 7}, the order in which VPDPBUSD meets the e2m1 nibbles of a VNNI-word quad
+//   scale  [r * ld / 32, +kp / 32) each 32-k group's scale 2^e (NaN for a group that held a NaN or inf)
+//   bias16 [r * ld / 16, +kp / 16) -kQ8E2m1Offset x the sum of each 16-k group's codes
+//   bias32 [r * ld / 32, +kp / 32) the same per 32-k group
+struct Q8Rows {
+  const int8_t* q = nullptr;
+  const float* scale = nullptr;
+  const int32_t* bias16 = nullptr;
+  const int32_t* bias32 = nullptr;
+  int64_t ld = 0;
+  Q8Rows rows_from(int64_t r) const noexcept {
+    return {q + r * ld, scale + r * (ld / 32), bias16 + r * (ld / 16), bias32 + r * (ld / 32), ld};
+  }
+};
+// The q8 kernel decodes an e2m1 code c to the byte 2 * e2m1(c) + kQ8E2m1Offset in [0, 24] (unsigned,
+// VPDPBUSD's first operand); the bias rows take the offset back out of each group's integer sum.
+inline constexpr int kQ8E2m1Offset = 12;
+// stream_avx512bf16's contract for mxfp4 and nvfp4 blocks (code layout kVnniWords) with int8 activations:
+// acc[m][16] = sum over k of dequantized W[k][l] * q[i][k] * scale[i][k / 32], any m >= 0. Per K group
+// the integer dot products are exact (VPDPBUSD); the group's scales multiply their sum in f32, so the
+// result equals the dense f32 loop on the dequantized activations up to the order of the f32 additions.
+void stream_q8_avx512vnni(const BlockRef& b, const Q8Rows& x, int m, float* acc);
+constexpr bool q8_stream_native(PackFmt f) noexcept { return f == PackFmt::kMxfp4 || f == PackFmt::kNvfp4; }
+
 }  // namespace moerun::cpu::kernels

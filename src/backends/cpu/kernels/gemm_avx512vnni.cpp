@@ -1,0 +1,157 @@
+// cpu/kernels/gemm_avx512vnni.cpp — the int8-activation streaming kernel for 4-bit weights (kernels.hpp:
+// stream_q8_avx512vnni). Compiled with AVX-512F/BW/VL/DQ + AVX512-VNNI + AVX512-VBMI; reached only at
+// CpuIsa::kAvx512Bf16 and above (isa.cpp requires VNNI and VBMI for those levels).
+//
+// NOTES
+// - Why: with bf16 activations a one-token call of mxfp4 weights spends about 3.5 cycles per 32 weights
+//   on the H200 host's Xeon, 2 of them in VDPBF16PS alone (it issues once per 2 cycles there), which is
+//   as long as the 4.25-bit weights take to arrive from memory. VPDPBUSD multiplies 64 byte pairs per
+//   instruction, so with int8 activations the dot product costs a quarter of a cycle per 32 weights and
+//   the decode is two vpermb and a shift per 128 weights: the call becomes bound by memory alone.
+// - The codes: a VNNI-word quad (kernels.hpp: 64 bytes, 16 lanes x k pairs 4q .. 4q + 3) holds, in the
+//   dword of lane l, the nibbles of k = 8q + {0, 2, 4, 6} (low word) and 8q + {1, 3, 5, 7} (high word).
+//   The low nibble of each byte is k 8q + {0, 4, 1, 5}, the high nibble 8q + {2, 6, 3, 7}: one vpermb
+//   over the bytes (a 64-entry table that repeats the 16, so index bits 4-5 do not matter) decodes the
+//   low nibbles, a 16-bit shift by 4 and a second vpermb the high ones, with no mask. q8_rows.cpp lays
+//   the activation codes out in that k order, so each dword of a row is one broadcast operand.
+// - Signs: VPDPBUSD multiplies unsigned by signed bytes. The weights decode to 2 * e2m1 + 12 in [0, 24]
+//   and the activations stay signed; each group's integer sum starts at -12 x (sum of the activation
+//   codes), which the row packer stores, so the sum is exactly 2 x the e2m1 dot product. The 2 is undone
+//   with the global factors at the end.
+// - Per K group and token: the exact integer sum, converted once, times the weights' group scale, then
+//   fused into the f32 sum with the activation group's scale. Two powers of two for mxfp4 (exact unless
+//   the product leaves the f32 range), an e4m3 / 256 and a power of two for nvfp4 (global scale at the
+//   end, as in gemm_avx512bf16.cpp).
+// - Tokens run in register groups of up to 8, one integer and one f32 accumulator each; a single token
+//   uses two integer chains (low and high nibbles) so that VPDPBUSD's latency overlaps.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/kernels/avx512_decode.hpp"
+#include "backends/cpu/kernels/kernels.hpp"
+
+namespace moerun::cpu::kernels {
+namespace {
+
+struct alignas(64) ByteTable {
+  uint8_t v[64];
+};
+// 2 * e2m1(c) + kQ8E2m1Offset for the code c in an index's low 4 bits (bits 4-5 free).
+constexpr ByteTable q8_e2m1_table() {
+  constexpr int kTwice[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+  ByteTable t{};
+  for (int i = 0; i < 64; ++i) {
+    const int c = i & 15, mag = kTwice[c & 7];
+    t.v[i] = static_cast<uint8_t>(kQ8E2m1Offset + ((c & 8) ? -mag : mag));
+  }
+  return t;
+}
+constexpr ByteTable kQ8E2m1 = q8_e2m1_table();
+static_assert(kQ8E2m1.v[7] == 24 && kQ8E2m1.v[15] == 0 && kQ8E2m1.v[8] == 12 && kQ8E2m1.v[16 + 9] == 11,
+              "e2m1 6, -6, -0 and -0.5 doubled and offset");
+
+inline __m512i bcast_dword(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm512_set1_epi32(v);
+}
+
+#define MOERUN_T8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+template <PackFmt F, int MT>
+void q8_t(const BlockRef& b, const Q8Rows& x, float* acc) {
+  static_assert(q8_stream_native(F) && MT >= 1 && MT <= 8);
+  constexpr int G = group_size(F);   // weight group: 32 (mxfp4) or 16 (nvfp4) k
+  constexpr int kQuads = G / 8;      // 64-byte quads per weight group
+  constexpr int kPerActGroup = 32 / G;  // weight groups per 32-k activation group
+  const int64_t groups = b.kp / G;
+  const __m512i lut = _mm512_load_si512(kQ8E2m1.v);
+  const __m512 z = _mm512_setzero_ps();
+#define DECL(t)                                                                           \
+  __m512 f##t = z;                                                                        \
+  const Q8Rows r##t = x.rows_from((t) < MT ? (t) : 0);                                    \
+  const int32_t* bias##t = G == 32 ? r##t.bias32 : r##t.bias16;
+  MOERUN_T8(DECL)
+#undef DECL
+  __m512 sc_odd = z;  // nvfp4: the odd group's scale, converted with the even one's
+  for (int64_t g = 0; g < groups; ++g) {
+#define INIT(t) __m512i i##t = _mm512_set1_epi32(bias##t[g]);
+    MOERUN_T8(INIT)
+#undef INIT
+    __m512i i_hi = _mm512_setzero_si512();  // one token: the high nibbles' chain
+    for (int v = 0; v < kQuads; ++v) {
+      const int64_t quad = g * kQuads + v;
+      prefetch_pair<kVnniWordBytes>(b, quad);  // one line per quad, b.prefetch bytes ahead
+      const __m512i w = _mm512_load_si512(b.data + quad * kVnniWordBytes);
+      const __m512i lo = _mm512_permutexvar_epi8(w, lut);
+      const __m512i hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(w, 4), lut);
+      const int64_t k0 = quad * 8;
+      if constexpr (MT == 1) {
+        i0 = _mm512_dpbusd_epi32(i0, lo, bcast_dword(r0.q + k0));
+        i_hi = _mm512_dpbusd_epi32(i_hi, hi, bcast_dword(r0.q + k0 + 4));
+      } else {
+#define DOT(t)                                                          \
+        if constexpr (MT > (t)) {                                       \
+          i##t = _mm512_dpbusd_epi32(i##t, lo, bcast_dword(r##t.q + k0)); \
+          i##t = _mm512_dpbusd_epi32(i##t, hi, bcast_dword(r##t.q + k0 + 4)); \
+        }
+        MOERUN_T8(DOT)
+#undef DOT
+      }
+    }
+    if constexpr (MT == 1) i0 = _mm512_add_epi32(i0, i_hi);
+    __m512 sw;
+    if constexpr (F == PackFmt::kNvfp4) {
+      if ((g & 1) == 0) nvfp4_scale_pair(b.gscale, g, sw, sc_odd);
+      else sw = sc_odd;
+    } else {
+      sw = group_scale<F>(b.gscale, g, b.gmul);
+    }
+    const int64_t ag = g / kPerActGroup;
+#define FOLD(t)                                                                                           \
+    if constexpr (MT > (t))                                                                               \
+      f##t = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i##t), sw), _mm512_set1_ps(r##t.scale[ag]), f##t);
+    MOERUN_T8(FOLD)
+#undef FOLD
+  }
+  // The weights were decoded doubled; nvfp4's global scale (gmul = 256 x global, the e4m3 scales being
+  // value / 256) multiplies the finished sums.
+  const __m512 post = _mm512_set1_ps(F == PackFmt::kNvfp4 ? 0.5f * b.gmul : 0.5f);
+#define STORE(t) if constexpr (MT > (t)) _mm512_storeu_ps(acc + (t) * 16, _mm512_mul_ps(f##t, post));
+  MOERUN_T8(STORE)
+#undef STORE
+}
+
+template <PackFmt F>
+void stream_f(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
+  int i = 0;
+  for (; m - i >= 8; i += 8) q8_t<F, 8>(b, x.rows_from(i), acc + i * 16);
+  const Q8Rows r = x.rows_from(i);
+  float* a = acc + i * 16;
+  switch (m - i) {
+    case 7: q8_t<F, 7>(b, r, a); break;
+    case 6: q8_t<F, 6>(b, r, a); break;
+    case 5: q8_t<F, 5>(b, r, a); break;
+    case 4: q8_t<F, 4>(b, r, a); break;
+    case 3: q8_t<F, 3>(b, r, a); break;
+    case 2: q8_t<F, 2>(b, r, a); break;
+    case 1: q8_t<F, 1>(b, r, a); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void stream_q8_avx512vnni(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
+  switch (b.fmt) {
+    case PackFmt::kMxfp4: stream_f<PackFmt::kMxfp4>(b, x, m, acc); break;
+    case PackFmt::kNvfp4: stream_f<PackFmt::kNvfp4>(b, x, m, acc); break;
+    default:  // the runner calls it for q8_stream_native formats only; anything else must not look valid
+      std::fill(acc, acc + static_cast<int64_t>(m) * 16, __builtin_nanf(""));
+      break;
+  }
+}
+
+}  // namespace moerun::cpu::kernels
