@@ -7,6 +7,9 @@ namespace moerun::cli {
 void SpecOptions::add_to(CLI::App& app, bool allow_config) {
   app.add_option("--preset", preset, "a named layer shape (see `moerun presets`)");
   if (allow_config) app.add_option("--config", config, "a Hugging Face config.json (+ hf_quant_config.json beside it)");
+  app.add_option("--act-quant", act_quant,
+                 "dynamic activation quantization: " + allowed_act_quants() +
+                     " (default none; with --preset/--config it replaces the model's own)");
   auto* g = app.add_option_group("layer flags", "describe a layer by hand (when no --preset/--config)");
   g->add_option("--experts", experts, "number of routed experts E");
   g->add_option("--top-k", top_k, "experts per token");
@@ -15,7 +18,6 @@ void SpecOptions::add_to(CLI::App& app, bool allow_config) {
   g->add_option("--activation", activation, "silu-and-mul | gelu-and-mul | gelu-tanh-and-mul | swiglu-oai | relu2 | silu");
   g->add_option("--scoring", scoring, "softmax | sigmoid");
   g->add_option("--format", format, "weight format: " + allowed_weight_formats());
-  g->add_option("--act-quant", act_quant, "none | fp8-token-group");
   g->add_option("--act-dtype", act_dtype, "f32 | f16 | bf16");
   g->add_option("--n-group", n_group, "expert groups for grouped top-k");
   g->add_option("--topk-group", topk_group, "groups kept by grouped top-k");
@@ -44,7 +46,8 @@ std::optional<HfModel> SpecOptions::model() const {
 MoeSpec SpecOptions::resolve() const {
   if (!preset.empty() && !config.empty()) throw_error(ErrorKind::kInvalidArgument, "give --preset or --config, not both");
   MoeSpec s;
-  if (auto m = model()) {
+  const std::optional<HfModel> m = model();
+  if (m) {
     s = m->spec;
   } else {
     if (experts == 0 && top_k == 0 && hidden == 0 && intermediate == 0)
@@ -64,9 +67,6 @@ MoeSpec SpecOptions::resolve() const {
     auto f = parse_weight_format(format);
     if (!f) throw_error(ErrorKind::kInvalidArgument, "--format '" + format + "': allowed " + allowed_weight_formats());
     s.weight_format = *f;
-    auto q = parse_act_quant(act_quant);
-    if (!q) throw_error(ErrorKind::kInvalidArgument, "--act-quant '" + act_quant + "': allowed none, fp8-token-group");
-    s.act_quant = *q;
     if (act_dtype == "f32") s.act_dtype = DType::kF32;
     else if (act_dtype == "f16") s.act_dtype = DType::kF16;
     else if (act_dtype == "bf16") s.act_dtype = DType::kBF16;
@@ -83,6 +83,11 @@ MoeSpec SpecOptions::resolve() const {
     s.router_bias = router_bias;
     s.lora.max_adapters = lora_adapters;
     s.lora.max_rank = lora_rank;
+  }
+  if (!act_quant.empty() || !m) {
+    auto q = parse_act_quant(act_quant.empty() ? "none" : act_quant);
+    if (!q) throw_error(ErrorKind::kInvalidArgument, "--act-quant '" + act_quant + "': allowed " + allowed_act_quants());
+    s.act_quant = *q;
   }
   s.parallel.tp = tp;
   s.parallel.ep = ep;
