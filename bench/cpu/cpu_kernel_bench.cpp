@@ -32,6 +32,7 @@
 
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/prepack.hpp"
+#include "backends/cpu/q8_rows.hpp"
 #include "moerun/formats.hpp"
 #include "moerun/platform.hpp"
 
@@ -56,10 +57,12 @@ std::vector<std::string> split(const std::string& s) {
 struct Fmt {
   const char* name;
   WeightFormat f;
+  bool q8 = false;  // int8 activations: the q8 kernel (avx512-bf16 and amx levels), as the runner runs them
 };
 const Fmt kFormats[] = {{"bf16", WeightFormat::kBF16},       {"fp8-block", WeightFormat::kFp8Block},
                         {"fp8-channel", WeightFormat::kFp8PerChannel}, {"int8", WeightFormat::kInt8PerChannel},
-                        {"mxfp4", WeightFormat::kMxfp4},     {"nvfp4", WeightFormat::kNvfp4}};
+                        {"mxfp4", WeightFormat::kMxfp4},     {"nvfp4", WeightFormat::kNvfp4},
+                        {"mxfp4-q8", WeightFormat::kMxfp4, true}, {"nvfp4-q8", WeightFormat::kNvfp4, true}};
 
 // One expert [N, K] packed, replicated `copies` times so the whole set exceeds the caches.
 struct Set {
@@ -161,9 +164,14 @@ int main(int argc, char** argv) {
   for (float& v : x) v = nd(g);
   std::vector<uint16_t> xb(x.size());  // the same activations in bf16, for the AVX512-BF16 kernel
   for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
-  // One streaming call the way the runner makes it (run_block): the bf16 kernel where it takes the format.
+  Q8Buffer q8buf;  // the same activations as int8 rows, for the q8 kernel
+  const Q8Slots xq = q8buf.reserve(64, K);
+  for (int i = 0; i < 64; ++i) pack_q8_row(x.data() + i * K, K, xq.row(i));
+  // One streaming call the way the runner makes it (run_block): the q8 kernel for the "-q8" rows (the
+  // kernel sets of the other rows have none), the bf16 kernel where it takes the format.
   auto stream = [&](const KernelSet& k, const kernels::BlockRef& b, int m, float* acc) {
-    if (k.stream_bf16 != nullptr && k.uses_bf16_stream(b.fmt)) k.stream_bf16(b, xb.data(), K, m, acc);
+    if (k.uses_q8_stream(b.fmt) && m <= k.stream_max_m_q8) k.stream_q8(b, xq.view(), m, acc);
+    else if (k.stream_bf16 != nullptr && k.uses_bf16_stream(b.fmt)) k.stream_bf16(b, xb.data(), K, m, acc);
     else k.stream(b, x.data(), K, m, acc);
   };
   std::vector<float> acc(64 * 16);
@@ -175,7 +183,11 @@ int main(int argc, char** argv) {
   std::printf("   (min of %d; mem: GB/s of packed bytes; cached: ns per k pair per block; last: ratio)\n", reps);
   for (const Fmt& F : kFormats) {
     if (!formats.empty() && std::find(formats.begin(), formats.end(), F.name) == formats.end()) continue;
+    if (F.q8 && ks[0].stream_q8 == nullptr) continue;  // below avx512-bf16
     Set s = make_set(F.f, N, K, 96u << 20, ks[0].code_layout);  // the same at every variant of one level
+    std::vector<KernelSet> kv = ks;  // q8 rows take the q8 kernel, the others never
+    if (!F.q8)
+      for (KernelSet& k : kv) k.stream_q8 = nullptr;
     const int64_t nb = s.p->nblocks, pairs = s.p->kp / 2;
     // memory-resident, m = 1
     {
@@ -184,7 +196,7 @@ int main(int argc, char** argv) {
         for (size_t v = 0; v < ks.size(); ++v) {
           const double t0 = now_s();
           for (int c = 0; c < s.copies; ++c)
-            for (int64_t b = 0; b < nb; ++b) stream(ks[v], s.block(c, b), 1, acc.data());
+            for (int64_t b = 0; b < nb; ++b) stream(kv[v], s.block(c, b), 1, acc.data());
           t[v].push_back(now_s() - t0);
         }
       std::printf("%-12s %-22s", F.name, "mem m=1");
@@ -200,7 +212,7 @@ int main(int argc, char** argv) {
       const int iters = std::max(1, 16 / m);
       for (int r = 0; r < reps; ++r)
         for (size_t v = 0; v < ks.size(); ++v) {
-          const KernelSet& k = ks[v];
+          const KernelSet& k = kv[v];
           const bool streams = m <= k.stream_max(s.p->fmt);
           const double t0 = now_s();
           for (int it = 0; it < iters; ++it)

@@ -3,8 +3,10 @@
 //
 //   cpu_moe_bench [--quick] [--json PATH] [--threads N] [--only SHAPE,...] [--m 1,64,...] [--compare-v1]
 //                 [--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE] [--budget S]
-//                 [--stream-sweep 4,8,16,...]
+//                 [--stream-sweep 4,8,16,...] [--formats LABEL,...]
 //
+// --formats LABEL,...: only the rows of these formats, labelled as in the output ("bf16", "mxfp4",
+// "mxfp4+int8-token-group", ...). --m replaces the token counts of the bf16 and int8-activation rows.
 // --budget S: seconds of timed calls per row (default 0.8, 0.25 with --quick; at least 3 calls).
 // --stream-sweep N,...: instead of the usual rows, time the bf16 qwen3-30b-a3b and deepseek-v2-lite layers
 // (--only narrows) at --m (default 16,64,256) once per stream/tile crossover N, set through the cpu
@@ -25,7 +27,8 @@
 // (same bytes and FLOPs).
 //
 // Per row: median time of many forwards, each with a different set of router logits so that the
-// activated experts (and their weights) change between calls and come from memory, not cache; bytes
+// activated experts (and their weights) change between calls and come from memory, not cache (the cpu
+// rows also rotate over copies of the weights, at least ~1 GB in all: kRotateBytes); bytes
 // are the distinct activated experts' weight bytes (as stored) averaged over those logit sets;
 // floor = max(bytes / bandwidth, flops / peak); roofline % = floor / time. The peak is the one of the
 // instructions the row's variant runs: the AMX bf16 tile peak for "amx-bf16-*" (and for oneDNN where
@@ -46,6 +49,7 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -89,6 +93,10 @@ struct Opts {
   double row_budget() const { return budget >= 0 ? budget : quick ? 0.25 : 0.8; }
   bool want(const std::string& shape) const {
     return only.empty() || std::find(only.begin(), only.end(), shape) != only.end();
+  }
+  std::vector<std::string> formats;  // run only these format labels (empty = all); --formats A,B,...
+  bool want_format(const std::string& label) const {
+    return formats.empty() || std::find(formats.begin(), formats.end(), label) != formats.end();
   }
 };
 
@@ -227,16 +235,32 @@ std::pair<std::string, double> peak_for(const Limits& l, const std::string& back
   return vec;
 }
 
+// The weight format, with "+<act quant>" when the layer quantizes its activations ("mxfp4+int8-token-group").
+std::string format_label(const MoeSpec& s) {
+  std::string f(to_string(s.weight_format));
+  if (s.act_quant != ActQuant::kNone) f += "+" + std::string(to_string(s.act_quant));
+  return f;
+}
+
 // ---- a model under test ------------------------------------------------------------------------------
 
 struct Model {
   std::string name, note;
   MoeSpec spec;
-  std::shared_ptr<MoeWeights> w;
+  std::shared_ptr<MoeWeights> w;                   // copy 0: what the reference and oneDNN rows use
+  std::vector<std::shared_ptr<MoeWeights>> copies;  // every copy (see kRotateBytes), copies[0] == w
   std::vector<HostTensor> logits;  // rotating router logit sets [Mmax, E]
   HostTensor hidden;               // [Mmax, H] in act dtype
   int64_t mmax = 0;
 };
+
+// Weight copies: the cpu rows rotate over enough copies of the experts that the calls of one cycle of
+// logit sets touch at least about this many bytes, whatever the format, so a 4-bit layer's weights come
+// from memory as a bf16 layer's do. (One copy of qwen3-30b-a3b's mxfp4 experts is 320 MB, of which a
+// cycle of 8 one-token logit sets touches about 130 MB: close to the Xeon's last-level cache, so one-token
+// 4-bit rows ran at up to 137% of the bandwidth floor with a single copy. bf16 is 1.2 GB per copy.)
+constexpr double kRotateBytes = 1e9;
+constexpr int kMaxCopies = 8;
 
 Model make_model(const std::string& preset, const std::string& note, WeightFormat fmt, int64_t mmax,
                  std::function<void(MoeSpec&)> edit = {}) {
@@ -253,7 +277,13 @@ Model make_model(const std::string& preset, const std::string& note, WeightForma
   m.mmax = mmax;
   const double t0 = now_s();
   m.w = std::make_shared<MoeWeights>(random_weights(m.spec, 1));
-  std::fprintf(stderr, "  weights %s %s: %.1f s\n", preset.c_str(), std::string(to_string(fmt)).c_str(), now_s() - t0);
+  m.copies = {m.w};
+  const double per_copy = static_cast<double>(m.spec.num_experts) *
+                          static_cast<double>(m.w->w13.bytes_per_expert() + m.w->w2.bytes_per_expert());
+  const int copies = std::clamp(static_cast<int>(std::ceil(kRotateBytes / per_copy)), 1, kMaxCopies);
+  for (int c = 1; c < copies; ++c) m.copies.push_back(std::make_shared<MoeWeights>(random_weights(m.spec, 1 + c)));
+  std::fprintf(stderr, "  weights %s %s: %d cop%s of %.0f MB, %.1f s\n", preset.c_str(), std::string(to_string(fmt)).c_str(),
+               copies, copies == 1 ? "y" : "ies", per_copy / 1e6, now_s() - t0);
   std::mt19937 g(3);
   std::normal_distribution<float> n(0.0f, 1.0f);
   for (int s = 0; s < 8; ++s) {
@@ -478,7 +508,8 @@ struct Bench {
     const double floor = std::max(c.bytes / (l.bw * 1e9), c.flops / (peak * 1e9));
     json r = {{"shape", m.name},
               {"note", m.note},
-              {"format", std::string(to_string(m.spec.weight_format))},
+              {"format", format_label(m.spec)},
+              {"act_quant", std::string(to_string(m.spec.act_quant))},
               {"backend", backend},
               {"variant", variant},
               {"m", M},
@@ -491,25 +522,40 @@ struct Bench {
               {"floor_ms", floor * 1e3},
               {"peak", peak_name},
               {"peak_gflops", peak},
-              {"roofline_pct", 100.0 * floor / t}};
+              {"roofline_pct", 100.0 * floor / t},
+              {"weight_copies", backend.rfind("cpu", 0) == 0 ? static_cast<int>(m.copies.size()) : 1}};
     if (ref_t > 0) r["speedup_vs_reference"] = ref_t / t;
     rows.push_back(r);
     std::printf("%-18s %-14s %-28s M=%-5lld th=%-2d %9.3f ms %7.2f GB/s %7.3f TF/s floor %8.3f ms (%-10s) %5.1f%%%s\n",
-                m.name.c_str(), std::string(to_string(m.spec.weight_format)).c_str(),
+                m.name.c_str(), format_label(m.spec).c_str(),
                 (backend + (variant.empty() ? "" : "/" + variant)).c_str(), static_cast<long long>(M), th, t * 1e3,
                 c.bytes / t / 1e9, c.flops / t / 1e12, floor * 1e3, peak_name.c_str(), 100.0 * floor / t,
                 ref_t > 0 ? (" x" + std::to_string(ref_t / t) + " vs ref").c_str() : "");
     std::fflush(stdout);
   }
 
-  double run_cpu(const Model& m, int64_t M, int th, std::string* variant = nullptr) {
+  // One cpu runner per weight copy of m (Model::copies), made with the current environment.
+  static std::vector<std::unique_ptr<Runner>> cpu_runners(const Model& m, int th) {
     RunnerOptions ro;
     ro.threads = th;
-    auto r = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro);
+    std::vector<std::unique_ptr<Runner>> rs;
+    for (const auto& w : m.copies) rs.push_back(make_cpu_backend()->create_runner(m.spec, *w, Platform::detect(), ro));
+    return rs;
+  }
+  // Call `call` runs copy call % copies on logit set (call / copies) % sets: each cycle of the sets
+  // passes every copy.
+  static ForwardArgs copy_args(const Model& m, int64_t M, int call, HostTensor& out) {
+    return args_for(m, M, call / static_cast<int>(m.copies.size()), out);
+  }
+
+  double run_cpu(const Model& m, int64_t M, int th, std::string* variant = nullptr) {
+    auto rs = cpu_runners(m, th);
     HostTensor out(DType::kBF16, {M, m.spec.hidden});
-    if (variant) *variant = r->variant_for(M);
+    if (variant) *variant = rs[0]->variant_for(M);
     const double budget = opt.row_budget();
-    return time_median([&](int call) { auto a = args_for(m, M, call, out); r->forward(a); }, budget);
+    const int n = static_cast<int>(rs.size());
+    return time_median([&](int call) { auto a = copy_args(m, M, call, out); rs[static_cast<size_t>(call % n)]->forward(a); },
+                       budget);
   }
 
   // The cpu backend with the current kernels and with v1 (env = value: MOERUN_CPU_KERNELS=v1 or
@@ -521,21 +567,22 @@ struct Bench {
     const char* prev = std::getenv(env);
     const std::string keep = prev ? prev : "";
     setenv(env, value, 1);
-    auto r1 = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro);
+    auto r1 = cpu_runners(m, ro.threads);
     if (prev) setenv(env, keep.c_str(), 1);
     else unsetenv(env);
-    auto r2 = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro);
+    auto r2 = cpu_runners(m, ro.threads);
     HostTensor out(DType::kBF16, {M, m.spec.hidden});
     std::vector<double> t1, t2;
     const double budget = 2 * opt.row_budget(), start = now_s();
+    const size_t n = r1.size();
     for (int call = 0; (t1.size() < 3 || now_s() - start < budget) && t1.size() < 200; ++call) {
       // each call's logits differ (fresh experts from memory); which runner goes first alternates, so
       // neither profits more from what the other left in L3
-      auto a = args_for(m, M, call, out);
+      auto a = copy_args(m, M, call, out);
       for (int j = 0; j < 2; ++j) {
         const bool v2 = (j == 0) == (call % 2 == 0);
         const double t0 = now_s();
-        (v2 ? r2 : r1)->forward(a);
+        (v2 ? r2 : r1)[static_cast<size_t>(call) % n]->forward(a);
         if (call > 0) (v2 ? t2 : t1).push_back(now_s() - t0);
       }
     }
@@ -682,13 +729,19 @@ int main(int argc, char** argv) {
              argv[i + 1][0] != '=' && std::strncmp(argv[i + 1], "MOERUN_CPU_ISA=", 15) != 0)
       b.opt.compare_env = argv[++i];  // (the ISA cap is read once per process: not comparable here)
     else if (a == "--m" && i + 1 < argc) b.opt.ms = parse_list(argv[++i]);
+    else if (a == "--formats" && i + 1 < argc) {
+      std::stringstream ss(argv[++i]);
+      for (std::string f; std::getline(ss, f, ',');)
+        if (!f.empty()) b.opt.formats.push_back(f);
+    }
     else if (a == "--budget" && i + 1 < argc) b.opt.budget = std::atof(argv[++i]);
     else if (a == "--stream-sweep" && i + 1 < argc) {
       for (int64_t n : parse_list(argv[++i])) b.opt.sweep.push_back(static_cast<int>(n));
     } else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE,...] [--m 1,64,...] [--compare-v1] "
-                   "[--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE] [--budget S] [--stream-sweep 4,8,16,...]\n",
+                   "[--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE] [--budget S] [--stream-sweep 4,8,16,...] "
+                   "[--formats bf16,mxfp4+int8-token-group,...]\n",
                    argv[0]);
       return 2;
     }
@@ -762,7 +815,7 @@ int main(int argc, char** argv) {
 
   const std::vector<int64_t> all_m = !b.opt.ms.empty() ? b.opt.ms
                                      : b.opt.quick ? std::vector<int64_t>{1, 16, 256} : std::vector<int64_t>{1, 4, 16, 64, 256, 1024};
-  if (b.opt.want("qwen3-30b-a3b")) {
+  if (b.opt.want("qwen3-30b-a3b") && b.opt.want_format("bf16")) {
     Model q = make_model("qwen3-30b-a3b", "", WeightFormat::kBF16, 1024);
     b.model_rows(q, all_m, true, true);
     // thread scaling 1 -> N
@@ -775,24 +828,37 @@ int main(int argc, char** argv) {
   }
   if (b.opt.want("qwen3-30b-a3b")) {  // quantized formats at decode (M = 1), plus prefill M=256 for each
     for (WeightFormat f : {WeightFormat::kFp8Block, WeightFormat::kMxfp4, WeightFormat::kNvfp4, WeightFormat::kInt8PerChannel}) {
+      if (!b.opt.want_format(std::string(to_string(f)))) continue;
       Model q = make_model("qwen3-30b-a3b", "", f, 256);
       b.model_rows(q, b.opt.quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 256}, false, false);
       write_json();
     }
+    // 4-bit weights with int8 activations (the q8 kernel up to 16 tokens per expert: M = 32 here).
+    for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+      if (!b.opt.want_format(std::string(to_string(f)) + "+int8-token-group")) continue;
+      const std::vector<int64_t> ms = !b.opt.ms.empty() ? b.opt.ms
+                                      : b.opt.quick     ? std::vector<int64_t>{1}
+                                                        : std::vector<int64_t>{1, 4, 16, 64, 256};
+      Model q = make_model("qwen3-30b-a3b", "int8 activations", f, std::max<int64_t>(256, *std::max_element(ms.begin(), ms.end())),
+                           [](MoeSpec& s) { s.act_quant = ActQuant::kInt8PerTokenGroup; });
+      b.model_rows(q, ms, false, false);
+      write_json();
+    }
   }
   if (!b.opt.quick) {
-    if (b.opt.want("deepseek-v2-lite")) {
+    if (b.opt.want("deepseek-v2-lite") && b.opt.want_format("bf16")) {
       Model d = make_model("deepseek-v2-lite", "2 shared experts", WeightFormat::kBF16, 1024);
       b.model_rows(d, all_m, false, true);
       write_json();
     }
     for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kBF16}) {
       if (!b.opt.want("gpt-oss-20b")) break;
+      if (!b.opt.want_format(std::string(to_string(f)))) continue;
       Model g = make_model("gpt-oss-20b", "swiglu-oai, interleaved, biases", f, 1024);
       b.model_rows(g, all_m, false, f == WeightFormat::kBF16);
       write_json();
     }
-    if (b.opt.want("mixtral-8x7b")) {
+    if (b.opt.want("mixtral-8x7b") && b.opt.want_format("bf16")) {
       Model x = make_model("mixtral-8x7b", "scaled: I = 14336/4 = 3584 (fits the 24 GiB box with oneDNN's f32 copy)",
                            WeightFormat::kBF16, 1024, [](MoeSpec& s) { s.intermediate = 3584; });
       b.model_rows(x, {1, 16, 256}, false, true);
