@@ -12,7 +12,8 @@
 # time limit (the JSON is rewritten after every model, so a step cut short keeps the rows it finished);
 # the whole runs in about 4 minutes after the build.
 # Knobs: XEON_BENCH_THREADS (default "2 $(nproc)"), XEON_BENCH_BUDGET (seconds of timed calls per row,
-# default 0.3), XEON_BENCH_SWEEP (default 4,8,16,32,64; empty: no sweep), XEON_BENCH_QUICK=1 (--quick runs).
+# default 0.3), XEON_BENCH_SWEEP (default 4,8,16,32,64; empty: no sweep), XEON_BENCH_QUICK=1 (--quick runs),
+# XEON_BENCH_LIMIT (seconds per cpu_moe_bench pass; default 110 at 2 threads, 75 above).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${1:?usage: xeon-bench.sh <build-dir> [<out-dir>]}
@@ -49,7 +50,8 @@ ldd "$BENCH" | grep -E 'dnnl|OpenCL' | tee -a "$LOG"
 q=(); [ "${XEON_BENCH_QUICK:-0}" = 1 ] && q=(--quick)
 budget=${XEON_BENCH_BUDGET:-0.3}
 threads=${XEON_BENCH_THREADS:-"2 $(nproc)"}
-limit_for() { [ "$1" -le 2 ] && echo 110 || echo 75; }  # seconds; the 2-thread pass is the slower one
+# seconds per pass (XEON_BENCH_LIMIT overrides both); the 2-thread pass is the slower one
+limit_for() { [ -n "${XEON_BENCH_LIMIT:-}" ] && echo "$XEON_BENCH_LIMIT" && return; [ "$1" -le 2 ] && echo 110 || echo 75; }
 jsons=()
 for th in $threads; do
   log "cpu_moe_bench --threads $th (all rows, budget $budget s/row)"
