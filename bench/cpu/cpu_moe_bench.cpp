@@ -833,7 +833,7 @@ int main(int argc, char** argv) {
       b.model_rows(q, b.opt.quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 256}, false, false);
       write_json();
     }
-    // 4-bit weights with int8 activations (the q8 kernel up to 16 tokens per expert: M = 32 here).
+    // 4-bit weights with int8 activations (the q8 kernel up to 8 tokens per expert: M = 128 here).
     for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
       if (!b.opt.want_format(std::string(to_string(f)) + "+int8-token-group")) continue;
       const std::vector<int64_t> ms = !b.opt.ms.empty() ? b.opt.ms
