@@ -100,7 +100,8 @@ void fake_quantize_act_fp8_per_token_group(float* x, int64_t m, int64_t k);
 
 // int8 activation quantization (ActQuant::kInt8PerTokenGroup), one group of n <= 32 values: codes
 // q[i] = round-half-even(x[i] / 2^e) in [-127, 127] with the smallest e >= -126 such that
-// absmax <= 127 * 2^e (e = 0 for an all-zero group). Returns the scale 2^e. Every q * 2^e is a normal
+// absmax <= 127 * 2^e (e = 0 for an all-zero group), e at most 121: a group with absmax above
+// 127 * 2^121 (within 1% of FLT_MAX) saturates its largest values to +-127 * 2^121. Returns 2^e. Every q * 2^e is a normal
 // (or zero) f32 and bf16 number, so a kernel computing with the codes and one computing with bf16
 // copies of the dequantized values see the same operands. A group holding a NaN or an infinity
 // returns NaN and zero codes: its outputs become NaN, never a finite guess.

@@ -442,6 +442,9 @@ void fake_quantize_act_fp8_per_token_group(float* x, int64_t m, int64_t k) {
 }
 
 float quantize_act_int8_group(const float* x, int n, int8_t* q) noexcept {
+  // The largest scale: 127 * 2^121 is finite, 64 * 2^122 = 2^128 is not. Groups whose absmax lies above
+  // 127 * 2^121 (within 1% of FLT_MAX) saturate there instead of dequantizing to infinity.
+  constexpr int kMaxE = 121;
   float amax = 0.0f;
   bool finite = true;
   for (int i = 0; i < n; ++i) {
@@ -459,16 +462,17 @@ float quantize_act_int8_group(const float* x, int n, int8_t* q) noexcept {
     int b = 0;
     std::frexp(amax, &b);
     e = std::max(b - 7, -126);
-    while (std::ldexp(127.0f, e) < amax) ++e;
+    while (e < kMaxE && std::ldexp(127.0f, e) < amax) ++e;
     while (e > -126 && std::ldexp(127.0f, e - 1) >= amax) --e;
   }
   // x / 2^e as x * 2^-e (a normal power of two for e in [-126, 121]: exact, or below 2^-126 where the
-  // code is 0 anyway), rounded half to even by the 1.5 * 2^23 trick (|x / 2^e| <= 127; the project never
-  // builds with -ffast-math, which could fold it): no libm calls, since the cpu backend quantizes every
-  // activation row of a forward with this.
+  // code is 0 anyway), rounded half to even by the 1.5 * 2^23 trick (the project never builds with
+  // -ffast-math, which could fold it): no libm calls, since the cpu backend quantizes every activation
+  // row of a forward with this. The clamp only acts past 127 * 2^121 (see kMaxE).
   const float inv = std::ldexp(1.0f, -e);
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
-  for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(static_cast<int>((x[i] * inv + kRound) - kRound));
+  for (int i = 0; i < n; ++i)
+    q[i] = static_cast<int8_t>(std::clamp(static_cast<int>((x[i] * inv + kRound) - kRound), -127, 127));
   return std::ldexp(1.0f, e);
 }
 

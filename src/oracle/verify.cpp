@@ -20,9 +20,11 @@ namespace moerun {
 // accumulate in fp32 in any order (bf16: 2^-9 relative per rounding, f16: 2^-12); the bounds below
 // hold that with ~4x margin at the harness's sizes. Dynamic activation quantization can flip a rounding
 // step of an intermediate element when accumulation order differs: up to 1/8 of the element for e4m3,
-// 1/64 of the group's absmax for int8. One such flip among the 32-64 intermediate columns of a
+// 1/64 of the group's absmax for int8. One e4m3 flip among the 32-64 intermediate columns of a
 // scaled-down layer moves the relative L2 error by up to ~1/8 / sqrt(32) = 2.2% (moerun check met 2.06%
-// on kimi-k2's, tp = 2, seeded by its order of runs on the H200 host), so both measures allow 4%.
+// on kimi-k2's, tp = 2, seeded by its order of runs on the H200 host), an int8 flip by at most ~1/64.
+// The bounds stay below what skipping the quantization costs (fp8-token-group 4.2-4.4%, int8 1.7-1.8%
+// relative L2 on docs/formats.md's layer), so a backend that ignores act_quant still fails.
 Tolerance tolerance_for(const MoeSpec& spec) {
   Tolerance t;
   switch (spec.act_dtype) {
@@ -30,7 +32,8 @@ Tolerance tolerance_for(const MoeSpec& spec) {
     case DType::kF16: t = {4e-3, 2e-3}; break;
     default: t = {2.5e-2, 1.5e-2}; break;  // BF16
   }
-  if (spec.act_quant != ActQuant::kNone) t = {std::max(t.max_normalized, 4e-2), std::max(t.rel_l2, 4e-2)};
+  if (spec.act_quant == ActQuant::kFp8PerTokenGroup) t = {std::max(t.max_normalized, 4e-2), std::max(t.rel_l2, 3e-2)};
+  if (spec.act_quant == ActQuant::kInt8PerTokenGroup) t = {std::max(t.max_normalized, 2.5e-2), std::max(t.rel_l2, 1e-2)};
   return t;
 }
 
@@ -80,7 +83,6 @@ MoeSpec random_spec(uint64_t seed, const std::vector<WeightFormat>& formats) {
   const bool fp8 = s.weight_format == WeightFormat::kFp8Block || s.weight_format == WeightFormat::kFp8PerChannel ||
                    s.weight_format == WeightFormat::kFp8PerTensor;
   if (fp8 && g.below(2)) s.act_quant = ActQuant::kFp8PerTokenGroup;
-  if (fp4 && g.below(2)) s.act_quant = ActQuant::kInt8PerTokenGroup;
   s.expert_bias = g.below(3) == 0;
   s.router_bias = g.below(4) == 0;
   if (s.activation.gated() && g.below(3) == 0) {
@@ -93,6 +95,8 @@ MoeSpec random_spec(uint64_t seed, const std::vector<WeightFormat>& formats) {
     s.lora.max_adapters = 1 + static_cast<int>(g.below(3));
     s.lora.max_rank = 1 + static_cast<int>(g.below(8));
   }
+  // Drawn last, so that the specs of earlier seeds keep every other field.
+  if (fp4 && g.below(2)) s.act_quant = ActQuant::kInt8PerTokenGroup;
   s.validate();
   return s;
 }

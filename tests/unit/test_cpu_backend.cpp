@@ -406,6 +406,44 @@ TEST(CpuBackend, Int8ActivationQuant) {
       }
 }
 
+// The tolerance alone would not notice a path that skipped the quantization (tolerance_for keeps it
+// below the quantization's own effect, but only just): every level's output must lie far closer to the
+// quantized reference than the unquantized reference does, on the q8 kernel (4 tokens per expert) and on
+// the fake-quantized rows of the other kernels (25).
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(CpuBackend, Int8ActivationQuantIsApplied) {
+  for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4})
+    for (int64_t m : {16, 100}) {
+      Case c;
+      c.spec = base_spec();
+      c.spec.weight_format = f;
+      c.spec.act_quant = ActQuant::kInt8PerTokenGroup;
+      c.m = m;
+      const MoeWeights w = random_weights(c.spec, 9);
+      auto ref = make_reference_backend();
+      const Result want = run_backend(*ref, c, w, nullptr);
+      Case plain = c;
+      plain.spec.act_quant = ActQuant::kNone;
+      const double effect = rel_l2(run_backend(*ref, plain, w, nullptr).out, want.out);
+      EXPECT_GT(effect, 5e-3) << to_string(f) << " m=" << m;
+      IsaCapGuard guard;
+      for (CpuIsa isa : levels()) {
+        set_cpu_isa_cap(isa);
+        const Result got = run_backend(*make_cpu_backend(), c, w, nullptr);
+        EXPECT_LT(rel_l2(got.out, want.out), 0.1 * effect)
+            << to_string(f) << " m=" << m << " " << to_string(isa) << " " << got.variant;
+      }
+    }
+}
+
 TEST(CpuBackend, Int8ActivationQuantNamesTheQ8Kernel) {
   MoeSpec s = base_spec();  // 8 experts, top 2: m tokens = m / 4 per expert
   s.act_quant = ActQuant::kInt8PerTokenGroup;

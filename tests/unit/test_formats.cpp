@@ -883,6 +883,15 @@ TEST(Formats, Int8ActQuantPowerOfTwoScales) {
   const float huge[1] = {3e38f};
   EXPECT_EQ(quantize_act_int8_group(huge, 1, q), 0x1p+121f);
   EXPECT_EQ(q[0], 113);  // 3e38 / 2^121 = 112.85
+  // Past 127 * 2^121 the scale stops (64 * 2^122 would be infinite) and the codes saturate: finite.
+  const float top[3] = {std::numeric_limits<float>::max(), -3.38e38f, 1.0e38f};
+  EXPECT_EQ(quantize_act_int8_group(top, 3, q), 0x1p+121f);
+  EXPECT_EQ(q[0], 127);
+  EXPECT_EQ(q[1], -127);
+  EXPECT_EQ(q[2], 38);  // 1e38 / 2^121 = 37.6
+  std::vector<float> top_row(top, top + 3);
+  fake_quantize_act_int8_per_token_group(top_row.data(), 1, 3);
+  for (float v : top_row) EXPECT_TRUE(std::isfinite(v)) << v;
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     const float g[3] = {1.0f, bad, 2.0f};
     EXPECT_TRUE(std::isnan(quantize_act_int8_group(g, 3, q)));

@@ -60,7 +60,7 @@ void backends(const BackendsOptions& o) {
     }
     std::string formats;
     for (const FormatSupport& f : c.formats)
-      formats += (formats.empty() ? "" : " ") + std::string(to_string(f.weights)) + (f.act_quant != ActQuant::kNone ? "+fp8act" : "");
+      formats += (formats.empty() ? "" : " ") + std::string(to_string(f.weights)) + (f.act_quant != ActQuant::kNone ? "+" + std::string(to_string(f.act_quant)) : "");
     std::string variants;
     for (const KernelVariant& v : c.variants) variants += (variants.empty() ? "" : ", ") + v.name;
     const bool runs_here = c.device == DeviceKind::kCpu ? platform.cpu.isa() >= c.min_cpu_isa

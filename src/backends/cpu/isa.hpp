@@ -73,7 +73,7 @@ inline constexpr int kAmxStreamMaxTokensBf16 = 16;
 // The q8 kernel (int8 activations, 4-bit weights) against the bf16 kernels on the same dequantized
 // activations (MOERUN_CPU_Q8=0), qwen3-30b-a3b at the AMX level on the H200 host's Xeon, calls
 // alternating in one process, weight copies rotated (bench/results/2026-11-30_s10_q8_h200-host-xeon/,
-// call 4): 1.13-1.39x faster at 0.25-4 tokens per expert (2 threads; 1.03-1.27x at 16), 1.04-1.17x at 8,
+// call 4): 1.13-1.39x faster at 0.25-4 tokens per expert (2 threads; 1.03-1.27x with 16), 1.04-1.17x at 8,
 // 0.77-0.95x at 12 and 0.74-0.91x at 16, where the AMX decode stream's cost per weight, nearly flat in
 // the token count, undercuts the q8 kernel's two VPDPBUSD per token. (At the AVX512-BF16 level the
 // alternative above 8 tokens is slower still, f32 panels; not measured, so the same cut.)

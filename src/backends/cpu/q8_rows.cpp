@@ -34,6 +34,8 @@ void pack_q8_row(const float* x, int64_t kp, const Q8Slots& out, float* fake) {
 }
 
 Q8Slots Q8Buffer::reserve(int64_t rows, int64_t ld) {
+  if (ld % 32 != 0 || rows < 0)
+    throw_error(ErrorKind::kInternal, "Q8Buffer::reserve: a row stride of " + std::to_string(ld) + " (needs a multiple of 32)");
   const size_t n = static_cast<size_t>(rows * ld);
   if (q_.size() < n) q_.resize(n);
   if (scale_.size() < n / 32) scale_.resize(n / 32);

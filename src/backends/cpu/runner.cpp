@@ -428,8 +428,14 @@ void CpuRunner::forward(const ForwardArgs& args) {
   uint16_t* Hbb = want_bf16 ? hb_.get(static_cast<size_t>((rows + 16) * ldh)) : nullptr;
   float* gate = nullptr;
   if (has_shared && !shared_gate_.empty()) gate = gate_.get(static_cast<size_t>(M));
-  // int8 activation rows for the q8 kernel (layers with int8 activation quantization at its level).
-  const bool q8 = ks_.stream_q8 != nullptr;
+  // int8 activation rows for the q8 kernel (layers with int8 activation quantization at its level), when
+  // some job's call takes it (prefill calls never do).
+  bool q8 = false;
+  if (ks_.stream_q8 != nullptr)
+    for (const Job& j : jobs_) {
+      const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
+      q8 = q8 || (j.m <= ks_.stream_max_m_q8 && (ks_.uses_q8_stream(f1) || ks_.uses_q8_stream(f2)));
+    }
   const Q8Slots xq = q8 ? xq_.reserve(rows, hp_) : Q8Slots{};
   const Q8Slots hq = q8 ? hq_.reserve(rows, ipmax) : Q8Slots{};
 

@@ -25,7 +25,7 @@ Capabilities reference_capabilities() {
   c.softmax_after_topk = c.correction_bias = c.grouped_topk = true;
   c.expert_bias = c.router_bias = c.shared_experts = c.shared_gate = c.apply_router_weight_on_input = true;
   c.tensor_parallel = c.expert_parallel = c.lora = true;
-  c.variants = {{"scalar-double", 0, "dequantizes each activated expert to fp32 and accumulates in double"}};
+  c.variants = {{"scalar-double", 0, "dequantizes each activated expert to fp32 and accumulates in double", CpuIsa::kScalar, 0.0, {}}};
   return c;
 }
 

@@ -222,7 +222,7 @@ struct Q8Rows {
 // The q8 kernel decodes an e2m1 code c to the byte 2 * e2m1(c) + kQ8E2m1Offset in [0, 24] (unsigned,
 // VPDPBUSD's first operand); the bias rows take the offset back out of each group's integer sum.
 inline constexpr int kQ8E2m1Offset = 12;
-// stream_avx512bf16's contract for mxfp4 and nvfp4 blocks (code layout kVnniWords) with int8 activations:
+// A streaming kernel like stream_avx512bf16, for mxfp4 and nvfp4 blocks (code layout kVnniWords) and int8 activations:
 // acc[m][16] = sum over k of dequantized W[k][l] * q[i][k] * scale[i][k / 32], any m >= 0. Per K group
 // the integer dot products are exact (VPDPBUSD); the group's scales multiply their sum in f32, so the
 // result equals the dense f32 loop on the dequantized activations up to the order of the f32 additions.
