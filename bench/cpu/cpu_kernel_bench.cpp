@@ -33,6 +33,7 @@
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/prepack.hpp"
 #include "backends/cpu/q8_rows.hpp"
+#include "backends/cpu/runner.hpp"
 #include "moerun/formats.hpp"
 #include "moerun/platform.hpp"
 
@@ -183,11 +184,21 @@ int main(int argc, char** argv) {
   std::printf("   (min of %d; mem: GB/s of packed bytes; cached: ns per k pair per block; last: ratio)\n", reps);
   for (const Fmt& F : kFormats) {
     if (!formats.empty() && std::find(formats.begin(), formats.end(), F.name) == formats.end()) continue;
-    if (F.q8 && ks[0].stream_q8 == nullptr) continue;  // below avx512-bf16
-    Set s = make_set(F.f, N, K, 96u << 20, ks[0].code_layout);  // the same at every variant of one level
-    std::vector<KernelSet> kv = ks;  // q8 rows take the q8 kernel, the others never
-    if (!F.q8)
-      for (KernelSet& k : kv) k.stream_q8 = nullptr;
+    // q8 rows take the q8 kernel with the code layout an int8-activation layer gets at this level (the
+    // runner's kernels_for_spec: at AVX2 VNNI words, not the level's per-k codes); the others never.
+    std::vector<KernelSet> kv = ks;
+    for (KernelSet& k : kv) {
+      if (F.q8) {
+        MoeSpec spec;
+        spec.weight_format = F.f;
+        spec.act_quant = ActQuant::kInt8PerTokenGroup;
+        k = kernels_for_spec(spec, isa);
+      } else {
+        k.stream_q8 = nullptr;
+      }
+    }
+    if (F.q8 && kv[0].stream_q8 == nullptr) continue;  // the avx512 level has none
+    Set s = make_set(F.f, N, K, 96u << 20, kv[0].code_layout);  // the same at every variant of one level
     const int64_t nb = s.p->nblocks, pairs = s.p->kp / 2;
     // memory-resident, m = 1
     {

@@ -455,15 +455,22 @@ TEST(CpuBackend, Int8ActivationQuantNamesTheQ8Kernel) {
         const cpu::KernelSet ks = cpu::kernels_for_spec(s, isa);
         const cpu::kernels::PackFmt pf = cpu::pack_fmt_for(f);
         const std::string what = std::string(to_string(f)) + " " + std::string(dtype_name(act)) + " " + std::string(to_string(isa));
-        const bool q8 = isa >= CpuIsa::kAvx512Bf16;
+        const bool q8 = isa != CpuIsa::kAvx512;  // AVX-512 without BF16/VNNI has none
         EXPECT_EQ(ks.uses_q8_stream(pf), q8) << what;
+        if (isa == CpuIsa::kAvx2) {  // every call, on weights packed in VNNI words
+          EXPECT_EQ(ks.code_layout, cpu::kernels::CodeLayout::kVnniWords) << what;
+          for (int64_t m : {1, 1000, 1000000}) EXPECT_EQ(cpu::variant_name(s, ks, pf, m), "avx2-q8-stream") << what;
+          continue;
+        }
         EXPECT_EQ(cpu::variant_name(s, ks, pf, 1) == "avx512vnni-q8-stream", q8) << what;
         EXPECT_EQ(cpu::variant_name(s, ks, pf, 4 * cpu::kQ8StreamMaxTokens) == "avx512vnni-q8-stream", q8) << what;
         EXPECT_NE(cpu::variant_name(s, ks, pf, 4 * cpu::kQ8StreamMaxTokens + 4), "avx512vnni-q8-stream") << what;
         EXPECT_GE(ks.stream_max(pf), q8 ? cpu::kQ8StreamMaxTokens : 0) << what;
       }
-  // Without int8 activation quantization no layer takes it.
+  // The AVX2 level keeps its per-k code layout for every other layer.
   s.act_quant = ActQuant::kNone;
+  EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAvx2).code_layout, cpu::kernels::CodeLayout::kPerK);
+  // Without int8 activation quantization no layer takes it.
   EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAmx).stream_q8, nullptr);
 }
 
@@ -750,12 +757,19 @@ TEST(CpuBackend, AmxStreamKnob) {
 }
 
 // MOERUN_CPU_Q8=0 leaves int8-activation layers on the bf16 / f32 kernels (the same values, for measuring
-// the q8 kernel against them); the layer still matches the reference.
+// the q8 kernel against them; at AVX2 with the per-k code layout again); the layer still matches the
+// reference.
 TEST(CpuBackend, Q8Knob) {
   for_each_switch_value("MOERUN_CPU_Q8", [](const char* v, bool on) {
     for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx})
       EXPECT_EQ(cpu::kernels_for(isa).stream_q8 != nullptr, on) << "'" << v << "'";
     EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512).stream_q8, nullptr);
+    MoeSpec s = base_spec();
+    s.weight_format = WeightFormat::kMxfp4;
+    s.act_quant = ActQuant::kInt8PerTokenGroup;
+    const cpu::KernelSet a2 = cpu::kernels_for_spec(s, CpuIsa::kAvx2);
+    EXPECT_EQ(a2.stream_q8 != nullptr, on) << "'" << v << "'";
+    EXPECT_EQ(a2.code_layout, on ? cpu::kernels::CodeLayout::kVnniWords : cpu::kernels::CodeLayout::kPerK) << "'" << v << "'";
     if (std::string(v) == "0") {
       Case c;
       c.spec = base_spec();

@@ -14,6 +14,7 @@
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/prepack.hpp"
 #include "backends/cpu/q8_rows.hpp"
+#include "backends/cpu/runner.hpp"
 #include "moerun/error.hpp"
 #include "moerun/formats.hpp"
 
@@ -622,15 +623,29 @@ TEST(CpuKernels, Q8RowsHoldTheFakeQuantizedCodesInKernelOrder) {
   EXPECT_THROW(pack_q8_row(x.data(), 128, row), Error);  // longer than the row stride
 }
 
+// The q8 kernels of the levels this machine has (AVX2's on the VNNI-word layout an int8-activation layer
+// gets there; the VNNI one at avx512-bf16 and amx).
+std::vector<Level> q8_levels() {
+  MoeSpec s;
+  s.weight_format = WeightFormat::kMxfp4;
+  s.act_quant = ActQuant::kInt8PerTokenGroup;
+  std::vector<Level> out;
+  if (detected_isa() >= CpuIsa::kAvx2) out.push_back({"avx2", kernels_for_spec(s, CpuIsa::kAvx2)});
+  if (detected_isa() >= CpuIsa::kAvx512Bf16) out.push_back({"avx512-bf16", kernels_for_spec(s, CpuIsa::kAvx512Bf16)});
+  return out;
+}
+
 // The q8 kernel against the dense loop on the dequantized activations, every register group size and
 // its tails, both 4-bit formats, at each level that has it.
 TEST(CpuKernels, Q8StreamMatchesDenseLoop) {
-  if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-VNNI + AVX512-VBMI level here";
-  const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
-  ASSERT_NE(ks.stream_q8, nullptr);
+  const auto lv = q8_levels();
+  if (lv.empty()) GTEST_SKIP() << "no AVX2 here";
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed = " + std::to_string(seed));
+  for (const Level& level : lv)
   for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+    const KernelSet& ks = level.ks;
+    ASSERT_NE(ks.stream_q8, nullptr) << level.name;
     const int64_t E = 2, N = 40, K = 352;
     Stack s = make_stack(f, E, N, K, seed + static_cast<uint32_t>(f));
     auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
@@ -647,7 +662,7 @@ TEST(CpuKernels, Q8StreamMatchesDenseLoop) {
         pack_q8_row(x.data() + i * ld, p->kp, q.row(i));
         fake_quantize_act_int8_per_token_group(x.data() + i * ld, 1, K);  // what the dense loop multiplies
       }
-      check_against_dense(s, *p, x, ld, m, std::string(to_string(f)) + " q8 m " + std::to_string(m),
+      check_against_dense(s, *p, x, ld, m, std::string(level.name) + " " + std::string(to_string(f)) + " q8 m " + std::to_string(m),
                           [&](const kernels::BlockRef& b, float* acc) { ks.stream_q8(b, q.view(), m, acc); });
     }
   }
@@ -657,9 +672,11 @@ TEST(CpuKernels, Q8StreamMatchesDenseLoop) {
 // scale 2^-6) selects one k, so acc must equal dequantize_row bit for bit, nvfp4 included (its global
 // scale multiplies the finished sum once, as dequantize_row rounds (e2m1 x block) x global).
 TEST(CpuKernels, Q8StreamDecodesEveryCodeExactly) {
-  if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-VNNI + AVX512-VBMI level here";
-  const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
+  const auto lv = q8_levels();
+  if (lv.empty()) GTEST_SKIP() << "no AVX2 here";
+  for (const Level& level : lv)
   for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+    const KernelSet& ks = level.ks;
     Stack s = make_stack(f, 1, 16, 256, 77u + static_cast<uint32_t>(f));
     auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
     std::vector<float> rows(static_cast<size_t>(16 * p->cols));
@@ -675,7 +692,7 @@ TEST(CpuKernels, Q8StreamDecodesEveryCodeExactly) {
       for (int l = 0; l < 16; ++l) {
         const int32_t r = p->lane_row[static_cast<size_t>(l)];
         ASSERT_EQ(acc[static_cast<size_t>(l)], r >= 0 ? rows[static_cast<size_t>(r * p->cols + k)] : 0.0f)
-            << to_string(f) << " k " << k << " lane " << l;
+            << level.name << " " << to_string(f) << " k " << k << " lane " << l;
       }
     }
   }

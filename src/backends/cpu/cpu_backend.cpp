@@ -51,6 +51,11 @@ Capabilities make_caps() {
        "decode with int8 activations (act_quant int8-token-group, mxfp4/nvfp4 weights): e2m1 codes decoded to "
        "bytes by vpermb, exact VPDPBUSD dot products per K group, one f32 fold per group and token",
        CpuIsa::kAvx512Bf16, 0.0, {}},
+      // The same on AVX2 (vpmaddubsw), for every call of such a layer: its weights are packed for it.
+      {"avx2-q8-stream", 0.0,
+       "int8 activations (act_quant int8-token-group, mxfp4/nvfp4 weights) on AVX2: e2m1 codes decoded to bytes "
+       "by vpshufb, exact vpmaddubsw + vpmaddwd dot products per K group, every token count",
+       CpuIsa::kAvx2, 0.0, {}},
       // The AMX level's decode of 2 or more tokens per call (which formats and how many tokens per expert,
       // again per format: variant()).
       {"amx-bf16-stream", 16.0,

@@ -76,7 +76,8 @@ inline constexpr int kAmxStreamMaxTokensBf16 = 16;
 // call 4): 1.13-1.39x faster at 0.25-4 tokens per expert (2 threads; 1.03-1.27x with 16), 1.04-1.17x at 8,
 // 0.77-0.95x at 12 and 0.74-0.91x at 16, where the AMX decode stream's cost per weight, nearly flat in
 // the token count, undercuts the q8 kernel's two VPDPBUSD per token. (At the AVX512-BF16 level the
-// alternative above 8 tokens is slower still, f32 panels; not measured, so the same cut.)
+// alternative above 8 tokens is slower still, f32 panels; not measured, so the same cut.) At kAvx2 an
+// int8-activation layer takes the AVX2 q8 kernel for every call (runner.cpp kernels_for_spec).
 inline constexpr int kQ8StreamMaxTokens = 8;
 inline constexpr int kStreamMaxTokensLimit = 65536;  // largest value MOERUN_CPU_STREAM_MAX_TOKENS accepts
 
@@ -107,9 +108,10 @@ struct KernelSet {
   // The same where stream_bf16 decodes onto AMX tiles (amx_stream): decoded formats, and bf16 weights.
   int stream_max_m_amx = kAmxStreamMaxTokensDecoded;
   int stream_max_m_amx_bf16 = kAmxStreamMaxTokensBf16;
-  // kAvx512Bf16 and kAmx, layers with ActQuant::kInt8PerTokenGroup only (null otherwise: kernels_for_spec):
-  // the int8-activation kernel for mxfp4 and nvfp4 blocks, taken by calls of at most stream_max_m_q8
-  // tokens (larger ones run the bf16 kernels on the dequantized activations, the same values).
+  // Layers with ActQuant::kInt8PerTokenGroup only (null otherwise: kernels_for_spec): the int8-activation
+  // kernel for mxfp4 and nvfp4 blocks, taken by calls of at most stream_max_m_q8 tokens (larger ones run
+  // the bf16 kernels on the dequantized activations, the same values). kAvx512Bf16 and kAmx:
+  // stream_q8_avx512vnni up to kQ8StreamMaxTokens; kAvx2: stream_q8_avx2 for every call.
   // MOERUN_CPU_Q8=0 (measurement) leaves every call to the bf16 kernels.
   void (*stream_q8)(const kernels::BlockRef&, const kernels::Q8Rows&, int, float*) = nullptr;
   int stream_max_m_q8 = kQ8StreamMaxTokens;

@@ -48,6 +48,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "moerun/error.hpp"
 #include "moerun/formats.hpp"
@@ -204,7 +205,8 @@ CpuRunner::~CpuRunner() {
 std::string variant_name(const MoeSpec& spec, const KernelSet& ks, kernels::PackFmt fmt, int64_t m) {
   const double per_expert = static_cast<double>(m) * spec.top_k / std::max(1, spec.num_experts);
   if (per_expert <= ks.stream_max(fmt)) {
-    if (ks.uses_q8_stream(fmt) && per_expert <= ks.stream_max_m_q8) return "avx512vnni-q8-stream";
+    if (ks.uses_q8_stream(fmt) && per_expert <= ks.stream_max_m_q8)
+      return ks.isa == CpuIsa::kAvx2 ? "avx2-q8-stream" : "avx512vnni-q8-stream";
     if (!ks.uses_bf16_stream(fmt)) return ks.prefix + "-stream";
     // stream_amx_bf16 leaves one-token calls to the VDPBF16PS kernel: name the kernel most calls take.
     return ks.amx_stream && kernels::amx_stream_native(fmt) && per_expert > 1.0 ? "amx-bf16-stream"
@@ -224,7 +226,16 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
     ks.stream_bf16 = nullptr;
   }
   // The q8 kernel computes with the int8 codes themselves, so only layers that quantize to them take it.
-  if (spec.act_quant != ActQuant::kInt8PerTokenGroup) ks.stream_q8 = nullptr;
+  if (spec.act_quant != ActQuant::kInt8PerTokenGroup) {
+    ks.stream_q8 = nullptr;
+  } else if (isa == CpuIsa::kAvx2 && q8_stream_enabled()) {
+    // The AVX2 decoders read e2m1 codes per k (CodeLayout::kPerK) and the q8 kernel reads VNNI words: such
+    // a layer is packed in VNNI words and every call takes the q8 kernel (no crossover, whatever
+    // MOERUN_CPU_STREAM_MAX_TOKENS says), so no other AVX2 kernel ever meets its weights.
+    ks.stream_q8 = kernels::stream_q8_avx2;
+    ks.code_layout = kernels::CodeLayout::kVnniWords;
+    ks.stream_max_m_q8 = std::numeric_limits<int>::max();
+  }
   return ks;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "backends/cpu/kernels/dequant_avx2.hpp"
 #include "backends/cpu/kernels/kernels.hpp"
@@ -416,6 +417,113 @@ void tile_avx2(const float* panel, int64_t kp, const float* x, int64_t ldx, int 
     case 2: tile_t<2>(panel, kp, x + i * ldx, ldx, acc + i * 16); break;
     case 1: tile_t<1>(panel, kp, x + i * ldx, ldx, acc + i * 16); break;
     default: break;
+  }
+}
+
+// ---- int8 activations on 4-bit weights (kernels.hpp: stream_q8_avx2) ---------------------------------
+// NOTES: the AVX-512 q8 kernel's scheme (gemm_avx512vnni.cpp) on 256-bit registers, for CPUs without
+// VNNI. The weights must be in the VNNI-word layout (kernels_for_spec chooses it at this level for
+// int8-activation layers, and then every call of them takes this kernel): a quad's 64 bytes are the
+// dwords of lanes 0-7, then 8-15, and the low / high nibbles of each dword's bytes are k 8q + {0, 4, 1,
+// 5} / {2, 6, 3, 7}, the order of the packed activation codes. vpshufb maps a nibble to 2 x e2m1 + 12
+// (16-entry table, both 128-bit halves); vpmaddubsw multiplies those unsigned bytes with the signed
+// codes and adds byte pairs into 16 bits (at most 2 x 24 x 127 each, and the low and high nibbles' sums
+// added at most 12192: no saturation), vpmaddwd with ones adds the word pairs into each lane's dword.
+// The group's integer sum starts at the row's bias (-12 x its codes' sum), as on AVX-512, so it is
+// exactly 2 x the e2m1 dot product; scales and the f32 fold are the same. One or two tokens per pass
+// (16 registers: two accumulators per token and half, the decoded halves, three constants).
+namespace {
+
+inline __m256i q8_lut_avx2() {
+  const __m128i t = _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+  return _mm256_broadcastsi128_si256(t);
+}
+inline __m256i bcast_dword(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm256_set1_epi32(v);
+}
+
+template <PackFmt F, int MT>
+void q8_avx2_t(const BlockRef& b, const Q8Rows& x, float* acc) {
+  static_assert(q8_stream_native(F) && (MT == 1 || MT == 2));
+  constexpr int G = group_size(F), kQuads = G / 8, kPerActGroup = 32 / G;
+  const int64_t groups = b.kp / G;
+  const __m256i lut = q8_lut_avx2(), nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const Q8Rows r0 = x, r1 = x.rows_from(MT > 1 ? 1 : 0);
+  const int32_t* bias0 = G == 32 ? r0.bias32 : r0.bias16;
+  const int32_t* bias1 = G == 32 ? r1.bias32 : r1.bias16;
+  __m256 f00 = _mm256_setzero_ps(), f01 = f00, f10 = f00, f11 = f00;  // f<token><half>
+  __m256 s_lo = f00, s_hi = f00;  // nvfp4: the odd group's scales, converted with the even one's
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i i00 = _mm256_set1_epi32(bias0[g]), i01 = i00;  // i<token><half>
+    __m256i i10 = _mm256_set1_epi32(bias1[g]), i11 = i10;
+    for (int v = 0; v < kQuads; ++v) {
+      const int64_t quad = g * kQuads + v, k0 = quad * 8;
+      prefetch_pair<kVnniWordBytes>(b, quad);
+      const uint8_t* d = b.data + quad * kVnniWordBytes;
+      const __m256i a0lo = bcast_dword(r0.q + k0), a0hi = bcast_dword(r0.q + k0 + 4);
+      const __m256i a1lo = bcast_dword(r1.q + k0), a1hi = bcast_dword(r1.q + k0 + 4);
+#define HALF(h)                                                                                        \
+      {                                                                                                \
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + 32 * (h)));          \
+        const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(w, nib));                         \
+        const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(w, 4), nib));   \
+        i0##h = _mm256_add_epi32(i0##h, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, a0lo), \
+                                                                            _mm256_maddubs_epi16(hi, a0hi)), ones)); \
+        if constexpr (MT > 1)                                                                          \
+          i1##h = _mm256_add_epi32(i1##h, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, a1lo), \
+                                                                              _mm256_maddubs_epi16(hi, a1hi)), ones)); \
+      }
+      HALF(0) HALF(1)
+#undef HALF
+    }
+    __m256 w_lo, w_hi;
+    if constexpr (F == PackFmt::kNvfp4) {  // e4m3 / 256, the global scale after the loop
+      if ((g & 1) == 0) {
+        avx2::e4m3x16(avx2::load128(b.gscale + g * 16), w_lo, w_hi);
+        avx2::e4m3x16(avx2::load128(b.gscale + (g + 1) * 16), s_lo, s_hi);
+      } else {
+        w_lo = s_lo;
+        w_hi = s_hi;
+      }
+    } else {
+      group_scale<F>(b.gscale, g, b.gmul, w_lo, w_hi);
+    }
+    const int64_t ag = g / kPerActGroup;
+    const __m256 sa0 = _mm256_set1_ps(r0.scale[ag]), sa1 = _mm256_set1_ps(r1.scale[ag]);
+    f00 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i00), w_lo), sa0, f00);
+    f01 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i01), w_hi), sa0, f01);
+    if constexpr (MT > 1) {
+      f10 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i10), w_lo), sa1, f10);
+      f11 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i11), w_hi), sa1, f11);
+    }
+  }
+  const __m256 post = _mm256_set1_ps(F == PackFmt::kNvfp4 ? 0.5f * b.gmul : 0.5f);  // doubled e2m1; global
+  _mm256_storeu_ps(acc, _mm256_mul_ps(f00, post));
+  _mm256_storeu_ps(acc + 8, _mm256_mul_ps(f01, post));
+  if constexpr (MT > 1) {
+    _mm256_storeu_ps(acc + 16, _mm256_mul_ps(f10, post));
+    _mm256_storeu_ps(acc + 24, _mm256_mul_ps(f11, post));
+  }
+}
+
+template <PackFmt F>
+void q8_avx2_f(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
+  int i = 0;
+  for (; m - i >= 2; i += 2) q8_avx2_t<F, 2>(b, x.rows_from(i), acc + i * 16);
+  if (m - i == 1) q8_avx2_t<F, 1>(b, x.rows_from(i), acc + i * 16);
+}
+
+}  // namespace
+
+void stream_q8_avx2(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
+  switch (b.fmt) {
+    case PackFmt::kMxfp4: q8_avx2_f<PackFmt::kMxfp4>(b, x, m, acc); break;
+    case PackFmt::kNvfp4: q8_avx2_f<PackFmt::kNvfp4>(b, x, m, acc); break;
+    default:  // the runner calls it for q8_stream_native formats only; anything else must not look valid
+      std::fill(acc, acc + static_cast<int64_t>(m) * 16, __builtin_nanf(""));
+      break;
   }
 }
 

@@ -228,5 +228,8 @@ inline constexpr int kQ8E2m1Offset = 12;
 // result equals the dense f32 loop on the dequantized activations up to the order of the f32 additions.
 void stream_q8_avx512vnni(const BlockRef& b, const Q8Rows& x, int m, float* acc);
 constexpr bool q8_stream_native(PackFmt f) noexcept { return f == PackFmt::kMxfp4 || f == PackFmt::kNvfp4; }
+// The same on AVX2 (gemm_avx2.cpp; vpmaddubsw + vpmaddwd for VPDPBUSD), on weights packed in VNNI words
+// too: an AVX2 layer with int8 activations is packed so, and every call of it takes this kernel.
+void stream_q8_avx2(const BlockRef& b, const Q8Rows& x, int m, float* acc);
 
 }  // namespace moerun::cpu::kernels
