@@ -40,12 +40,8 @@ struct alignas(64) ByteTable {
 };
 // 2 * e2m1(c) + kQ8E2m1Offset for the code c in an index's low 4 bits (bits 4-5 free).
 constexpr ByteTable q8_e2m1_table() {
-  constexpr int kTwice[8] = {0, 1, 2, 3, 4, 6, 8, 12};
   ByteTable t{};
-  for (int i = 0; i < 64; ++i) {
-    const int c = i & 15, mag = kTwice[c & 7];
-    t.v[i] = static_cast<uint8_t>(kQ8E2m1Offset + ((c & 8) ? -mag : mag));
-  }
+  for (int i = 0; i < 64; ++i) t.v[i] = q8_e2m1_byte(i);
   return t;
 }
 constexpr ByteTable kQ8E2m1 = q8_e2m1_table();

@@ -222,6 +222,11 @@ struct Q8Rows {
 // The q8 kernel decodes an e2m1 code c to the byte 2 * e2m1(c) + kQ8E2m1Offset in [0, 24] (unsigned,
 // VPDPBUSD's first operand); the bias rows take the offset back out of each group's integer sum.
 inline constexpr int kQ8E2m1Offset = 12;
+// The byte the q8 kernels decode e2m1 code c to (bits above the code ignored): 2 x e2m1(c) + offset.
+constexpr uint8_t q8_e2m1_byte(int c) noexcept {
+  constexpr int kTwice[8] = {0, 1, 2, 3, 4, 6, 8, 12};  // 2 x (0, 0.5, 1, 1.5, 2, 3, 4, 6)
+  return static_cast<uint8_t>(kQ8E2m1Offset + ((c & 8) ? -kTwice[c & 7] : kTwice[c & 7]));
+}
 // A streaming kernel like stream_avx512bf16, for mxfp4 and nvfp4 blocks (code layout kVnniWords) and int8 activations:
 // acc[m][16] = sum over k of dequantized W[k][l] * q[i][k] * scale[i][k / 32], any m >= 0. Per K group
 // the integer dot products are exact (VPDPBUSD); the group's scales multiply their sum in f32, so the
