@@ -34,6 +34,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json_number.hpp"
 #include "moerun/error.hpp"
 #include "moerun/hf.hpp"
 
@@ -121,26 +122,9 @@ class Fields {
   }
 
   int as_int(std::string_view key, const json& v) const {
-    if (v.is_number_unsigned()) {
-      uint64_t u = v.get<uint64_t>();
-      if (u > static_cast<uint64_t>(std::numeric_limits<int>::max()))
-        bad_value(key, fmt::format("= {}: out of range for an integer", u));
-      return static_cast<int>(u);
-    }
-    if (v.is_number_integer()) {
-      int64_t i = v.get<int64_t>();
-      if (i < std::numeric_limits<int>::min() || i > std::numeric_limits<int>::max())
-        bad_value(key, fmt::format("= {}: out of range for an integer", i));
-      return static_cast<int>(i);
-    }
-    if (v.is_number_float()) {  // 2048.0 is an integer written by a float-minded tool; 2048.5 is not
-      double d = v.get<double>();
-      if (std::isfinite(d) && std::floor(d) == d && d >= std::numeric_limits<int>::min() &&
-          d <= std::numeric_limits<int>::max())
-        return static_cast<int>(d);
-      wrong_type(key, "an integer", v);
-    }
-    wrong_type(key, "an integer", v);
+    if (auto i = json_number<int>(v)) return *i;
+    if (v.is_number_integer()) bad_value(key, fmt::format("= {}: out of range for an integer", v.dump()));
+    wrong_type(key, "an integer", v);  // 2048.5, 1e300, a string, ...
   }
 
   int req_int(std::string_view key) const {
@@ -159,9 +143,8 @@ class Fields {
     const json* v = find(key);
     if (!v) return def;
     if (!v->is_number()) wrong_type(key, "a number", *v);
-    double d = v->get<double>();
-    if (!(std::fabs(d) <= FLT_MAX)) bad_value(key, fmt::format("= {}: out of range for a float", d));
-    return static_cast<float>(d);
+    if (auto f = json_number<float>(*v)) return *f;
+    bad_value(key, fmt::format("= {}: out of range for a float", v->dump()));
   }
 
   bool bool_or(std::string_view key, bool def) const {

@@ -1,7 +1,9 @@
 #include "oracle/json_io.hpp"
 
 #include <set>
+#include <type_traits>
 
+#include "core/json_number.hpp"
 #include "moerun/error.hpp"
 
 namespace moerun::json_io {
@@ -25,11 +27,20 @@ class Reader {
   void opt(const char* key, T& out, const char* type) {
     seen_.insert(key);
     if (!j_.contains(key)) return;
-    try {
-      out = j_.at(key).get<T>();
-    } catch (const json::exception&) {
-      fail(origin_, where_ + "." + key + " must be " + type);
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      if (auto v = json_number<T>(j_.at(key))) {
+        out = *v;
+        return;
+      }
+    } else {
+      try {
+        out = j_.at(key).get<T>();
+        return;
+      } catch (const json::exception&) {
+      }
     }
+    const json& v = j_.at(key);
+    fail(origin_, where_ + "." + key + " must be " + type + (v.is_number() ? ", got " + v.dump() : ""));
   }
   const json* sub(const char* key) {
     seen_.insert(key);

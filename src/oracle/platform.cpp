@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
+#include "core/json_number.hpp"
 #include "moerun/error.hpp"
 
 #if defined(__x86_64__)
@@ -162,11 +164,17 @@ const Named kDescriptions[] = {
 
 template <typename T>
 T get_field(const nlohmann::json& j, const char* key, std::string_view origin, const char* type) {
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw_error(ErrorKind::kParse, std::string(origin) + ": '" + key + "' must be " + type);
+  if (!j.contains(key)) throw_error(ErrorKind::kParse, std::string(origin) + ": missing '" + key + "' (" + type + ")");
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    if (auto v = json_number<T>(j.at(key))) return *v;
+  } else {
+    try {
+      return j.at(key).get<T>();
+    } catch (const nlohmann::json::exception&) {
+    }
   }
+  const nlohmann::json& v = j.at(key);
+  throw_error(ErrorKind::kParse, std::string(origin) + ": '" + key + "' must be " + type + (v.is_number() ? ", got " + v.dump() : ""));
 }
 
 void reject_unknown(const nlohmann::json& j, std::initializer_list<const char*> allowed, std::string_view origin, const char* where) {

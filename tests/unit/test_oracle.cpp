@@ -105,6 +105,24 @@ TEST(Platform, DescriptionsAndErrors) {
   EXPECT_NE(error_of([] { Platform::from_json_text("{", "t.json"); }).find("not valid JSON"), std::string::npos);
 }
 
+// Numbers a JSON writer can produce that no int holds: refused by name, never cast (the fuzzer found
+// sm = 1.1e63, undefined behaviour in a plain get<int>; 2^32 + 90 used to wrap to a valid sm 90).
+TEST(Platform, NumbersOutsideTheFieldTypeAreRefused) {
+  const auto err = [](const char* gpu) {
+    return error_of([&] { Platform::from_json_text(std::string(R"({"gpus": [)") + gpu + "]}", "t.json"); });
+  };
+  EXPECT_NE(err(R"({"sm": 1111111111111111111111111111111110000000000000004321666027710462})").find("'sm' must be an integer (e.g. 90), got 1.1"), std::string::npos);
+  EXPECT_NE(err(R"({"sm": 4294967386})").find("'sm' must be an integer (e.g. 90), got 4294967386"), std::string::npos);
+  EXPECT_NE(err(R"({"sm": 90.5})").find("got 90.5"), std::string::npos);
+  EXPECT_NE(err(R"({"sm": -1e300})").find("must be an integer"), std::string::npos);
+  EXPECT_NE(err(R"({"sm": 90, "multiprocessors": 1e20})").find("'multiprocessors' must be an integer"), std::string::npos);
+  EXPECT_NE(err(R"({"sm": 90, "memory_gib": 1e300})").find("memory_gib out of range"), std::string::npos);
+  EXPECT_EQ(Platform::from_json_text(R"({"gpus": [{"sm": 90.0}]})", "t.json").gpu_sm(), 90);  // integral float
+  EXPECT_NE(err(R"({"name": "H200"})").find("missing 'sm' (an integer (e.g. 90))"), std::string::npos);
+  EXPECT_NE(error_of([] { Platform::from_json_text(R"({"cpu": {"cores": 18446744073709551615}})", "t.json"); }).find("'cores' must be an integer"),
+            std::string::npos);
+}
+
 TEST(Platform, DetectRespectsTheIsaCap) {
   const Platform p = Platform::detect();
   const CpuIsa full = p.cpu.isa();
@@ -198,6 +216,29 @@ TEST(JsonIo, SpecAndCapabilitiesRoundTripStrictly) {
   auto j = json_io::to_json(c);
   j["typo_key"] = true;
   EXPECT_NE(error_of([&] { json_io::capabilities_from_json(j, "caps"); }).find("unknown key 'typo_key'"), std::string::npos);
+}
+
+TEST(JsonIo, NumbersOutsideTheFieldTypeAreRefused) {
+  const auto spec_error = [](const char* key, nlohmann::json v) {
+    auto j = json_io::to_json(find_preset("qwen3-30b-a3b").model.spec);
+    j[key] = std::move(v);
+    return error_of([&] { json_io::spec_from_json(j, "s"); });
+  };
+  EXPECT_NE(spec_error("num_experts", 1e63).find("num_experts must be an integer, got 1e+63"), std::string::npos);
+  EXPECT_NE(spec_error("hidden", 4294969344ull).find("hidden must be an integer, got 4294969344"), std::string::npos);
+  EXPECT_NE(spec_error("top_k", 8.5).find("top_k must be an integer, got 8.5"), std::string::npos);
+  EXPECT_NE(spec_error("top_k", "8").find("top_k must be an integer"), std::string::npos);
+  EXPECT_EQ(json_io::spec_from_json([] {
+              auto j = json_io::to_json(find_preset("qwen3-30b-a3b").model.spec);
+              j["top_k"] = 8.0;
+              return j;
+            }(), "s").top_k, 8);
+  auto j = json_io::to_json(find_preset("qwen3-30b-a3b").model.spec);
+  j["activation"]["swiglu_limit"] = 1e300;  // a float field: no silent infinity
+  EXPECT_NE(error_of([&] { json_io::spec_from_json(j, "s"); }).find("swiglu_limit must be a number, got 1e+300"), std::string::npos);
+  auto c = json_io::to_json(make_reference_backend()->capabilities());
+  c["min_sm"] = -1e30;
+  EXPECT_NE(error_of([&] { json_io::capabilities_from_json(c, "caps"); }).find("min_sm must be an integer"), std::string::npos);
 }
 
 }  // namespace
