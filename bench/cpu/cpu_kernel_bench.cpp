@@ -4,7 +4,9 @@
 // to judge one kernel change side by side with the previous kernel set ("v1", kept callable through
 // kernels_for_variant) in the same process, and to tell a compute-bound kernel (cached time per k
 // pair close to the memory one) from a memory-bound one. At avx512-bf16 and above, the formats the
-// AVX512-BF16 kernel takes run through it on bf16 activations, as in the runner.
+// AVX512-BF16 kernel takes run through it on bf16 activations, as in the runner. The "-q8" formats run
+// int8 activations on the q8 kernel, the "-q15" ones the same activations as 15-bit rows (two int8 rows
+// a token), each with the kernel set, code layout and cut such a layer gets at the level.
 //
 //   cpu_kernel_bench [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N]
 //   cpu_kernel_bench --amx-probe [--m 32,64] [--reps N]
@@ -58,12 +60,15 @@ std::vector<std::string> split(const std::string& s) {
 struct Fmt {
   const char* name;
   WeightFormat f;
-  bool q8 = false;  // int8 activations: the q8 kernel (avx512-bf16 and amx levels), as the runner runs them
+  // 8: int8 activations, the q8 kernel (avx512-bf16, amx and avx2 levels), as the runner runs them.
+  // 15: bf16 activations held as 15-bit rows on the same kernel, two a token (q8_rows.hpp pack_q15_rows).
+  int q = 0;
 };
 const Fmt kFormats[] = {{"bf16", WeightFormat::kBF16},       {"fp8-block", WeightFormat::kFp8Block},
                         {"fp8-channel", WeightFormat::kFp8PerChannel}, {"int8", WeightFormat::kInt8PerChannel},
                         {"mxfp4", WeightFormat::kMxfp4},     {"nvfp4", WeightFormat::kNvfp4},
-                        {"mxfp4-q8", WeightFormat::kMxfp4, true}, {"nvfp4-q8", WeightFormat::kNvfp4, true}};
+                        {"mxfp4-q8", WeightFormat::kMxfp4, 8}, {"nvfp4-q8", WeightFormat::kNvfp4, 8},
+                        {"mxfp4-q15", WeightFormat::kMxfp4, 15}, {"nvfp4-q15", WeightFormat::kNvfp4, 15}};
 
 // One expert [N, K] packed, replicated `copies` times so the whole set exceeds the caches.
 struct Set {
@@ -168,14 +173,24 @@ int main(int argc, char** argv) {
   Q8Buffer q8buf;  // the same activations as int8 rows, for the q8 kernel
   const Q8Slots xq = q8buf.reserve(64, K);
   for (int i = 0; i < 64; ++i) pack_q8_row(x.data() + i * K, K, xq.row(i));
-  // One streaming call the way the runner makes it (run_block): the q8 kernel for the "-q8" rows (the
-  // kernel sets of the other rows have none), the bf16 kernel where it takes the format.
+  Q8Buffer q15buf;  // and as 15-bit rows, two a token
+  const Q8Slots xq15 = q15buf.reserve(128, K);
+  for (int i = 0; i < 64; ++i) pack_q15_rows(x.data() + i * K, K, xq15.row(2 * i));
+  // One streaming call the way the runner makes it (run_block): the q8 kernel for the "-q8" and "-q15"
+  // rows (the kernel sets of the other rows have none), the bf16 kernel where it takes the format.
   auto stream = [&](const KernelSet& k, const kernels::BlockRef& b, int m, float* acc) {
-    if (k.uses_q8_stream(b.fmt) && m <= k.stream_max_m_q8) k.stream_q8(b, xq.view(), m, acc);
-    else if (k.stream_bf16 != nullptr && k.uses_bf16_stream(b.fmt)) k.stream_bf16(b, xb.data(), K, m, acc);
-    else k.stream(b, x.data(), K, m, acc);
+    if (k.uses_q8_stream(b.fmt) && m <= k.stream_max_m_q8) {
+      if (k.q8_rows_per_token == 1) return k.stream_q8(b, xq.view(), m, acc);
+      k.stream_q8(b, xq15.view(), 2 * m, acc);
+      for (int i = 0; i < m; ++i)
+        for (int l = 0; l < 16; ++l) acc[i * 16 + l] = acc[2 * i * 16 + l] + acc[(2 * i + 1) * 16 + l];
+    } else if (k.stream_bf16 != nullptr && k.uses_bf16_stream(b.fmt)) {
+      k.stream_bf16(b, xb.data(), K, m, acc);
+    } else {
+      k.stream(b, x.data(), K, m, acc);
+    }
   };
-  std::vector<float> acc(64 * 16);
+  std::vector<float> acc(128 * 16);
   std::vector<float, std::allocator<float>> panel_raw(static_cast<size_t>(K * 16 + 16));
   float* panel = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(panel_raw.data()) + 63) & ~uintptr_t{63});
 
@@ -184,20 +199,22 @@ int main(int argc, char** argv) {
   std::printf("   (min of %d; mem: GB/s of packed bytes; cached: ns per k pair per block; last: ratio)\n", reps);
   for (const Fmt& F : kFormats) {
     if (!formats.empty() && std::find(formats.begin(), formats.end(), F.name) == formats.end()) continue;
-    // q8 rows take the q8 kernel with the code layout an int8-activation layer gets at this level (the
-    // runner's kernels_for_spec: at AVX2 VNNI words, not the level's per-k codes); the others never.
+    // q8 / q15 rows take the kernel set such a layer gets at this level (the runner's kernels_for_spec:
+    // at AVX2 VNNI words, not the level's per-k codes, and for q15 its cut and panels); the others never.
     std::vector<KernelSet> kv = ks;
     for (KernelSet& k : kv) {
-      if (F.q8) {
+      if (F.q != 0) {
         MoeSpec spec;
         spec.weight_format = F.f;
-        spec.act_quant = ActQuant::kInt8PerTokenGroup;
+        if (F.q == 8) spec.act_quant = ActQuant::kInt8PerTokenGroup;
+        else spec.act_dtype = DType::kBF16;  // what takes q15 (an int8 layer's dtype is the default, as before)
         k = kernels_for_spec(spec, isa);
       } else {
         k.stream_q8 = nullptr;
+        k.q8_rows_per_token = 1;
       }
     }
-    if (F.q8 && kv[0].stream_q8 == nullptr) continue;  // the avx512 level has none
+    if (F.q != 0 && kv[0].stream_q8 == nullptr) continue;  // the avx512 level has none
     Set s = make_set(F.f, N, K, 96u << 20, kv[0].code_layout);  // the same at every variant of one level
     const int64_t nb = s.p->nblocks, pairs = s.p->kp / 2;
     // memory-resident, m = 1

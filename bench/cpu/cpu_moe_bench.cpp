@@ -6,7 +6,7 @@
 //                 [--stream-sweep 4,8,16,...] [--formats LABEL,...]
 //
 // --formats LABEL,...: only the rows of these formats, labelled as in the output ("bf16", "mxfp4",
-// "mxfp4+int8-token-group", ...). --m replaces the token counts of the bf16 and int8-activation rows.
+// "mxfp4+int8-token-group", ...). --m replaces the token counts of the bf16, quantized-weight and int8-activation rows.
 // --budget S: seconds of timed calls per row (default 0.8, 0.25 with --quick; at least 3 calls).
 // --stream-sweep N,...: instead of the usual rows, time the bf16 qwen3-30b-a3b and deepseek-v2-lite layers
 // (--only narrows) at --m (default 16,64,256) once per stream/tile crossover N, set through the cpu
@@ -826,11 +826,14 @@ int main(int argc, char** argv) {
     }
     write_json();
   }
-  if (b.opt.want("qwen3-30b-a3b")) {  // quantized formats at decode (M = 1), plus prefill M=256 for each
+  if (b.opt.want("qwen3-30b-a3b")) {  // quantized formats at decode (M = 1), plus prefill M=256 for each (or --m)
     for (WeightFormat f : {WeightFormat::kFp8Block, WeightFormat::kMxfp4, WeightFormat::kNvfp4, WeightFormat::kInt8PerChannel}) {
       if (!b.opt.want_format(std::string(to_string(f)))) continue;
-      Model q = make_model("qwen3-30b-a3b", "", f, 256);
-      b.model_rows(q, b.opt.quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 256}, false, false);
+      const std::vector<int64_t> ms = !b.opt.ms.empty() ? b.opt.ms
+                                      : b.opt.quick     ? std::vector<int64_t>{1}
+                                                        : std::vector<int64_t>{1, 256};
+      Model q = make_model("qwen3-30b-a3b", "", f, std::max<int64_t>(256, *std::max_element(ms.begin(), ms.end())));
+      b.model_rows(q, ms, false, false);
       write_json();
     }
     // 4-bit weights with int8 activations (the q8 kernel up to 8 tokens per expert: M = 128 here).

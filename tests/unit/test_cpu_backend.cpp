@@ -370,7 +370,10 @@ TEST(CpuBackend, Bf16LayersNameTheBf16StreamingKernel) {
         EXPECT_EQ(ks.uses_bf16_stream(pf), bf16) << what;
         const std::string v = cpu::variant_name(s, ks, pf, 1);
         const bool amx_decode = bf16 && isa == CpuIsa::kAmx && cpu::kernels::amx_stream_native(pf);
-        if (bf16) EXPECT_EQ(v, "avx512bf16-stream") << what;  // one token per expert or fewer
+        const bool q15 = (f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4) && act == DType::kBF16 &&
+                         isa != CpuIsa::kAvx512;  // one token: the q8 kernel on 15-bit rows (FourBitBf16Layers...)
+        if (q15) EXPECT_NE(v.find("-q15-stream"), std::string::npos) << what;
+        else if (bf16) EXPECT_EQ(v, "avx512bf16-stream") << what;  // one token per expert or fewer
         else EXPECT_EQ(v, ks.prefix + "-stream") << what;
         EXPECT_EQ(cpu::variant_name(s, ks, pf, 40) == "amx-bf16-stream", amx_decode) << what;  // 10 per expert
         EXPECT_EQ(cpu::variant_name(s, ks, pf, 4000).find("stream"), std::string::npos) << what;
@@ -467,11 +470,82 @@ TEST(CpuBackend, Int8ActivationQuantNamesTheQ8Kernel) {
         EXPECT_NE(cpu::variant_name(s, ks, pf, 4 * cpu::kQ8StreamMaxTokens + 4), "avx512vnni-q8-stream") << what;
         EXPECT_GE(ks.stream_max(pf), q8 ? cpu::kQ8StreamMaxTokens : 0) << what;
       }
-  // The AVX2 level keeps its per-k code layout for every other layer.
+  // Without int8 activation quantization, f32-activation layers keep AVX2's per-k code layout and no
+  // q8 kernel (bf16 ones: FourBitBf16LayersTakeTheQ15Kernel).
   s.act_quant = ActQuant::kNone;
+  s.act_dtype = DType::kF32;
   EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAvx2).code_layout, cpu::kernels::CodeLayout::kPerK);
-  // Without int8 activation quantization no layer takes it.
   EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAmx).stream_q8, nullptr);
+}
+
+// 4-bit layers with bf16 activations (act_quant none) take the q8 kernel on 15-bit rows, two a token
+// (q8_rows.hpp), on calls up to the level's cut: every VNNI level, mxfp4 and nvfp4 only, bf16 only.
+TEST(CpuBackend, FourBitBf16LayersTakeTheQ15Kernel) {
+  MoeSpec s = base_spec();  // 8 experts, top 2: m tokens = m / 4 per expert
+  for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4, WeightFormat::kFp8Block, WeightFormat::kBF16})
+    for (DType act : {DType::kF32, DType::kBF16})
+      for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
+        s.weight_format = f;
+        s.act_dtype = act;
+        const cpu::KernelSet ks = cpu::kernels_for_spec(s, isa);
+        const cpu::kernels::PackFmt pf = cpu::pack_fmt_for(f);
+        const std::string what = std::string(to_string(f)) + " " + std::string(dtype_name(act)) + " " + std::string(to_string(isa));
+        const bool q15 = (f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4) && act == DType::kBF16 &&
+                         isa != CpuIsa::kAvx512;
+        EXPECT_EQ(ks.q8_rows_per_token, q15 ? 2 : 1) << what;
+        EXPECT_EQ(ks.uses_q8_stream(pf), q15) << what;
+        if (!q15) continue;
+        const int cut = isa == CpuIsa::kAvx2 ? cpu::kAvx2Q15StreamMaxTokens : cpu::kQ15StreamMaxTokens;
+        EXPECT_EQ(ks.stream_max_m_q8, cut) << what;
+        const std::string name = isa == CpuIsa::kAvx2 ? "avx2-q15-stream" : "avx512vnni-q15-stream";
+        EXPECT_EQ(cpu::variant_name(s, ks, pf, 1), name) << what;
+        EXPECT_EQ(cpu::variant_name(s, ks, pf, 4 * cut), name) << what;
+        EXPECT_NE(cpu::variant_name(s, ks, pf, 4 * cut + 4), name) << what;
+        if (isa == CpuIsa::kAvx2) {  // VNNI words; no f32 streaming call may meet them
+          EXPECT_EQ(ks.code_layout, cpu::kernels::CodeLayout::kVnniWords) << what;
+          EXPECT_EQ(ks.panel, &cpu::kernels::dequant_panel_avx2_vnni) << what;
+          EXPECT_LE(ks.stream_max_base(pf), cut) << what;
+          EXPECT_EQ(cpu::variant_name(s, ks, pf, 4 * cut + 4), "avx2-tiled") << what;
+        }
+      }
+}
+
+// Against the reference, across the cut (0.25 .. 25 tokens per expert), with biases, a shared expert and
+// skewed routing; and close: the 15-bit rows are no coarser than bf16 itself, so the q15 path must stay
+// well inside the bf16 tolerance (a path that dropped the low rows, 8 bits, would not).
+TEST(CpuBackend, Q15MatchesReference) {
+  for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4})
+    for (int64_t m : {1, 3, 8, 16, 64, 65, 100}) {
+      Case c;
+      c.spec = base_spec();
+      c.spec.weight_format = f;
+      c.spec.act_dtype = DType::kBF16;
+      c.m = m;
+      const std::string what = "q15 " + std::string(to_string(f)) + " m=" + std::to_string(m);
+      check_case(c, what);
+      if (m == 3 || m == 100) {
+        c.spec.intermediate = f == WeightFormat::kNvfp4 ? 48 : 64;
+        c.spec.expert_bias = true;
+        c.spec.shared.count = 1;
+        c.spec.shared.intermediate = c.spec.intermediate;
+        c.skew = true;
+        check_case(c, what + " bias, shared, skewed");
+      }
+    }
+  Case c;
+  c.spec = base_spec();
+  c.spec.weight_format = WeightFormat::kMxfp4;
+  c.spec.act_dtype = DType::kBF16;
+  c.m = 4;  // one token per expert
+  const MoeWeights w = random_weights(c.spec, 11);
+  const Result want = run_backend(*make_reference_backend(), c, w, nullptr);
+  IsaCapGuard guard;
+  for (CpuIsa isa : levels()) {
+    set_cpu_isa_cap(isa);
+    const Result got = run_backend(*make_cpu_backend(), c, w, nullptr);
+    if (got.variant.find("q15") == std::string::npos) continue;
+    EXPECT_LT(rel_l2(got.out, want.out), 0.1 * tolerance(c.spec)) << to_string(isa) << " " << got.variant;
+  }
 }
 
 // The software prefetch distance: kPrefetchBytes at every level; MOERUN_CPU_PREFETCH overrides it
@@ -777,6 +851,25 @@ TEST(CpuBackend, Q8Knob) {
       c.spec.act_quant = ActQuant::kInt8PerTokenGroup;
       c.m = 3;
       check_case(c, "MOERUN_CPU_Q8=0");
+    }
+  });
+}
+
+// MOERUN_CPU_Q15=0 leaves 4-bit bf16 layers to the bf16 / f32 kernels (AVX2: the per-k layout again).
+TEST(CpuBackend, Q15Knob) {
+  for_each_switch_value("MOERUN_CPU_Q15", [](const char* v, bool on) {
+    MoeSpec s = base_spec();
+    s.weight_format = WeightFormat::kNvfp4;
+    s.act_dtype = DType::kBF16;
+    for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Bf16, CpuIsa::kAmx})
+      EXPECT_EQ(cpu::kernels_for_spec(s, isa).q8_rows_per_token, on ? 2 : 1) << "'" << v << "' " << to_string(isa);
+    EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAvx2).code_layout,
+              on ? cpu::kernels::CodeLayout::kVnniWords : cpu::kernels::CodeLayout::kPerK) << "'" << v << "'";
+    if (std::string(v) == "0") {
+      Case c;
+      c.spec = s;
+      c.m = 3;
+      check_case(c, "MOERUN_CPU_Q15=0");
     }
   });
 }

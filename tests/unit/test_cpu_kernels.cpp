@@ -698,6 +698,175 @@ TEST(CpuKernels, Q8StreamDecodesEveryCodeExactly) {
   }
 }
 
+// ---- 15-bit activations for 4-bit layers with bf16 activations (q8_rows.hpp pack_q15_rows) ---------
+
+// The value a pair of q15 rows holds at column k (hi x its scale + lo x its scale), in double.
+double q15_value(const Q8Slots& two, int64_t k) {
+  static const int kPos[8] = {0, 2, 4, 6, 1, 3, 5, 7};  // chunk position of k = 8j + i
+  const int64_t at = (k / 8) * 8 + kPos[k % 8];
+  const Q8Slots hi = two.row(0), lo = two.row(1);
+  return static_cast<double>(hi.q[at]) * hi.scale[k / 32] + static_cast<double>(lo.q[at]) * lo.scale[k / 32];
+}
+
+// Per 32 columns: hi in [-128, 127], lo in [0, 127], scales 2^(e + 7) and 2^e, the pair within half a
+// step 2^(e - 1) of x, that half step under 1/16383 of the group's largest magnitude, and bf16 values within
+// 2^6 of that largest exact; bias sums as pack_q8_row's; a group with a NaN or infinity gets NaN scales.
+// Runs on any machine (no SIMD).
+TEST(CpuKernels, Q15RowsHoldEachValueWithinHalfAStep) {
+  const int64_t kp = 256;  // 8 groups
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed = " + std::to_string(seed));
+  std::mt19937 g(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-30, 30);
+  std::vector<float> x(static_cast<size_t>(kp));
+  for (int64_t k = 0; k < kp; ++k)  // bf16 values over a wide range of magnitudes inside each group
+    x[static_cast<size_t>(k)] = bf16_to_f32(f32_to_bf16(std::ldexp(n(g), ex(g))));
+  for (int64_t k = 64; k < 96; ++k) x[static_cast<size_t>(k)] = 0.0f;               // group 2: all zero
+  x[100] = std::numeric_limits<float>::quiet_NaN();                                   // group 3: NaN
+  x[140] = -std::numeric_limits<float>::infinity();                                   // group 4: infinity
+  for (int64_t k = 160; k < 192; ++k) x[static_cast<size_t>(k)] = std::ldexp(k % 2 ? 1.75f : -1.25f, 125);  // near the top
+  for (int64_t k = 192; k < 224; ++k) x[static_cast<size_t>(k)] = std::ldexp(static_cast<float>(k - 200), -140);  // subnormal
+  Q8Buffer buf;
+  const Q8Slots two = buf.reserve(4, kp + 32).row(1);  // rows 1 and 2 of a longer stride
+  pack_q15_rows(x.data(), kp, two);
+  static const int kPos[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  for (int64_t grp = 0; grp < kp / 32; ++grp) {
+    const Q8Slots hi = two.row(0), lo = two.row(1);
+    float amax = 0.0f;
+    bool finite = true;
+    for (int i = 0; i < 32; ++i) {
+      finite = finite && std::isfinite(x[static_cast<size_t>(grp * 32 + i)]);
+      amax = std::max(amax, std::fabs(x[static_cast<size_t>(grp * 32 + i)]));
+    }
+    int sums[2][2] = {{0, 0}, {0, 0}};
+    for (int i = 0; i < 32; ++i) {
+      const int64_t at = grp * 32 + (i / 8) * 8 + kPos[i % 8];
+      ASSERT_GE(lo.q[at], 0);
+      sums[0][i / 16] += hi.q[at];
+      sums[1][i / 16] += lo.q[at];
+    }
+    for (int r = 0; r < 2; ++r) {
+      const Q8Slots& o = r == 0 ? hi : lo;
+      EXPECT_EQ(o.bias16[2 * grp], -kernels::kQ8E2m1Offset * sums[r][0]) << "group " << grp;
+      EXPECT_EQ(o.bias16[2 * grp + 1], -kernels::kQ8E2m1Offset * sums[r][1]) << "group " << grp;
+      EXPECT_EQ(o.bias32[grp], -kernels::kQ8E2m1Offset * (sums[r][0] + sums[r][1])) << "group " << grp;
+    }
+    if (!finite) {
+      EXPECT_TRUE(std::isnan(hi.scale[grp]) && std::isnan(lo.scale[grp])) << "group " << grp;
+      for (int i = 0; i < 32; ++i) EXPECT_EQ(hi.q[grp * 32 + i] | lo.q[grp * 32 + i], 0);
+      continue;
+    }
+    ASSERT_EQ(hi.scale[grp], 128.0f * lo.scale[grp]) << "group " << grp;
+    int e = 0;
+    ASSERT_EQ(std::frexp(lo.scale[grp], &e), 0.5f) << "a power of two, group " << grp;
+    const double half_step = std::ldexp(0.5, e - 1);  // lo.scale = 2^(e - 1)
+    for (int i = 0; i < 32; ++i) {
+      const int64_t k = grp * 32 + i;
+      const double v = x[static_cast<size_t>(k)], got = q15_value(two, k);
+      ASSERT_LE(std::fabs(got - v), half_step) << "k " << k;
+      if (amax >= std::ldexp(1.0f, -100)) {  // smaller groups meet the smallest step, 2^-126
+        ASSERT_LT(half_step, static_cast<double>(amax) / kQ15Max) << "k " << k;
+        if (std::fabs(v) >= std::ldexp(static_cast<double>(amax), -6))
+          ASSERT_EQ(got, v) << "bf16 value within 2^6 of the group's largest, k " << k;
+      }
+    }
+  }
+  // Past kQ15Max x 2^114 (within 2^-14 of FLT_MAX) the codes saturate, finite.
+  std::vector<float> top(32, std::numeric_limits<float>::max());
+  top[1] = -top[1];
+  pack_q15_rows(top.data(), 32, two);
+  EXPECT_EQ(q15_value(two, 0), std::ldexp(static_cast<double>(kQ15Max), 114));
+  EXPECT_EQ(q15_value(two, 1), -std::ldexp(static_cast<double>(kQ15Max), 114));
+  EXPECT_THROW(pack_q15_rows(x.data(), 100, two), Error);      // not whole 32-k groups
+  EXPECT_THROW(pack_q15_rows(x.data(), kp + 64, two), Error);  // longer than the row stride
+}
+
+// The kernel set a 4-bit layer with bf16 activations gets at each VNNI level this machine has.
+std::vector<Level> q15_levels() {
+  MoeSpec s;
+  s.weight_format = WeightFormat::kMxfp4;
+  s.act_dtype = DType::kBF16;
+  std::vector<Level> out;
+  if (detected_isa() >= CpuIsa::kAvx2) out.push_back({"avx2", kernels_for_spec(s, CpuIsa::kAvx2)});
+  if (detected_isa() >= CpuIsa::kAvx512Bf16) out.push_back({"avx512-bf16", kernels_for_spec(s, CpuIsa::kAvx512Bf16)});
+  return out;
+}
+
+// The q8 kernel on two rows a token, the rows summed as the runner does, against the dense loop on the
+// values the rows hold (the integer products are exact, so the f32 folds' rounding is all that differs).
+TEST(CpuKernels, Q15StreamMatchesDenseLoop) {
+  const auto lv = q15_levels();
+  if (lv.empty()) GTEST_SKIP() << "no AVX2 here";
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed = " + std::to_string(seed));
+  for (const Level& level : lv)
+    for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+      const KernelSet& ks = level.ks;
+      ASSERT_NE(ks.stream_q8, nullptr) << level.name;
+      ASSERT_EQ(ks.q8_rows_per_token, 2) << level.name;
+      const int64_t E = 2, N = 40, K = 352;
+      Stack s = make_stack(f, E, N, K, seed + static_cast<uint32_t>(f));
+      auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
+      std::mt19937 g(seed);
+      std::normal_distribution<float> n(0.0f, 1.0f);
+      for (int m : {1, 2, 3, 4, 5}) {
+        const int64_t ld = p->kp + 64;
+        std::vector<float> x(static_cast<size_t>(m * ld), 0.0f);
+        for (int i = 0; i < m; ++i)
+          for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(i * ld + k)] = n(g) * (k % 64 < 32 ? 1.0f : 1e-3f);
+        Q8Buffer buf;
+        const Q8Slots q = buf.reserve(2 * m, ld);
+        for (int i = 0; i < m; ++i) {
+          pack_q15_rows(x.data() + i * ld, p->kp, q.row(2 * i));
+          for (int64_t k = 0; k < K; ++k)
+            x[static_cast<size_t>(i * ld + k)] = static_cast<float>(q15_value(q.row(2 * i), k));  // exact in f32
+        }
+        check_against_dense(s, *p, x, ld, m, std::string(level.name) + " " + std::string(to_string(f)) + " q15 m " + std::to_string(m),
+                            [&](const kernels::BlockRef& b, float* acc) {
+                              std::vector<float> rows(static_cast<size_t>(2 * m * 16));
+                              ks.stream_q8(b, q.view(), 2 * m, rows.data());
+                              for (int i = 0; i < m; ++i)
+                                for (int l = 0; l < 16; ++l)
+                                  acc[i * 16 + l] = rows[static_cast<size_t>(2 * i * 16 + l)] + rows[static_cast<size_t>((2 * i + 1) * 16 + l)];
+                            });
+      }
+    }
+}
+
+// The AVX2 f32 panel decoded from VNNI words equals, bit for bit, the one decoded from the per-k layout
+// of the same stack: every e2m1 code (-0 included), random and extreme scales (e8m0 bytes 0, 1 and 254).
+TEST(CpuKernels, Avx2VnniPanelEqualsPerKPanel) {
+  if (detected_isa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 here";
+  for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+    Stack s = make_stack(f, 2, 40, 320, 31u + static_cast<uint32_t>(f));
+    auto* codes = const_cast<uint8_t*>(static_cast<const uint8_t*>(s.m.data.data));  // every code pair, -0 too
+    for (int64_t i = 0; i < 2 * 40 * 320 / 2; ++i) codes[i] = static_cast<uint8_t>(i * 7 + i / 256);
+    if (f == WeightFormat::kMxfp4) {
+      auto* sc = const_cast<uint8_t*>(static_cast<const uint8_t*>(s.m.scale.data));  // owned by s.own
+      sc[0] = 0;
+      sc[1] = 1;
+      sc[2] = 254;
+    }
+    auto perk = pack_stack(s.m, LaneMap::kPlain, kernels::CodeLayout::kPerK);
+    auto vnni = pack_stack(s.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords);
+    const size_t n = static_cast<size_t>(perk->kp * 16);
+    std::vector<float> abuf(n + 16), bbuf(n + 16);  // panels are 64-byte aligned (aligned stores)
+    auto align = [](float* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63}); };
+    float* a = align(abuf.data());
+    float* b = align(bbuf.data());
+    for (int64_t e = 0; e < perk->experts; ++e)
+      for (int64_t blk = 0; blk < perk->nblocks; ++blk) {
+        kernels::dequant_panel_avx2(perk->block(e, blk), a);
+        kernels::dequant_panel_avx2_vnni(vnni->block(e, blk), b);
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0)
+              << to_string(f) << " expert " << e << " block " << blk << " k " << i / 16 << " lane " << i % 16 << ": "
+              << a[i] << " vs " << b[i];
+      }
+  }
+}
+
 // mxfp4 scales are multiplied into the decoded weights (BlockRef::e8m0_fold, the AMX decode stream)
 // only when every scale byte keeps e2m1 x scale a normal number; one extreme byte anywhere turns it off
 // for the stack, which then keeps the per-group fold. Both ways match the dense loop, on the streaming

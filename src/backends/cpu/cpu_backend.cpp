@@ -56,6 +56,14 @@ Capabilities make_caps() {
        "int8 activations (act_quant int8-token-group, mxfp4/nvfp4 weights) on AVX2: e2m1 codes decoded to bytes "
        "by vpshufb, exact vpmaddubsw + vpmaddwd dot products per K group, every token count",
        CpuIsa::kAvx2, 0.0, {}},
+      // 4-bit layers with bf16 activations the spec leaves unquantized (variant() says so per spec).
+      {"avx512vnni-q15-stream", static_cast<double>(cpu::kQ15StreamMaxTokens),
+       "decode of mxfp4/nvfp4 weights with bf16 activations: each token held at 15 bits per 32 columns as two "
+       "int8 rows (high and low part) through the q8 kernel's exact dot products",
+       CpuIsa::kAvx512Bf16, 0.0, {DType::kBF16}},
+      {"avx2-q15-stream", static_cast<double>(cpu::kAvx2Q15StreamMaxTokens),
+       "the same on AVX2 (vpmaddubsw); such a layer's tiled calls decode f32 panels from the VNNI words",
+       CpuIsa::kAvx2, 0.0, {DType::kBF16}},
       // The AMX level's decode of 2 or more tokens per call (which formats and how many tokens per expert,
       // again per format: variant()).
       {"amx-bf16-stream", 16.0,

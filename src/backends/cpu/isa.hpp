@@ -79,6 +79,18 @@ inline constexpr int kAmxStreamMaxTokensBf16 = 16;
 // alternative above 8 tokens is slower still, f32 panels; not measured, so the same cut.) At kAvx2 an
 // int8-activation layer takes the AVX2 q8 kernel for every call (runner.cpp kernels_for_spec).
 inline constexpr int kQ8StreamMaxTokens = 8;
+// The same kernel on 15-bit activations (KernelSet::q8_rows_per_token = 2: two int8 rows a token, so a
+// call of m tokens costs what an int8 call of 2m does).
+// kAvx2: up to 4 tokens per expert. Zen 1, one thread, qwen3-30b-a3b mxfp4 against MOERUN_CPU_Q15=0 in
+// one process, weight copies rotated (docs/performance.md): 1.58x faster at 1/8 token per expert, 1.48x
+// at 1/4, 1.24x at 1, 1.08x at 2, 1.00x at 3, 0.97x at 4 (where the f32 stream takes four tokens a pass
+// and this kernel two rows) and 0.75x at 8-16; past the cut, tiled calls decode their panels from VNNI
+// words, 0.90-0.97x of the per-k panels at 8-32 tokens.
+// kAvx512Bf16 / kAmx: up to 2, where int8 calls of up to 4 rows measured faster than the bf16 kernels
+// in the call-4 run above (1.13-1.39x; kernel in cache, m = 1: 0.59 ns per k pair for two int8 rows
+// against 1.33 for the bf16 kernel); the layer itself is not measured yet at these levels.
+inline constexpr int kQ15StreamMaxTokens = 2;
+inline constexpr int kAvx2Q15StreamMaxTokens = 4;
 inline constexpr int kStreamMaxTokensLimit = 65536;  // largest value MOERUN_CPU_STREAM_MAX_TOKENS accepts
 
 // MOERUN_CPU_STREAM_MAX_TOKENS parsed: n, or -1 when unset or invalid (then the defaults hold).
@@ -115,6 +127,12 @@ struct KernelSet {
   // MOERUN_CPU_Q8=0 (measurement) leaves every call to the bf16 kernels.
   void (*stream_q8)(const kernels::BlockRef&, const kernels::Q8Rows&, int, float*) = nullptr;
   int stream_max_m_q8 = kQ8StreamMaxTokens;
+  // 1: the rows are the spec's int8 codes. 2: the layer's activations are not quantized by its spec
+  // (mxfp4 / nvfp4 weights, bf16 activations) and the q8 kernel reads each token as two int8 rows of a
+  // 15-bit code (q8_rows.hpp pack_q15_rows: a high and a low part, their products added back by the
+  // kernel's per-row scales), calls of up to stream_max_m_q8 tokens (kQ15StreamMaxTokens,
+  // kAvx2Q15StreamMaxTokens). MOERUN_CPU_Q15=0 (measurement) leaves such layers to the other kernels.
+  int q8_rows_per_token = 1;
   bool uses_q8_stream(kernels::PackFmt f) const noexcept {
     return stream_q8 != nullptr && kernels::q8_stream_native(f);
   }
@@ -194,6 +212,8 @@ bool amx_stream_enabled();
 bool e8m0_fold_enabled();
 // MOERUN_CPU_Q8=0: false; unset or anything else: true.
 bool q8_stream_enabled();
+// MOERUN_CPU_Q15=0: false; unset or anything else: true.
+bool q15_stream_enabled();
 
 // Kernels for the given level (kAvx512Bf16 and kAmx: the AVX-512 set plus stream_bf16; kAmx adds the
 // tiles). Throws Error{kUnsupported} below AVX2.

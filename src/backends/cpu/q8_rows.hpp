@@ -31,6 +31,18 @@ struct Q8Slots {
 // Throws Error{kInternal} when kp is not a multiple of 32 or exceeds out.ld.
 void pack_q8_row(const float* x, int64_t kp, const Q8Slots& out, float* fake = nullptr);
 
+// Activations that the spec does not quantize (act_quant none, bf16), held for the q8 kernel at 15 bits:
+// per 32 columns, q = round(x / 2^e) with the smallest e that keeps |q| <= kQ15Max, split into a high
+// row (q >> 7, scale 2^(e + 7)) and a low row (q & 127, scale 2^e), rows 0 and 1 of `out`. The kernel's
+// per-row scale fold adds the two rows' products back into x's: one token costs two int8 rows, and each
+// value is off by at most half a step, 2^(e - 1), under 1/16383 of the group's largest magnitude (bf16's
+// own rounding of that largest value is up to 2^-9 of it); the bf16 inputs within 2^6 of the group's
+// largest come through exactly. Values past kQ15Max x 2^114 (within 2^-14 of FLT_MAX) saturate there. A
+// group holding a NaN or an infinity gets NaN scales (the kernel's outputs for that token turn NaN, as a
+// dot product with an infinity mostly does). Same preconditions as pack_q8_row.
+inline constexpr int kQ15Max = 16383;
+void pack_q15_rows(const float* x, int64_t kp, const Q8Slots& out);
+
 // Owner of rows of int8 activations; grows only (the steady-state forward allocates nothing).
 class Q8Buffer {
  public:

@@ -206,7 +206,8 @@ std::string variant_name(const MoeSpec& spec, const KernelSet& ks, kernels::Pack
   const double per_expert = static_cast<double>(m) * spec.top_k / std::max(1, spec.num_experts);
   if (per_expert <= ks.stream_max(fmt)) {
     if (ks.uses_q8_stream(fmt) && per_expert <= ks.stream_max_m_q8)
-      return ks.isa == CpuIsa::kAvx2 ? "avx2-q8-stream" : "avx512vnni-q8-stream";
+      return std::string(ks.isa == CpuIsa::kAvx2 ? "avx2-" : "avx512vnni-") +
+             (ks.q8_rows_per_token == 2 ? "q15-stream" : "q8-stream");
     if (!ks.uses_bf16_stream(fmt)) return ks.prefix + "-stream";
     // stream_amx_bf16 leaves one-token calls to the VDPBF16PS kernel: name the kernel most calls take.
     return ks.amx_stream && kernels::amx_stream_native(fmt) && per_expert > 1.0 ? "amx-bf16-stream"
@@ -225,16 +226,37 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
     ks.amx = false;
     ks.stream_bf16 = nullptr;
   }
-  // The q8 kernel computes with the int8 codes themselves, so only layers that quantize to them take it.
-  if (spec.act_quant != ActQuant::kInt8PerTokenGroup) {
+  // The q8 kernel computes with the int8 codes themselves: layers that quantize to them take it, and
+  // 4-bit layers with bf16 activations hold theirs at 15 bits in two int8 rows (isa.hpp q8_rows_per_token).
+  const bool fp4 = spec.weight_format == WeightFormat::kMxfp4 || spec.weight_format == WeightFormat::kNvfp4;
+  const bool vnni_level = isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512Bf16 || isa == CpuIsa::kAmx;
+  if (spec.act_quant == ActQuant::kInt8PerTokenGroup) {
+    if (isa == CpuIsa::kAvx2 && q8_stream_enabled()) {
+      // The AVX2 stream decoders read e2m1 codes per k (CodeLayout::kPerK) and the q8 kernel reads VNNI
+      // words: such a layer is packed in VNNI words and every call takes the q8 kernel (no crossover,
+      // whatever MOERUN_CPU_STREAM_MAX_TOKENS says), so no other AVX2 kernel ever meets its weights.
+      ks.stream_q8 = kernels::stream_q8_avx2;
+      ks.code_layout = kernels::CodeLayout::kVnniWords;
+      ks.stream_max_m_q8 = std::numeric_limits<int>::max();
+    }
+  } else if (fp4 && spec.act_quant == ActQuant::kNone && spec.act_dtype == DType::kBF16 && vnni_level &&
+             q15_stream_enabled()) {
+    const int cut = stream_max_tokens_override();
+    ks.q8_rows_per_token = 2;
+    if (isa == CpuIsa::kAvx2) {
+      // Packed in VNNI words too; calls past the cut take f32 panels decoded from them, and no f32
+      // streaming call may meet them, so the f32 stream's cut is held at or below the q8 kernel's.
+      ks.stream_q8 = kernels::stream_q8_avx2;
+      ks.code_layout = kernels::CodeLayout::kVnniWords;
+      ks.panel = kernels::dequant_panel_avx2_vnni;
+      ks.stream_max_m_q8 = cut >= 0 ? cut : kAvx2Q15StreamMaxTokens;
+      ks.stream_max_m = std::min(ks.stream_max_m, ks.stream_max_m_q8);
+    } else {
+      ks.stream_q8 = kernels::stream_q8_avx512vnni;  // these levels pack VNNI words anyway
+      ks.stream_max_m_q8 = cut >= 0 ? cut : kQ15StreamMaxTokens;
+    }
+  } else {
     ks.stream_q8 = nullptr;
-  } else if (isa == CpuIsa::kAvx2 && q8_stream_enabled()) {
-    // The AVX2 decoders read e2m1 codes per k (CodeLayout::kPerK) and the q8 kernel reads VNNI words: such
-    // a layer is packed in VNNI words and every call takes the q8 kernel (no crossover, whatever
-    // MOERUN_CPU_STREAM_MAX_TOKENS says), so no other AVX2 kernel ever meets its weights.
-    ks.stream_q8 = kernels::stream_q8_avx2;
-    ks.code_layout = kernels::CodeLayout::kVnniWords;
-    ks.stream_max_m_q8 = std::numeric_limits<int>::max();
   }
   return ks;
 }
@@ -253,7 +275,11 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
   const int mi = static_cast<int>(m);
   if (m <= ks_.stream_max(ref.fmt)) {
     if (q8 != nullptr && ks_.uses_q8_stream(ref.fmt) && m <= ks_.stream_max_m_q8) {
-      ks_.stream_q8(ref, *q8, mi, acc);
+      const int rpt = ks_.q8_rows_per_token;
+      ks_.stream_q8(ref, *q8, mi * rpt, acc);
+      if (rpt == 2)  // a token's high and low rows: their sum, into the token's place (row i <= 2i)
+        for (int i = 0; i < mi; ++i)
+          for (int l = 0; l < 16; ++l) acc[i * 16 + l] = acc[2 * i * 16 + l] + acc[(2 * i + 1) * 16 + l];
       return;
     }
     if (xb != nullptr && ks_.uses_bf16_stream(ref.fmt)) ks_.stream_bf16(ref, xb, ldx, mi, acc);
@@ -425,7 +451,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
   float* Hb = hbuf_.get(static_cast<size_t>((rows + 16) * ldh));
   int64_t max_m = 1;
   for (const Job& j : jobs_) max_m = std::max(max_m, j.m);
-  const int64_t acc_stride = max_m * 16;  // acc: [2][max_m][16] (one per block of a pair); out: [2][M][16]
+  // acc: [2][max_m][16] (one per block of a pair; 15-bit q8 rows take two rows a token); out: [2][M][16]
+  const int64_t acc_stride = max_m * 16 * ks_.q8_rows_per_token;
   for (int t = 0; t < threads; ++t) {
     scratch_[static_cast<size_t>(t)].acc.get(static_cast<size_t>(2 * acc_stride));
     scratch_[static_cast<size_t>(t)].out.get(static_cast<size_t>(std::max<int64_t>(2, blocks_per_item2) * M * 16));
@@ -447,8 +474,15 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
       q8 = q8 || (j.m <= ks_.stream_max_m_q8 && (ks_.uses_q8_stream(f1) || ks_.uses_q8_stream(f2)));
     }
-  const Q8Slots xq = q8 ? xq_.reserve(rows, hp_) : Q8Slots{};
-  const Q8Slots hq = q8 ? hq_.reserve(rows, ipmax) : Q8Slots{};
+  const int64_t rpt = ks_.q8_rows_per_token;  // q8 rows per activation row
+  const Q8Slots xq = q8 ? xq_.reserve(rows * rpt, hp_) : Q8Slots{};
+  const Q8Slots hq = q8 ? hq_.reserve(rows * rpt, ipmax) : Q8Slots{};
+  // Row r's codes: the spec's int8 ones, the values rounded in place as fake_quantize_act does; or its
+  // 15-bit high and low rows, the values left as they are.
+  auto pack_q8 = [rpt](float* v, int64_t kp, const Q8Slots& q, int64_t r) {
+    if (rpt == 2) pack_q15_rows(v, kp, q.row(2 * r));
+    else pack_q8_row(v, kp, q.row(r), v);
+  };
 
   // LoRA
   const LoraWeights* lw = (args.lora && !args.lora->token_adapter.empty() && args.lora->weights &&
@@ -504,7 +538,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
           gate[t] = sigmoid(g);
         }
       }
-      if (q8) pack_q8_row(d, hp_, xq.row(row), d);  // the codes, and d rounded as fake_quantize_act does
+      if (q8) pack_q8(d, hp_, xq, row);
       else fake_quantize_act(aq, d, 1, H);
       if (Xb) kernels::f32_to_bf16_row(d, hp_, Xb + row * ldx);
     }
@@ -547,7 +581,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const int per_call = takes_amx(w.fmt, job.m) ? item.nb : 1;
       for (int q0 = 0; q0 < item.nb; q0 += per_call) {
         const double t0 = clock();
-        const kernels::Q8Rows xqj = q8 ? xq.row(job.row0).view() : kernels::Q8Rows{};
+        const kernels::Q8Rows xqj = q8 ? xq.row(job.row0 * rpt).view() : kernels::Q8Rows{};
         run_blocks(w, e, item.b + q0, per_call, X + job.row0 * ldx, Xb ? Xb + job.row0 * ldx : nullptr,
                    q8 ? &xqj : nullptr, ldx, job.m, s,
                    s.acc.v.data(), acc_stride);
@@ -598,7 +632,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const int64_t I = shared_row ? is_ : il_, ip = shared_row ? isp_ : ilp_;
       float* hrow = Hb + row * ldh;
       for (int64_t c = I; c < ip; ++c) hrow[c] = 0.0f;
-      if (q8) pack_q8_row(hrow, ip, hq.row(row), hrow);
+      if (q8) pack_q8(hrow, ip, hq, row);
       else fake_quantize_act(aq, hrow, 1, I);
       if (Hbb) kernels::f32_to_bf16_row(hrow, ip, Hbb + row * ldh);
       if (lw && !shared_row) {
@@ -638,7 +672,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const PackedStack& w = job.shared ? *sw2_ : w2;
         const int64_t e = job.shared ? 0 : job.expert;
         const double t0 = clock();
-        const kernels::Q8Rows hqj = q8 ? hq.row(job.row0).view() : kernels::Q8Rows{};
+        const kernels::Q8Rows hqj = q8 ? hq.row(job.row0 * rpt).view() : kernels::Q8Rows{};
         run_blocks(w, e, b0, nbi, Hb + job.row0 * ldh, Hbb ? Hbb + job.row0 * ldh : nullptr, q8 ? &hqj : nullptr, ldh,
                    job.m, s,
                    s.acc.v.data(), acc_stride);

@@ -407,6 +407,66 @@ void dequant_panel_avx2(const BlockRef& b, float* panel) {
   }
 }
 
+// ---- f32 panels from e2m1 codes in VNNI words (kernels.hpp: dequant_panel_avx2_vnni) -----------------
+// NOTES: a quad's 32 bytes per half are the words of lanes 8h .. 8h + 7, k parities interleaved (word 2l
+// + o), nibble i = pair 4q + i. One vpshufb + vpermq per half sorts the words into the 8 even-k words
+// then the 8 odd-k words (all four nibbles travel together); masking the low nibble of each byte gives
+// pairs 0 and 2 as byte indices (pairs 1 and 3 after a shift), one lookup in the fp16 high-byte table
+// the per-k decoder uses serves both, a shift or mask makes each pair's fp16 words, and F16C widens each
+// 128-bit half: the kPerK panel bit for bit, -0 included.
+namespace {
+
+// Two pairs from one table lookup: `nib` holds, per word, a nibble index in the low byte and another in
+// the high byte; the table gives both fp16 high bytes, and each pair's word is one shift or mask away.
+inline void vnni_two_pairs(__m256i nib, __m256i lut, __m256 s, float* row_lo, float* row_hi) {
+  const __m256i t = _mm256_shuffle_epi8(lut, nib);
+  const __m256i lo = _mm256_slli_epi16(t, 8), hi = _mm256_and_si256(t, _mm256_set1_epi16(static_cast<short>(0xFF00)));
+  _mm256_store_ps(row_lo, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(lo)), s));
+  _mm256_store_ps(row_lo + 16, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1)), s));
+  _mm256_store_ps(row_hi, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(hi)), s));
+  _mm256_store_ps(row_hi + 16, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1)), s));
+}
+
+template <PackFmt F>
+void panel_vnni4(const BlockRef& b, float* panel) {
+  static_assert(q8_stream_native(F));
+  constexpr int G = group_size(F), kQuads = G / 8;
+  const __m256i lut = _mm256_broadcastsi128_si256(avx2::e2m1_lut());
+  // Within each 128-bit lane: words 0, 2, 4, 6 (k even), then 1, 3, 5, 7 (k odd).
+  const __m256i even_odd = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                            0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  for (int64_t g = 0; g < b.kp / G; ++g) {
+    __m256 s[2];
+    group_scale<F>(b.gscale, g, b.gmul, s[0], s[1]);
+    for (int v = 0; v < kQuads; ++v) {
+      const int64_t quad = g * kQuads + v;
+      const uint8_t* d = b.data + quad * kVnniWordBytes;
+      float* o = panel + quad * 8 * 16;  // k = 8 quad: rows of 16 lanes
+      for (int h = 0; h < 2; ++h) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + 32 * h));
+        const __m256i sorted = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(w, even_odd), 0xD8);  // even 0-7 | odd 0-7
+        const __m256i m = _mm256_set1_epi8(0x0F);  // nibbles 0 | 2, then 1 | 3, of each word
+        vnni_two_pairs(_mm256_and_si256(sorted, m), lut, s[h], o + 0 * 32 + 8 * h, o + 2 * 32 + 8 * h);
+        vnni_two_pairs(_mm256_and_si256(_mm256_srli_epi16(sorted, 4), m), lut, s[h], o + 1 * 32 + 8 * h, o + 3 * 32 + 8 * h);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void dequant_panel_avx2_vnni(const BlockRef& b, float* panel) {
+  switch (b.fmt) {
+    case PackFmt::kMxfp4: return panel_vnni4<PackFmt::kMxfp4>(b, panel);
+    case PackFmt::kNvfp4: return panel_vnni4<PackFmt::kNvfp4>(b, panel);
+    case PackFmt::kFp8:
+    case PackFmt::kFp8Block:  // never packed in VNNI words at this level: must not look valid
+      std::fill(panel, panel + b.kp * 16, __builtin_nanf(""));
+      return;
+    default: return dequant_panel_avx2(b, panel);
+  }
+}
+
 void tile_avx2(const float* panel, int64_t kp, const float* x, int64_t ldx, int m, float* acc) {
   int i = 0;
   for (; i + 6 <= m; i += 6) tile_t<6>(panel, kp, x + i * ldx, ldx, acc + i * 16);

@@ -134,6 +134,10 @@ void stream_avx2(const BlockRef& b, const float* x, int64_t ldx, int m, float* a
 void stream_avx2_v1(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc);
 // Dequantizes the whole block into an f32 panel [kp][16] (group scales applied).
 void dequant_panel_avx2(const BlockRef& b, float* panel);
+// The same for blocks whose codes sit in VNNI words (an AVX2 layer that the q8 kernel streams: runner.cpp
+// kernels_for_spec): mxfp4 and nvfp4 decoded from that layout, formats without a code layout as
+// dequant_panel_avx2; fp8 (never packed so at this level) fills the panel with NaN.
+void dequant_panel_avx2_vnni(const BlockRef& b, float* panel);
 // acc[m][16] = x[m][kp] @ panel[kp][16]: 6x16 register tiles.
 void tile_avx2(const float* panel, int64_t kp, const float* x, int64_t ldx, int m, float* acc);
 
