@@ -6,7 +6,8 @@
 // pair close to the memory one) from a memory-bound one. At avx512-bf16 and above, the formats the
 // AVX512-BF16 kernel takes run through it on bf16 activations, as in the runner. The "-q8" formats run
 // int8 activations on the q8 kernel, the "-q15" ones the same activations as 15-bit rows (two int8 rows
-// a token), each with the kernel set, code layout and cut such a layer gets at the level.
+// a token), each with the kernel set, code layout and cut such a layer gets at the level (the same in
+// every --variants column: those rows have no v1 kernels).
 //
 //   cpu_kernel_bench [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N]
 //   cpu_kernel_bench --amx-probe [--m 32,64] [--reps N]
@@ -223,8 +224,16 @@ int main(int argc, char** argv) {
       for (int r = 0; r < reps; ++r)
         for (size_t v = 0; v < ks.size(); ++v) {
           const double t0 = now_s();
+          const bool streams = 1 <= kv[v].stream_max(s.p->fmt);  // (MOERUN_CPU_STREAM_MAX_TOKENS=0: panels)
           for (int c = 0; c < s.copies; ++c)
-            for (int64_t b = 0; b < nb; ++b) stream(kv[v], s.block(c, b), 1, acc.data());
+            for (int64_t b = 0; b < nb; ++b) {
+              if (streams) {
+                stream(kv[v], s.block(c, b), 1, acc.data());
+              } else {
+                kv[v].panel(s.block(c, b), panel);
+                kv[v].tile(panel, s.p->kp, x.data(), K, 1, acc.data());
+              }
+            }
           t[v].push_back(now_s() - t0);
         }
       std::printf("%-12s %-22s", F.name, "mem m=1");

@@ -123,7 +123,9 @@ class Fields {
 
   int as_int(std::string_view key, const json& v) const {
     if (auto i = json_number<int>(v)) return *i;
-    if (v.is_number_integer()) bad_value(key, fmt::format("= {}: out of range for an integer", v.dump()));
+    const bool whole = v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                                 std::floor(v.get<double>()) == v.get<double>());
+    if (whole) bad_value(key, fmt::format("= {}: out of range for an integer", v.dump()));
     wrong_type(key, "an integer", v);  // 2048.5, 1e300, a string, ...
   }
 

@@ -40,7 +40,9 @@ class Reader {
       }
     }
     const json& v = j_.at(key);
-    fail(origin_, where_ + "." + key + " must be " + type + (v.is_number() ? ", got " + v.dump() : ""));
+    fail(origin_, where_ + "." + key + " must be " + type + (v.is_number() ? ", got " + v.dump() + " (out of range" +
+                                                                  (std::is_integral_v<T> ? " or not whole)" : ")")
+                                                            : ""));
   }
   const json* sub(const char* key) {
     seen_.insert(key);

@@ -174,7 +174,8 @@ T get_field(const nlohmann::json& j, const char* key, std::string_view origin, c
     }
   }
   const nlohmann::json& v = j.at(key);
-  throw_error(ErrorKind::kParse, std::string(origin) + ": '" + key + "' must be " + type + (v.is_number() ? ", got " + v.dump() : ""));
+  const std::string why = std::is_integral_v<T> ? " (out of range or not whole)" : " (out of range)";
+  throw_error(ErrorKind::kParse, std::string(origin) + ": '" + key + "' must be " + type + (v.is_number() ? ", got " + v.dump() + why : ""));
 }
 
 void reject_unknown(const nlohmann::json& j, std::initializer_list<const char*> allowed, std::string_view origin, const char* where) {

@@ -867,6 +867,24 @@ TEST(CpuKernels, Avx2VnniPanelEqualsPerKPanel) {
   }
 }
 
+// The f32 stream an AVX2 layer in VNNI words gets refuses its codes (NaN, never a per-k misread) and
+// streams the formats without a code layout as stream_avx2 does.
+TEST(CpuKernels, Avx2VnniStreamGuardsItsCodes) {
+  if (detected_isa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 here";
+  for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4, WeightFormat::kBF16}) {
+    Stack s = make_stack(f, 1, 16, 128, 5u);
+    auto p = pack_stack(s.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords);
+    std::vector<float> x(static_cast<size_t>(2 * p->kp), 0.5f), got(32), want(32);
+    kernels::stream_avx2_vnni(p->block(0, 0), x.data(), p->kp, 2, got.data());
+    if (f == WeightFormat::kBF16) {
+      kernels::stream_avx2(p->block(0, 0), x.data(), p->kp, 2, want.data());
+      EXPECT_EQ(got, want);
+    } else {
+      for (float v : got) EXPECT_TRUE(std::isnan(v)) << to_string(f);
+    }
+  }
+}
+
 // mxfp4 scales are multiplied into the decoded weights (BlockRef::e8m0_fold, the AMX decode stream)
 // only when every scale byte keeps e2m1 x scale a normal number; one extreme byte anywhere turns it off
 // for the stack, which then keeps the per-group fold. Both ways match the dense loop, on the streaming

@@ -82,7 +82,7 @@ inline constexpr int kQ8StreamMaxTokens = 8;
 // The same kernel on 15-bit activations (KernelSet::q8_rows_per_token = 2: two int8 rows a token, so a
 // call of m tokens costs what an int8 call of 2m does).
 // kAvx2: up to 4 tokens per expert. Zen 1, one thread, qwen3-30b-a3b mxfp4 against MOERUN_CPU_Q15=0 in
-// one process, weight copies rotated (docs/performance.md): 1.58x faster at 1/8 token per expert, 1.48x
+// one process, weight copies rotated (docs/performance.md, bench/results/2026-12-01_*_q15/): 1.58x faster at 1/8 token per expert, 1.48x
 // at 1/4, 1.24x at 1, 1.08x at 2, 1.00x at 3, 0.97x at 4 (where the f32 stream takes four tokens a pass
 // and this kernel two rows) and 0.75x at 8-16; past the cut, tiled calls decode their panels from VNNI
 // words, 0.90-0.97x of the per-k panels at 8-32 tokens.
@@ -120,11 +120,12 @@ struct KernelSet {
   // The same where stream_bf16 decodes onto AMX tiles (amx_stream): decoded formats, and bf16 weights.
   int stream_max_m_amx = kAmxStreamMaxTokensDecoded;
   int stream_max_m_amx_bf16 = kAmxStreamMaxTokensBf16;
-  // Layers with ActQuant::kInt8PerTokenGroup only (null otherwise: kernels_for_spec): the int8-activation
-  // kernel for mxfp4 and nvfp4 blocks, taken by calls of at most stream_max_m_q8 tokens (larger ones run
-  // the bf16 kernels on the dequantized activations, the same values). kAvx512Bf16 and kAmx:
-  // stream_q8_avx512vnni up to kQ8StreamMaxTokens; kAvx2: stream_q8_avx2 for every call.
-  // MOERUN_CPU_Q8=0 (measurement) leaves every call to the bf16 kernels.
+  // Layers with ActQuant::kInt8PerTokenGroup, and mxfp4 / nvfp4 layers with bf16 activations (q8_rows_per_token
+  // below; null for any other layer: kernels_for_spec): the int8-activation kernel for mxfp4 and nvfp4
+  // blocks, taken by calls of at most stream_max_m_q8 tokens (larger ones run the bf16 / f32 kernels, on
+  // the dequantized activations for int8 layers: the same values). int8 layers: kAvx512Bf16 and kAmx
+  // stream_q8_avx512vnni up to kQ8StreamMaxTokens, kAvx2 stream_q8_avx2 for every call.
+  // MOERUN_CPU_Q8=0 (measurement) leaves every call of int8 layers to the bf16 / f32 kernels.
   void (*stream_q8)(const kernels::BlockRef&, const kernels::Q8Rows&, int, float*) = nullptr;
   int stream_max_m_q8 = kQ8StreamMaxTokens;
   // 1: the rows are the spec's int8 codes. 2: the layer's activations are not quantized by its spec

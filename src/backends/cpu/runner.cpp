@@ -236,6 +236,7 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
       // words: such a layer is packed in VNNI words and every call takes the q8 kernel (no crossover,
       // whatever MOERUN_CPU_STREAM_MAX_TOKENS says), so no other AVX2 kernel ever meets its weights.
       ks.stream_q8 = kernels::stream_q8_avx2;
+      ks.stream = kernels::stream_avx2_vnni;  // (never reached for its codes: a NaN guard)
       ks.code_layout = kernels::CodeLayout::kVnniWords;
       ks.stream_max_m_q8 = std::numeric_limits<int>::max();
     }
@@ -247,6 +248,7 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
       // Packed in VNNI words too; calls past the cut take f32 panels decoded from them, and no f32
       // streaming call may meet them, so the f32 stream's cut is held at or below the q8 kernel's.
       ks.stream_q8 = kernels::stream_q8_avx2;
+      ks.stream = kernels::stream_avx2_vnni;  // (never reached for its codes: a NaN guard)
       ks.code_layout = kernels::CodeLayout::kVnniWords;
       ks.panel = kernels::dequant_panel_avx2_vnni;
       ks.stream_max_m_q8 = cut >= 0 ? cut : kAvx2Q15StreamMaxTokens;
@@ -466,13 +468,20 @@ void CpuRunner::forward(const ForwardArgs& args) {
   uint16_t* Hbb = want_bf16 ? hb_.get(static_cast<size_t>((rows + 16) * ldh)) : nullptr;
   float* gate = nullptr;
   if (has_shared && !shared_gate_.empty()) gate = gate_.get(static_cast<size_t>(M));
-  // int8 activation rows for the q8 kernel (layers with int8 activation quantization at its level), when
-  // some job's call takes it (prefill calls never do).
+  // q8 rows (int8 activation codes, or 15-bit rows) for the jobs whose calls take the q8 kernel; only
+  // their rows are packed (a prefill forward may hold a few such jobs among many tiled ones).
   bool q8 = false;
+  uint8_t* q8_row = nullptr;
   if (ks_.stream_q8 != nullptr)
     for (const Job& j : jobs_) {
       const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
-      q8 = q8 || (j.m <= ks_.stream_max_m_q8 && (ks_.uses_q8_stream(f1) || ks_.uses_q8_stream(f2)));
+      if (j.m > ks_.stream_max_m_q8 || !(ks_.uses_q8_stream(f1) || ks_.uses_q8_stream(f2))) continue;
+      if (!q8) {
+        q8_row = q8_row_.get(static_cast<size_t>(rows));
+        std::memset(q8_row, 0, static_cast<size_t>(rows));
+        q8 = true;
+      }
+      std::memset(q8_row + j.row0, 1, static_cast<size_t>(j.m));
     }
   const int64_t rpt = ks_.q8_rows_per_token;  // q8 rows per activation row
   const Q8Slots xq = q8 ? xq_.reserve(rows * rpt, hp_) : Q8Slots{};
@@ -538,7 +547,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
           gate[t] = sigmoid(g);
         }
       }
-      if (q8) pack_q8(d, hp_, xq, row);
+      if (q8 && q8_row[row]) pack_q8(d, hp_, xq, row);
       else fake_quantize_act(aq, d, 1, H);
       if (Xb) kernels::f32_to_bf16_row(d, hp_, Xb + row * ldx);
     }
@@ -581,9 +590,10 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const int per_call = takes_amx(w.fmt, job.m) ? item.nb : 1;
       for (int q0 = 0; q0 < item.nb; q0 += per_call) {
         const double t0 = clock();
-        const kernels::Q8Rows xqj = q8 ? xq.row(job.row0 * rpt).view() : kernels::Q8Rows{};
+        const bool jq8 = q8 && job.m > 0 && q8_row[job.row0];
+        const kernels::Q8Rows xqj = jq8 ? xq.row(job.row0 * rpt).view() : kernels::Q8Rows{};
         run_blocks(w, e, item.b + q0, per_call, X + job.row0 * ldx, Xb ? Xb + job.row0 * ldx : nullptr,
-                   q8 ? &xqj : nullptr, ldx, job.m, s,
+                   jq8 ? &xqj : nullptr, ldx, job.m, s,
                    s.acc.v.data(), acc_stride);
         const double t1 = clock();
         for (int q = 0; q < per_call; ++q) {  // the epilogue per block, on that block's accumulators
@@ -632,7 +642,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const int64_t I = shared_row ? is_ : il_, ip = shared_row ? isp_ : ilp_;
       float* hrow = Hb + row * ldh;
       for (int64_t c = I; c < ip; ++c) hrow[c] = 0.0f;
-      if (q8) pack_q8(hrow, ip, hq, row);
+      if (q8 && q8_row[row]) pack_q8(hrow, ip, hq, row);
       else fake_quantize_act(aq, hrow, 1, I);
       if (Hbb) kernels::f32_to_bf16_row(hrow, ip, Hbb + row * ldh);
       if (lw && !shared_row) {
@@ -672,8 +682,9 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const PackedStack& w = job.shared ? *sw2_ : w2;
         const int64_t e = job.shared ? 0 : job.expert;
         const double t0 = clock();
-        const kernels::Q8Rows hqj = q8 ? hq.row(job.row0 * rpt).view() : kernels::Q8Rows{};
-        run_blocks(w, e, b0, nbi, Hb + job.row0 * ldh, Hbb ? Hbb + job.row0 * ldh : nullptr, q8 ? &hqj : nullptr, ldh,
+        const bool jq8 = q8 && job.m > 0 && q8_row[job.row0];
+        const kernels::Q8Rows hqj = jq8 ? hq.row(job.row0 * rpt).view() : kernels::Q8Rows{};
+        run_blocks(w, e, b0, nbi, Hb + job.row0 * ldh, Hbb ? Hbb + job.row0 * ldh : nullptr, jq8 ? &hqj : nullptr, ldh,
                    job.m, s,
                    s.acc.v.data(), acc_stride);
         const double t1 = clock();

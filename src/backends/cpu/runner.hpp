@@ -71,8 +71,9 @@ class CpuRunner final : public Runner {
 
   // Whether a call of m tokens on blocks of format f takes AMX tiles (bf16 activations at hand).
   bool takes_amx(kernels::PackFmt f, int64_t m) const noexcept;
-  // q8: the job's int8 activation rows (layers with int8 activation quantization at the q8 kernel's
-  // level; null otherwise), taken by calls the q8 kernel runs (KernelSet::uses_q8_stream).
+  // q8: the job's q8 rows (int8 activation codes, or 15-bit rows two a token: KernelSet::q8_rows_per_token;
+  // null where the job's call does not take the q8 kernel), taken by calls the q8 kernel runs
+  // (KernelSet::uses_q8_stream); acc then needs room for m x q8_rows_per_token rows of 16.
   void run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb,
                  const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc) const;
   // Blocks b .. b + nb - 1 (nb 1 or 2) into acc + q * acc_stride: one tile_amx2 call where two blocks take
@@ -96,8 +97,9 @@ class CpuRunner final : public Runner {
   std::vector<Item> items1_;
   Grow<float> hid_, logits_, topw_, x_, hbuf_, lora1_, lora2_, lora_t_, gate_;
   Grow<int32_t> topi_, row_expert_;
+  Grow<uint8_t> q8_row_;  // per activation row: 1 where its job's calls take the q8 kernel (its rows are packed)
   Grow<uint16_t> xb_, hb_;
-  Q8Buffer xq_, hq_;  // int8 activation rows of X and H (q8 kernel)
+  Q8Buffer xq_, hq_;  // q8 rows of X and H (the q8 kernel's jobs only)
   std::vector<Scratch> scratch_;
   std::unique_ptr<ForwardProfile> prof_;  // MOERUN_CPU_PROFILE set when the runner was created
 };

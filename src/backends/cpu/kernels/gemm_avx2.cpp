@@ -467,6 +467,11 @@ void dequant_panel_avx2_vnni(const BlockRef& b, float* panel) {
   }
 }
 
+void stream_avx2_vnni(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {
+  if (has_code_layout(b.fmt)) std::fill(acc, acc + static_cast<int64_t>(m) * 16, __builtin_nanf(""));
+  else stream_avx2(b, x, ldx, m, acc);
+}
+
 void tile_avx2(const float* panel, int64_t kp, const float* x, int64_t ldx, int m, float* acc) {
   int i = 0;
   for (; i + 6 <= m; i += 6) tile_t<6>(panel, kp, x + i * ldx, ldx, acc + i * 16);
@@ -483,12 +488,13 @@ void tile_avx2(const float* panel, int64_t kp, const float* x, int64_t ldx, int 
 // ---- int8 activations on 4-bit weights (kernels.hpp: stream_q8_avx2) ---------------------------------
 // NOTES: the AVX-512 q8 kernel's scheme (gemm_avx512vnni.cpp) on 256-bit registers, for CPUs without
 // VNNI. The weights must be in the VNNI-word layout (kernels_for_spec chooses it at this level for
-// int8-activation layers, and then every call of them takes this kernel): a quad's 64 bytes are the
+// int8-activation layers, every call of which takes this kernel, and for 4-bit layers with bf16
+// activations, whose calls take it up to a cut on 15-bit rows): a quad's 64 bytes are the
 // dwords of lanes 0-7, then 8-15, and the low / high nibbles of each dword's bytes are k 8q + {0, 4, 1,
 // 5} / {2, 6, 3, 7}, the order of the packed activation codes. vpshufb maps a nibble to 2 x e2m1 + 12
 // (16-entry table, both 128-bit halves); vpmaddubsw multiplies those unsigned bytes with the signed
-// codes and adds byte pairs into 16 bits (at most 2 x 24 x 127 each, and the low and high nibbles' sums
-// added at most 12192: no saturation), vpmaddwd with ones adds the word pairs into each lane's dword.
+// codes and adds byte pairs into 16 bits (at most 2 x 24 x 128 each, a 15-bit row's high part reaching
+// -128, and the low and high nibbles' sums added at most 12288: no saturation), vpmaddwd with ones adds the word pairs into each lane's dword.
 // The group's integer sum starts at the row's bias (-12 x its codes' sum), as on AVX-512, so it is
 // exactly 2 x the e2m1 dot product; scales and the f32 fold are the same. One or two tokens per pass
 // (16 registers: two accumulators per token and half, the decoded halves, three constants).

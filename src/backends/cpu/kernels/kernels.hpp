@@ -35,7 +35,7 @@ enum class PackFmt : uint8_t {
 // - kPerK (AVX2): each k is a run of the 16 lanes' codes, k even then k odd: fp8 16 bytes per k; e2m1
 //   8 bytes per k, byte j = lane j (low nibble) | lane j + 8 (high). AVX2 widens bytes with vpshufb /
 //   vpmovzx and converts through F16C.
-// - kVnniWords (AVX-512 levels): the codes of several k pairs interleaved in 32 little-endian words in
+// - kVnniWords (AVX-512 levels, and AVX2 layers the q8 kernel streams): the codes of several k pairs interleaved in 32 little-endian words in
 //   VNNI order (word 2l + o = lane l, k 2p + o), 64 bytes: fp8 pairs 2q (low byte) and 2q + 1 (high
 //   byte); e2m1 pairs 4q + i in nibble i. One load serves 2 or 4 pairs, and a pair's 32 codes are a shift
 //   away from bf16 by arithmetic or a vpermw table: no vpermb to spread codes over words first (a
@@ -138,6 +138,9 @@ void dequant_panel_avx2(const BlockRef& b, float* panel);
 // kernels_for_spec): mxfp4 and nvfp4 decoded from that layout, formats without a code layout as
 // dequant_panel_avx2; fp8 (never packed so at this level) fills the panel with NaN.
 void dequant_panel_avx2_vnni(const BlockRef& b, float* panel);
+// The f32 stream of such a layer: stream_avx2 for formats without a code layout; for the others, whose
+// calls the q8 kernel takes up to the cut and panels beyond it, NaN (they must never look valid).
+void stream_avx2_vnni(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc);
 // acc[m][16] = x[m][kp] @ panel[kp][16]: 6x16 register tiles.
 void tile_avx2(const float* panel, int64_t kp, const float* x, int64_t ldx, int m, float* acc);
 
@@ -238,7 +241,8 @@ constexpr uint8_t q8_e2m1_byte(int c) noexcept {
 void stream_q8_avx512vnni(const BlockRef& b, const Q8Rows& x, int m, float* acc);
 constexpr bool q8_stream_native(PackFmt f) noexcept { return f == PackFmt::kMxfp4 || f == PackFmt::kNvfp4; }
 // The same on AVX2 (gemm_avx2.cpp; vpmaddubsw + vpmaddwd for VPDPBUSD), on weights packed in VNNI words
-// too: an AVX2 layer with int8 activations is packed so, and every call of it takes this kernel.
+// too: an AVX2 layer with int8 activations is packed so, and every call of it takes this kernel; a
+// 4-bit layer with bf16 activations too, whose calls take it up to a cut (panels beyond).
 void stream_q8_avx2(const BlockRef& b, const Q8Rows& x, int m, float* acc);
 
 }  // namespace moerun::cpu::kernels
