@@ -81,11 +81,12 @@ inline constexpr int kAmxStreamMaxTokensBf16 = 16;
 inline constexpr int kQ8StreamMaxTokens = 8;
 // The same kernel on 15-bit activations (KernelSet::q8_rows_per_token = 2: two int8 rows a token, so a
 // call of m tokens costs what an int8 call of 2m does).
-// kAvx2: up to 4 tokens per expert. Zen 1, one thread, qwen3-30b-a3b mxfp4 against MOERUN_CPU_Q15=0 in
-// one process, weight copies rotated (docs/performance.md, bench/results/2026-12-01_*_q15/): 1.58x faster at 1/8 token per expert, 1.48x
-// at 1/4, 1.24x at 1, 1.08x at 2, 1.00x at 3, 0.97x at 4 (where the f32 stream takes four tokens a pass
-// and this kernel two rows) and 0.75x at 8-16; past the cut, tiled calls decode their panels from VNNI
-// words, 0.90-0.97x of the per-k panels at 8-32 tokens.
+// kAvx2: up to 4 tokens per expert. Zen 1, one thread, qwen3-30b-a3b mxfp4 against MOERUN_CPU_Q15=0
+// in one process, weight copies rotated (docs/performance.md; bench/results/2026-12-01_1a9a21d_cpu-amd-
+// epyc-zen1-q15/): 1.62x faster at 1/16 token per expert, 1.51x at 1/4, 1.23x at 1, 1.12x at 2, 1.04x
+// at 3, 1.03x at 4, and 0.75x at 8-16 with a longer cut (its cut_sweep/: this kernel passes over a
+// block once per two rows, the f32 stream once per four tokens). Past the cut, tiled calls decode
+// their panels from VNNI words: 0.89-1.00x of the per-k panels at 8-32 tokens.
 // kAvx512Bf16 / kAmx: up to 2, where int8 calls of up to 4 rows measured faster than the bf16 kernels
 // in the call-4 run above (1.13-1.39x; kernel in cache, m = 1: 0.59 ns per k pair for two int8 rows
 // against 1.33 for the bf16 kernel); the layer itself is not measured yet at these levels.
