@@ -380,6 +380,17 @@ TEST(CpuBackend, Bf16LayersNameTheBf16StreamingKernel) {
       }
 }
 
+// A 4-bit case again with an intermediate that ends in half a 32-k activation group for nvfp4 (I = 48),
+// biases, a shared expert and skewed routing.
+void check_4bit_with_bias_shared_skew(Case c, const std::string& what) {
+  c.spec.intermediate = c.spec.weight_format == WeightFormat::kNvfp4 ? 48 : 64;
+  c.spec.expert_bias = true;
+  c.spec.shared.count = 1;
+  c.spec.shared.intermediate = c.spec.intermediate;
+  c.skew = true;
+  check_case(c, what + " bias, shared, skewed");
+}
+
 // int8 activation quantization (mxfp4 / nvfp4 weights): at kAvx512Bf16 and kAmx calls of up to 8 tokens
 // per expert take the q8 kernel on the int8 codes, larger ones the bf16 / f32 kernels on the dequantized
 // activations; below, every call does. Against the reference, which fake-quantizes the same way, at every
@@ -398,14 +409,7 @@ TEST(CpuBackend, Int8ActivationQuant) {
         const std::string what = "int8 act " + std::string(to_string(f)) + " " + std::string(dtype_name(act)) + " m=" +
                                  std::to_string(m);
         check_case(c, what);
-        if (m == 3 || m == 36) {
-          c.spec.intermediate = f == WeightFormat::kNvfp4 ? 48 : 64;
-          c.spec.expert_bias = true;
-          c.spec.shared.count = 1;
-          c.spec.shared.intermediate = c.spec.intermediate;
-          c.skew = true;
-          check_case(c, what + " bias, shared, skewed");
-        }
+        if (m == 3 || m == 36) check_4bit_with_bias_shared_skew(c, what);
       }
 }
 
@@ -523,14 +527,7 @@ TEST(CpuBackend, Q15MatchesReference) {
       c.m = m;
       const std::string what = "q15 " + std::string(to_string(f)) + " m=" + std::to_string(m);
       check_case(c, what);
-      if (m == 3 || m == 100) {
-        c.spec.intermediate = f == WeightFormat::kNvfp4 ? 48 : 64;
-        c.spec.expert_bias = true;
-        c.spec.shared.count = 1;
-        c.spec.shared.intermediate = c.spec.intermediate;
-        c.skew = true;
-        check_case(c, what + " bias, shared, skewed");
-      }
+      if (m == 3 || m == 100) check_4bit_with_bias_shared_skew(c, what);
     }
   Case c;
   c.spec = base_spec();

@@ -623,16 +623,21 @@ TEST(CpuKernels, Q8RowsHoldTheFakeQuantizedCodesInKernelOrder) {
   EXPECT_THROW(pack_q8_row(x.data(), 128, row), Error);  // longer than the row stride
 }
 
+// The kernel sets a layer like s gets at the q8 kernel's levels this machine has (avx2, avx512-bf16).
+std::vector<Level> q8_kernel_levels(const MoeSpec& s) {
+  std::vector<Level> out;
+  if (detected_isa() >= CpuIsa::kAvx2) out.push_back({"avx2", kernels_for_spec(s, CpuIsa::kAvx2)});
+  if (detected_isa() >= CpuIsa::kAvx512Bf16) out.push_back({"avx512-bf16", kernels_for_spec(s, CpuIsa::kAvx512Bf16)});
+  return out;
+}
+
 // The q8 kernels of the levels this machine has (AVX2's on the VNNI-word layout an int8-activation layer
 // gets there; the VNNI one at avx512-bf16 and amx).
 std::vector<Level> q8_levels() {
   MoeSpec s;
   s.weight_format = WeightFormat::kMxfp4;
   s.act_quant = ActQuant::kInt8PerTokenGroup;
-  std::vector<Level> out;
-  if (detected_isa() >= CpuIsa::kAvx2) out.push_back({"avx2", kernels_for_spec(s, CpuIsa::kAvx2)});
-  if (detected_isa() >= CpuIsa::kAvx512Bf16) out.push_back({"avx512-bf16", kernels_for_spec(s, CpuIsa::kAvx512Bf16)});
-  return out;
+  return q8_kernel_levels(s);
 }
 
 // The q8 kernel against the dense loop on the dequantized activations, every register group size and
@@ -787,10 +792,7 @@ std::vector<Level> q15_levels() {
   MoeSpec s;
   s.weight_format = WeightFormat::kMxfp4;
   s.act_dtype = DType::kBF16;
-  std::vector<Level> out;
-  if (detected_isa() >= CpuIsa::kAvx2) out.push_back({"avx2", kernels_for_spec(s, CpuIsa::kAvx2)});
-  if (detected_isa() >= CpuIsa::kAvx512Bf16) out.push_back({"avx512-bf16", kernels_for_spec(s, CpuIsa::kAvx512Bf16)});
-  return out;
+  return q8_kernel_levels(s);
 }
 
 // The q8 kernel on two rows a token, the rows summed as the runner does, against the dense loop on the
