@@ -500,15 +500,7 @@ void tile_avx2(const float* panel, int64_t kp, const float* x, int64_t ldx, int 
 // (16 registers: two accumulators per token and half, the decoded halves, three constants).
 namespace {
 
-struct alignas(16) Q8Lut {
-  uint8_t v[16];
-};
-constexpr Q8Lut q8_lut_bytes() {
-  Q8Lut t{};
-  for (int c = 0; c < 16; ++c) t.v[c] = q8_e2m1_byte(c);
-  return t;
-}
-constexpr Q8Lut kQ8Lut = q8_lut_bytes();
+constexpr auto kQ8Lut = q8_e2m1_table<16>();
 static_assert(kQ8Lut.v[7] == 24 && kQ8Lut.v[15] == 0 && kQ8Lut.v[9] == 11, "e2m1 6, -6 and -0.5 doubled and offset");
 inline __m256i q8_lut_avx2() {
   return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kQ8Lut.v)));

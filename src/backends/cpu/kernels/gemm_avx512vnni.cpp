@@ -35,16 +35,8 @@
 namespace moerun::cpu::kernels {
 namespace {
 
-struct alignas(64) ByteTable {
-  uint8_t v[64];
-};
 // 2 * e2m1(c) + kQ8E2m1Offset for the code c in an index's low 4 bits (bits 4-5 free).
-constexpr ByteTable q8_e2m1_table() {
-  ByteTable t{};
-  for (int i = 0; i < 64; ++i) t.v[i] = q8_e2m1_byte(i);
-  return t;
-}
-constexpr ByteTable kQ8E2m1 = q8_e2m1_table();
+constexpr auto kQ8E2m1 = q8_e2m1_table<64>();
 static_assert(kQ8E2m1.v[7] == 24 && kQ8E2m1.v[15] == 0 && kQ8E2m1.v[8] == 12 && kQ8E2m1.v[16 + 9] == 11,
               "e2m1 6, -6, -0 and -0.5 doubled and offset");
 

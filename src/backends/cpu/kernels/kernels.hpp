@@ -234,6 +234,18 @@ constexpr uint8_t q8_e2m1_byte(int c) noexcept {
   constexpr int kTwice[8] = {0, 1, 2, 3, 4, 6, 8, 12};  // 2 x (0, 0.5, 1, 1.5, 2, 3, 4, 6)
   return static_cast<uint8_t>(kQ8E2m1Offset + ((c & 8) ? -kTwice[c & 7] : kTwice[c & 7]));
 }
+// That byte for each index 0 .. N - 1 (the code in its low 4 bits): the lookup table a q8 kernel loads
+// (AVX2 vpshufb: 16 entries; AVX-512 vpermb: 64). Data only, so every ISA-compiled file may share it.
+template <int N>
+struct alignas(64) Q8E2m1Table {
+  uint8_t v[N];
+};
+template <int N>
+constexpr Q8E2m1Table<N> q8_e2m1_table() {
+  Q8E2m1Table<N> t{};
+  for (int i = 0; i < N; ++i) t.v[i] = q8_e2m1_byte(i);
+  return t;
+}
 // A streaming kernel like stream_avx512bf16, for mxfp4 and nvfp4 blocks (code layout kVnniWords) and int8 activations:
 // acc[m][16] = sum over k of dequantized W[k][l] * q[i][k] * scale[i][k / 32], any m >= 0. Per K group
 // the integer dot products are exact (VPDPBUSD); the group's scales multiply their sum in f32, so the
