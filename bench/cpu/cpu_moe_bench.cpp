@@ -3,10 +3,11 @@
 //
 //   cpu_moe_bench [--quick] [--json PATH] [--threads N] [--only SHAPE,...] [--m 1,64,...] [--compare-v1]
 //                 [--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE] [--budget S]
-//                 [--stream-sweep 4,8,16,...] [--formats LABEL,...]
+//                 [--stream-sweep 4,8,16,...] [--formats LABEL,...] [--no-onednn]
 //
 // --formats LABEL,...: only the rows of these formats, labelled as in the output ("bf16", "mxfp4",
 // "mxfp4+int8-token-group", ...). --m replaces the token counts of the bf16, quantized-weight and int8-activation rows.
+// --no-onednn: no oneDNN baseline rows (faster side-by-side runs of the cpu backend alone).
 // --budget S: seconds of timed calls per row (default 0.8, 0.25 with --quick; at least 3 calls).
 // --stream-sweep N,...: instead of the usual rows, time the bf16 qwen3-30b-a3b and deepseek-v2-lite layers
 // (--only narrows) at --m (default 16,64,256) once per stream/tile crossover N, set through the cpu
@@ -87,6 +88,7 @@ struct Opts {
   bool compare_amx1 = false;  // the same with MOERUN_CPU_AMX_NBLOCKS=1
   bool compare_down1 = false;  // the same with MOERUN_CPU_DOWN_GROUP=1
   std::string compare_env;     // "VAR=VALUE": the same with that setting
+  bool no_onednn = false;      // --no-onednn: no oneDNN rows (side-by-side runs of the cpu backend only)
   std::vector<int64_t> ms;  // token counts to run instead of the defaults
   double budget = -1;  // seconds of timed calls per row (< 0: 0.8, or 0.25 with --quick)
   std::vector<int> sweep;  // --stream-sweep crossovers (MOERUN_CPU_STREAM_MAX_TOKENS values)
@@ -600,7 +602,7 @@ struct Bench {
   void model_rows(const Model& m, const std::vector<int64_t>& ms, bool with_ref, bool with_dnnl) {
 #ifdef MOERUN_BENCH_DNNL
     std::unique_ptr<DnnlBaseline> dn;
-    if (with_dnnl) {
+    if (with_dnnl && !opt.no_onednn) {
       dn = std::make_unique<DnnlBaseline>();
       const double t0 = now_s();
       if (!dn->init(m)) dn.reset();
@@ -723,6 +725,7 @@ int main(int argc, char** argv) {
       }
     }
     else if (a == "--compare-v1") b.opt.compare_v1 = true;
+    else if (a == "--no-onednn") b.opt.no_onednn = true;
     else if (a == "--compare-amx1") b.opt.compare_amx1 = true;
     else if (a == "--compare-down1") b.opt.compare_down1 = true;
     else if (a == "--compare-env" && i + 1 < argc && std::strchr(argv[i + 1], '=') != nullptr &&
@@ -741,7 +744,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE,...] [--m 1,64,...] [--compare-v1] "
                    "[--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE] [--budget S] [--stream-sweep 4,8,16,...] "
-                   "[--formats bf16,mxfp4+int8-token-group,...]\n",
+                   "[--formats bf16,mxfp4+int8-token-group,...] [--no-onednn]\n",
                    argv[0]);
       return 2;
     }
