@@ -871,6 +871,31 @@ TEST(CpuBackend, Q15Knob) {
   });
 }
 
+// MOERUN_CPU_Q15=<n> (n >= 1) moves the q15 kernels' cut to n tokens per expert at every level, over
+// MOERUN_CPU_STREAM_MAX_TOKENS; unset, each level keeps its own.
+TEST(CpuBackend, Q15CutKnob) {
+  struct EnvGuard {
+    ~EnvGuard() {
+      unsetenv("MOERUN_CPU_Q15");
+      unsetenv("MOERUN_CPU_STREAM_MAX_TOKENS");
+    }
+  } guard;
+  MoeSpec s = base_spec();
+  s.weight_format = WeightFormat::kMxfp4;
+  s.act_dtype = DType::kBF16;
+  EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAvx2).stream_max_m_q8, cpu::kAvx2Q15StreamMaxTokens);
+  EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAvx512Bf16).stream_max_m_q8, cpu::kQ15StreamMaxTokens);
+  EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAmx).stream_max_m_q8, cpu::kQ15StreamMaxTokens);
+  setenv("MOERUN_CPU_STREAM_MAX_TOKENS", "3", 1);
+  EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAmx).stream_max_m_q8, 3);
+  setenv("MOERUN_CPU_Q15", "6", 1);
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
+    const cpu::KernelSet ks = cpu::kernels_for_spec(s, isa);
+    EXPECT_EQ(ks.q8_rows_per_token, 2) << to_string(isa);
+    EXPECT_EQ(ks.stream_max_m_q8, 6) << to_string(isa);
+  }
+}
+
 // MOERUN_CPU_E8M0_FOLD=0 keeps mxfp4's per-group scale fold; otherwise decoders may multiply the scales in.
 TEST(CpuBackend, E8m0FoldKnob) {
   for_each_switch_value("MOERUN_CPU_E8M0_FOLD", [](const char* v, bool on) {

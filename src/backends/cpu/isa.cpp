@@ -142,6 +142,11 @@ bool e8m0_fold_enabled() { return env_not_zero("MOERUN_CPU_E8M0_FOLD"); }
 bool q8_stream_enabled() { return env_not_zero("MOERUN_CPU_Q8"); }
 bool q15_stream_enabled() { return env_not_zero("MOERUN_CPU_Q15"); }
 
+int q15_max_tokens_override() {
+  const int n = env_count("MOERUN_CPU_Q15", kStreamMaxTokensLimit);
+  return n >= 1 ? n : -1;
+}
+
 int stream_max_tokens_override() { return env_count("MOERUN_CPU_STREAM_MAX_TOKENS", kStreamMaxTokensLimit); }
 
 KernelSet kernels_for(CpuIsa isa) {

@@ -87,10 +87,15 @@ inline constexpr int kQ8StreamMaxTokens = 8;
 // at 3, 1.03x at 4, and 0.75x at 8-16 with a longer cut (its cut_sweep/: this kernel passes over a
 // block once per two rows, the f32 stream once per four tokens). Past the cut, tiled calls decode
 // their panels from VNNI words: 0.89-1.00x of the per-k panels at 8-32 tokens.
-// kAvx512Bf16 / kAmx: up to 2, where int8 calls of up to 4 rows measured faster than the bf16 kernels
-// in the call-4 run above (1.13-1.39x; kernel in cache, m = 1: 0.59 ns per k pair for two int8 rows
-// against 1.33 for the bf16 kernel); the layer itself is not measured yet at these levels.
-inline constexpr int kQ15StreamMaxTokens = 2;
+// kAvx512Bf16 / kAmx: up to 4. H200 host's Xeon, 2 threads, one process (bench/results/2026-12-01_
+// s12_h200-host-xeon/): against MOERUN_CPU_Q15=0, qwen3-30b-a3b mxfp4 / nvfp4 1.19x / 1.22x at M = 1 and
+// 1.14x / 1.16x at 2 tokens per expert; at the AMX level a cut of 4 against 2 ran 0.95-1.10x on qwen3
+// at 2-6 tokens per expert (its AMX decode stream costs little more per token) and 1.06-1.14x on
+// gpt-oss-20b; at the AVX512-BF16 level 1.08-1.17x, and a cut of 8 another 1.30-1.35x at 4-6 tokens
+// there. On Zen 4 (AVX512-BF16, one core, kernels in cache, three runs) VDPBF16PS is 2.5x the Xeon's
+// speed, and from 2 tokens the two kernels come within 15% of each other, the sign changing from run
+// to run (q15 ahead at one token), so that level keeps 4 too.
+inline constexpr int kQ15StreamMaxTokens = 4;
 inline constexpr int kAvx2Q15StreamMaxTokens = 4;
 inline constexpr int kStreamMaxTokensLimit = 65536;  // largest value MOERUN_CPU_STREAM_MAX_TOKENS accepts
 
@@ -216,6 +221,9 @@ bool e8m0_fold_enabled();
 bool q8_stream_enabled();
 // MOERUN_CPU_Q15=0: false; unset or anything else: true.
 bool q15_stream_enabled();
+// MOERUN_CPU_Q15=<n> with n >= 1 (measurement): the q15 kernels take calls of up to n tokens per expert,
+// whatever MOERUN_CPU_STREAM_MAX_TOKENS says; -1 when unset or anything else (the level's cut holds).
+int q15_max_tokens_override();
 
 // Kernels for the given level (kAvx512Bf16 and kAmx: the AVX-512 set plus stream_bf16; kAmx adds the
 // tiles). Throws Error{kUnsupported} below AVX2.
