@@ -34,13 +34,28 @@ inline int argmax_untaken(const float* v, const std::vector<char>& taken, int n)
 
 void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float* correction_bias,
                int32_t* ids, float* weights) {
+  TopkScratch scratch;
+  topk_host(spec, logits, m, correction_bias, ids, weights, scratch);
+}
+
+void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float* correction_bias,
+               int32_t* ids, float* weights, TopkScratch& sc) {
   const int e = spec.num_experts, k = spec.top_k;
   const Routing& r = spec.routing;
-  std::vector<float> scores(static_cast<size_t>(e)), choice(static_cast<size_t>(e));
-  std::vector<char> taken(static_cast<size_t>(e)), nan_logit(static_cast<size_t>(e));
+  // (resize keeps the capacity: no allocation once a scratch has seen this many experts and groups)
+  sc.scores.resize(static_cast<size_t>(e));
+  sc.choice.resize(static_cast<size_t>(e));
+  sc.taken.resize(static_cast<size_t>(e));
+  sc.nan_logit.resize(static_cast<size_t>(e));
+  sc.group_score.resize(static_cast<size_t>(r.n_group));
+  sc.group_taken.resize(static_cast<size_t>(r.n_group));
+  std::vector<float>& scores = sc.scores;
+  std::vector<float>& choice = sc.choice;
+  std::vector<char>& taken = sc.taken;
+  std::vector<char>& nan_logit = sc.nan_logit;
+  std::vector<float>& group_score = sc.group_score;
+  std::vector<char>& group_taken = sc.group_taken;
   const int group_size = e / r.n_group;
-  std::vector<float> group_score(static_cast<size_t>(r.n_group));
-  std::vector<char> group_taken(static_cast<size_t>(r.n_group));
 
   for (int64_t t = 0; t < m; ++t) {
     const float* x = logits + t * e;

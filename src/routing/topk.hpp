@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "moerun/spec.hpp"
 
@@ -22,13 +23,20 @@ namespace moerun::routing {
 void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float* correction_bias,
                int32_t* ids, float* weights);
 
+// The per-token working rows of topk_host, kept by a caller that routes again and again (a runner's
+// forward allocates nothing after its first call).
+struct TopkScratch {
+  std::vector<float> scores, choice, group_score;
+  std::vector<char> taken, nan_logit, group_taken;
+};
+void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float* correction_bias,
+               int32_t* ids, float* weights, TopkScratch& scratch);
+
 // Router linear on the host: logits[m, E] = hidden[m, H] (fp32) @ router_weight[E, H]^T (+ bias).
 void router_logits_host(const float* hidden, int64_t m, int64_t h, const float* router_weight,
                         const float* router_bias, int64_t e, float* logits);
 
 }  // namespace moerun::routing
-
-#include <vector>
 
 #include "moerun/backend.hpp"
 #include "moerun/weights.hpp"

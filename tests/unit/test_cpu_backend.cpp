@@ -247,19 +247,26 @@ TEST(CpuBackend, BiasesSharedExpertsAndOnInputWeights) {
   c.spec.activation.interleaved_gate_up = true;
   c.m = 11;
   check_case(c, "expert bias (gpt-oss style)");
-  c.spec = base_spec();
-  c.spec.shared.count = 2;
-  c.spec.shared.intermediate = 80;
-  c.spec.shared.gated_by_router = true;
-  for (int64_t m : {1, 19}) {
-    c.m = m;
-    check_case(c, "shared experts + gate m=" + std::to_string(m));
+  // bf16 activations too: rows bound for the bf16 kernels are then copied as they are, except where a
+  // weight multiplies them first (router weight on input); the shared gate still reads f32 rows.
+  for (DType adt : {DType::kF32, DType::kBF16}) {
+    const std::string dt = adt == DType::kBF16 ? " bf16 act" : "";
+    c.spec = base_spec();
+    c.spec.act_dtype = adt;
+    c.spec.shared.count = 2;
+    c.spec.shared.intermediate = 80;
+    c.spec.shared.gated_by_router = true;
+    for (int64_t m : {1, 19}) {
+      c.m = m;
+      check_case(c, "shared experts + gate m=" + std::to_string(m) + dt);
+    }
+    c.spec = base_spec();
+    c.spec.act_dtype = adt;
+    c.spec.top_k = 1;
+    c.spec.apply_router_weight_on_input = true;
+    c.m = 13;
+    check_case(c, "router weight on input" + dt);
   }
-  c.spec = base_spec();
-  c.spec.top_k = 1;
-  c.spec.apply_router_weight_on_input = true;
-  c.m = 13;
-  check_case(c, "router weight on input");
 }
 
 TEST(CpuBackend, TensorAndExpertParallelShards) {

@@ -269,26 +269,32 @@ bool CpuRunner::takes_amx(kernels::PackFmt f, int64_t m) const noexcept {
   return ks_.amx && m >= 16 && m > ks_.stream_max(f);  // run_block's order: stream first, then AMX
 }
 
+CpuRunner::CallPath CpuRunner::call_path(kernels::PackFmt f, int64_t m, bool q8_rows, bool bf16_rows) const noexcept {
+  if (m <= ks_.stream_max(f)) {
+    if (q8_rows && ks_.uses_q8_stream(f) && m <= ks_.stream_max_m_q8) return CallPath::kQ8Stream;
+    return bf16_rows && ks_.uses_bf16_stream(f) ? CallPath::kBf16Stream : CallPath::kF32Stream;
+  }
+  return takes_amx(f, m) && bf16_rows ? CallPath::kAmxTiles : CallPath::kF32Tiles;
+}
+
 void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb,
                           const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc) const {
   kernels::BlockRef ref = w.block(e, b);
   ref.prefetch = ks_.prefetch;
   ref.e8m0_fold = ref.e8m0_fold && ks_.e8m0_fold;
   const int mi = static_cast<int>(m);
-  if (m <= ks_.stream_max(ref.fmt)) {
-    if (q8 != nullptr && ks_.uses_q8_stream(ref.fmt) && m <= ks_.stream_max_m_q8) {
-      const int rpt = ks_.q8_rows_per_token;
-      ks_.stream_q8(ref, *q8, mi * rpt, acc);
-      if (rpt == 2)  // a token's high and low rows: their sum, into the token's place (row i <= 2i)
-        for (int i = 0; i < mi; ++i)
-          for (int l = 0; l < 16; ++l) acc[i * 16 + l] = acc[2 * i * 16 + l] + acc[(2 * i + 1) * 16 + l];
-      return;
-    }
-    if (xb != nullptr && ks_.uses_bf16_stream(ref.fmt)) ks_.stream_bf16(ref, xb, ldx, mi, acc);
-    else ks_.stream(ref, x, ldx, mi, acc);
+  const CallPath path = call_path(ref.fmt, m, q8 != nullptr, xb != nullptr);
+  if (path == CallPath::kQ8Stream) {
+    const int rpt = ks_.q8_rows_per_token;
+    ks_.stream_q8(ref, *q8, mi * rpt, acc);
+    if (rpt == 2)  // a token's high and low rows: their sum, into the token's place (row i <= 2i)
+      for (int i = 0; i < mi; ++i)
+        for (int l = 0; l < 16; ++l) acc[i * 16 + l] = acc[2 * i * 16 + l] + acc[(2 * i + 1) * 16 + l];
     return;
   }
-  if (takes_amx(ref.fmt, m) && xb != nullptr) {
+  if (path == CallPath::kBf16Stream) return ks_.stream_bf16(ref, xb, ldx, mi, acc);
+  if (path == CallPath::kF32Stream) return ks_.stream(ref, x, ldx, mi, acc);
+  if (path == CallPath::kAmxTiles) {
     const uint16_t* panel;
     if (ref.fmt == kernels::PackFmt::kBF16) {
       panel = reinterpret_cast<const uint16_t*>(ref.data);
@@ -350,15 +356,23 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const bool on_input = spec_.apply_router_weight_on_input;
   const ActQuant aq = spec_.act_quant;
 
-  // ---- hidden -> f32 [M][hp] ----
-  float* hid = hid_.get(static_cast<size_t>(M * hp_));
+  // ---- hidden -> f32 [M][hp], for the stages that read f32 hidden rows: the router, expert rows the
+  // bf16 kernels do not take as they are, the shared gate (bf16 rows bound for the bf16 kernels are
+  // copied as they are, below). Before the routing only when the runner computes the logits itself. ----
+  float* hid = nullptr;
+  float* const hid_rows = hid_.get(static_cast<size_t>(M * hp_));  // (grown even where not written)
+  const auto convert_hidden = [&] {
+    hid = hid_rows;
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t t = 0; t < M; ++t) {
-    float* d = hid + t * hp_;
-    for (int64_t c = 0; c < H; ++c) d[c] = load_act(args.hidden.data, adt, t * H + c);
-    for (int64_t c = H; c < hp_; ++c) d[c] = 0.0f;
-  }
-  if (pf) pf->mark(Phase::kConvert);
+    for (int64_t t = 0; t < M; ++t) {
+      float* d = hid + t * hp_;
+      for (int64_t c = 0; c < H; ++c) d[c] = load_act(args.hidden.data, adt, t * H + c);
+      for (int64_t c = H; c < hp_; ++c) d[c] = 0.0f;
+    }
+    if (pf) pf->mark(Phase::kConvert);
+  };
+  const bool own_logits = args.topk_ids.empty() && args.router_logits.empty();
+  if (own_logits) convert_hidden();
 
   // ---- routing ----
   const int32_t* ids;
@@ -389,7 +403,16 @@ void CpuRunner::forward(const ForwardArgs& args) {
     }
     int32_t* ti = topi_.get(static_cast<size_t>(M * k));
     float* tf = topw_.get(static_cast<size_t>(M * k));
-    routing::topk_host(spec_, logits, M, corr_b_.empty() ? nullptr : corr_b_.data(), ti, tf);
+    // Tokens route independently: one chunk of them per thread.
+    const int64_t chunk = (M + threads - 1) / threads;
+    const float* cb = corr_b_.empty() ? nullptr : corr_b_.data();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int c = 0; c < threads; ++c) {
+      const int64_t t0 = c * chunk, n = std::min(chunk, M - t0);
+      if (n > 0)
+        routing::topk_host(spec_, logits + t0 * E, n, cb, ti + t0 * k, tf + t0 * k,
+                           scratch_[static_cast<size_t>(c)].topk);
+    }
     ids = ti;
     tw = tf;
   }
@@ -449,10 +472,10 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // Row strides of X / Xb and Hb / Hbb: padded so that the rows of one A tile (or register group) fall
   // into different L1 sets (NOTES: row padding).
   const int64_t ldx = hp_ + ks_.row_pad, ldh = ipmax + ks_.row_pad;
-  float* X = x_.get(static_cast<size_t>((rows + 16) * ldx));
-  float* Hb = hbuf_.get(static_cast<size_t>((rows + 16) * ldh));
-  int64_t max_m = 1;
-  for (const Job& j : jobs_) max_m = std::max(max_m, j.m);
+  // No job holds more than M rows (a token picks an expert once; the shared job holds M). Workspaces
+  // are sized by M, not by this call's largest job, so that after one call no call of as many tokens
+  // allocates, however its tokens route.
+  const int64_t max_m = M;
   // acc: [2][max_m][16] (one per block of a pair; 15-bit q8 rows take two rows a token); out: [2][M][16]
   const int64_t acc_stride = max_m * 16 * ks_.q8_rows_per_token;
   for (int t = 0; t < threads; ++t) {
@@ -472,20 +495,24 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // their rows are packed (a prefill forward may hold a few such jobs among many tiled ones).
   bool q8 = false;
   uint8_t* q8_row = nullptr;
-  if (ks_.stream_q8 != nullptr)
+  if (ks_.stream_q8 != nullptr) {
+    uint8_t* qr = q8_row_.get(static_cast<size_t>(rows));  // (grown on every call: see xq below)
     for (const Job& j : jobs_) {
       const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
       if (j.m > ks_.stream_max_m_q8 || !(ks_.uses_q8_stream(f1) || ks_.uses_q8_stream(f2))) continue;
       if (!q8) {
-        q8_row = q8_row_.get(static_cast<size_t>(rows));
+        q8_row = qr;
         std::memset(q8_row, 0, static_cast<size_t>(rows));
         q8 = true;
       }
       std::memset(q8_row + j.row0, 1, static_cast<size_t>(j.m));
     }
+  }
   const int64_t rpt = ks_.q8_rows_per_token;  // q8 rows per activation row
-  const Q8Slots xq = q8 ? xq_.reserve(rows * rpt, hp_) : Q8Slots{};
-  const Q8Slots hq = q8 ? hq_.reserve(rows * rpt, ipmax) : Q8Slots{};
+  // (reserved for every row whenever the layer has a q8 kernel, whether or not this call packs any: a
+  // decode call after a prefill one must not allocate)
+  const Q8Slots xq = ks_.stream_q8 != nullptr ? xq_.reserve(rows * rpt, hp_) : Q8Slots{};
+  const Q8Slots hq = ks_.stream_q8 != nullptr ? hq_.reserve(rows * rpt, ipmax) : Q8Slots{};
   // Row r's codes: the spec's int8 ones, the values rounded in place as fake_quantize_act does; or its
   // 15-bit high and low rows, the values left as they are.
   auto pack_q8 = [rpt](float* v, int64_t kp, const Q8Slots& q, int64_t r) {
@@ -515,6 +542,24 @@ void CpuRunner::forward(const ForwardArgs& args) {
     return (lw && row < R) ? tok_adapter[disp_.token[static_cast<size_t>(row)]] : -1;
   };
 
+  // Which copy of the hidden rows the gate_up calls read (call_path): the f32 rows X only where some
+  // call takes an f32 kernel, LoRA reads them or the spec rounds the activations (on f32 rows); else
+  // the bf16 rows Xb alone. bf16 hidden rows bound for the bf16 kernels unweighted are copied as they
+  // are (f32 and back is exact for them), without the f32 hidden rows at all where nothing else reads
+  // those. (The intermediate keeps its f32 rows: the activation writes 8 or 16 columns of a row per
+  // block, and in bf16 four blocks of two work items would share each cache line.)
+  bool x_f32 = Xb == nullptr || lw != nullptr || aq != ActQuant::kNone;
+  for (const Job& j : jobs_)
+    x_f32 = x_f32 || reads_f32(call_path(j.shared ? sw13_->fmt : w13_->fmt, j.m, q8 && q8_row[j.row0], true));
+  const bool direct_x = !x_f32 && adt == DType::kBF16 && !on_input;
+  if (!own_logits && (!direct_x || q8 || gate != nullptr)) convert_hidden();
+  // Grown either way, so that a later call that needs it does not allocate; null where not written.
+  float* X = x_.get(static_cast<size_t>((rows + 16) * ldx));
+  if (!x_f32) X = nullptr;
+  float* Hb = hbuf_.get(static_cast<size_t>((rows + 16) * ldh));
+  for (int t = 0; t < threads; ++t)  // the gather's f32 row where X is not kept
+    scratch_[static_cast<size_t>(t)].xrow.get(static_cast<size_t>(hp_));
+
   const PackedStack& w13 = *w13_;
   const PackedStack& w2 = *w2_;
   const int64_t nb2 = w2.nblocks;
@@ -532,20 +577,27 @@ void CpuRunner::forward(const ForwardArgs& args) {
     // ---- gather ----
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
-      float* d = X + row * ldx;
+      if (row >= R && gate) {
+        const int64_t t = row - R;
+        float g = 0.0f;
+        for (int64_t c = 0; c < H; ++c) g += hid[t * hp_ + c] * shared_gate_[static_cast<size_t>(c)];
+        gate[t] = sigmoid(g);
+      }
+      if (direct_x && !(q8 && q8_row[row])) {  // the bf16 row as it is
+        const int64_t t = row < R ? static_cast<int64_t>(disp_.token[static_cast<size_t>(row)]) : row - R;
+        uint16_t* xb = Xb + row * ldx;
+        std::memcpy(xb, static_cast<const uint16_t*>(args.hidden.data) + t * H, static_cast<size_t>(H) * 2);
+        std::fill(xb + H, xb + hp_, uint16_t{0});
+        continue;
+      }
+      float* d = X ? X + row * ldx : s.xrow.v.data();
       if (row < R) {
         const float* src = hid + static_cast<int64_t>(disp_.token[static_cast<size_t>(row)]) * hp_;
         const float wgt = on_input ? disp_.weight[static_cast<size_t>(row)] : 1.0f;
         if (on_input) for (int64_t c = 0; c < hp_; ++c) d[c] = src[c] * wgt;
         else std::memcpy(d, src, static_cast<size_t>(hp_) * sizeof(float));
       } else {
-        const int64_t t = row - R;
-        std::memcpy(d, hid + t * hp_, static_cast<size_t>(hp_) * sizeof(float));
-        if (gate) {
-          float g = 0.0f;
-          for (int64_t c = 0; c < H; ++c) g += hid[t * hp_ + c] * shared_gate_[static_cast<size_t>(c)];
-          gate[t] = sigmoid(g);
-        }
+        std::memcpy(d, hid + (row - R) * hp_, static_cast<size_t>(hp_) * sizeof(float));
       }
       if (q8 && q8_row[row]) pack_q8(d, hp_, xq, row);
       else fake_quantize_act(aq, d, 1, H);
@@ -592,8 +644,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const double t0 = clock();
         const bool jq8 = q8 && job.m > 0 && q8_row[job.row0];
         const kernels::Q8Rows xqj = jq8 ? xq.row(job.row0 * rpt).view() : kernels::Q8Rows{};
-        run_blocks(w, e, item.b + q0, per_call, X + job.row0 * ldx, Xb ? Xb + job.row0 * ldx : nullptr,
-                   jq8 ? &xqj : nullptr, ldx, job.m, s,
+        run_blocks(w, e, item.b + q0, per_call, X ? X + job.row0 * ldx : nullptr,
+                   Xb ? Xb + job.row0 * ldx : nullptr, jq8 ? &xqj : nullptr, ldx, job.m, s,
                    s.acc.v.data(), acc_stride);
         const double t1 = clock();
         for (int q = 0; q < per_call; ++q) {  // the epilogue per block, on that block's accumulators
@@ -741,8 +793,14 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const int64_t b = b_item + q;
         const float* outl = s.out.v.data() + q * M * 16;
         const int nl = static_cast<int>(std::min<int64_t>(16, H - b * 16));
-        for (int64_t t = 0; t < M; ++t)
-          for (int l = 0; l < nl; ++l) store_act(args.output.data, adt, t * H + b * 16 + l, outl[t * 16 + l]);
+        if (adt == DType::kBF16) {  // (the dtype switch out of the loop, which then vectorizes)
+          uint16_t* o = static_cast<uint16_t*>(args.output.data) + b * 16;
+          for (int64_t t = 0; t < M; ++t)
+            for (int l = 0; l < nl; ++l) o[t * H + l] = f32_to_bf16_bits(outl[t * 16 + l]);
+        } else {
+          for (int64_t t = 0; t < M; ++t)
+            for (int l = 0; l < nl; ++l) store_act(args.output.data, adt, t * H + b * 16 + l, outl[t * 16 + l]);
+        }
       }
       if (pf) pf->add(tid, Phase::kStore, clock() - t_store);
     }

@@ -14,6 +14,7 @@
 #include "backends/cpu/q8_rows.hpp"
 #include "dispatch/dispatch.hpp"
 #include "moerun/backend.hpp"
+#include "routing/topk.hpp"
 
 namespace moerun::cpu {
 
@@ -62,6 +63,8 @@ class CpuRunner final : public Runner {
   struct Scratch {  // one per thread
     Grow<float> panel, acc, out;
     Grow<uint16_t> panel_bf16;
+    Grow<float> xrow;  // the gather's f32 row where X is not kept
+    routing::TopkScratch topk;
   };
 
   // A GEMM1 work item: N-blocks b .. b + nb - 1 (nb = 1, or 2 for calls that take AMX tiles) of job `job`.
@@ -71,6 +74,12 @@ class CpuRunner final : public Runner {
 
   // Whether a call of m tokens on blocks of format f takes AMX tiles (bf16 activations at hand).
   bool takes_amx(kernels::PackFmt f, int64_t m) const noexcept;
+  // The kernel a call of m tokens on blocks of format f takes (run_block), and so which copy of its
+  // activation rows it reads: the q8 rows, the bf16 rows (Xb / Hbb) or the f32 rows (X / Hb). q8_rows:
+  // the job's q8 rows are packed; bf16_rows: the forward keeps bf16 copies.
+  enum class CallPath { kQ8Stream, kBf16Stream, kF32Stream, kAmxTiles, kF32Tiles };
+  CallPath call_path(kernels::PackFmt f, int64_t m, bool q8_rows, bool bf16_rows) const noexcept;
+  static bool reads_f32(CallPath p) noexcept { return p == CallPath::kF32Stream || p == CallPath::kF32Tiles; }
   // q8: the job's q8 rows (int8 activation codes, or 15-bit rows two a token: KernelSet::q8_rows_per_token;
   // null where the job's call does not take the q8 kernel), taken by calls the q8 kernel runs
   // (KernelSet::uses_q8_stream); acc then needs room for m x q8_rows_per_token rows of 16.

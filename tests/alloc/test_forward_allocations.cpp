@@ -1,0 +1,156 @@
+// The cpu backend's forward allocates nothing once warmed up (the issue's "allocation-free forward
+// after warm-up"): its workspaces only grow, and a call no larger than one made before finds them
+// grown. A binary of its own, because it replaces the global operator new to count allocations (the
+// counter runs only around the forwards under test).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/isa.hpp"
+#include "moerun/formats.hpp"
+#include "moerun/platform.hpp"
+#include "moerun/weights.hpp"
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void* operator new(std::size_t n, std::align_val_t a) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  const std::size_t al = static_cast<std::size_t>(a);
+  if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t a) { return operator new(n, a); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace moerun {
+namespace {
+
+HostTensor random_tensor(DType t, Shape shape, uint32_t seed, float amp) {
+  HostTensor h(t, shape);
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-amp, amp);
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    if (t == DType::kF32) h.as<float>()[i] = u(g);
+    else h.as<uint16_t>()[i] = f32_to_bf16(u(g));
+  }
+  return h;
+}
+
+struct Inputs {  // one call's tensors, made before counting starts
+  HostTensor hidden, logits, out, adapters;
+  LoraBatch lora;
+  ForwardArgs args;
+};
+
+void make_inputs(Inputs& in, const MoeSpec& s, int64_t m, uint32_t seed, bool logits, const LoraWeights* lw) {
+  in.hidden = random_tensor(s.act_dtype, {m, s.hidden}, seed, 1.0f);
+  in.logits = random_tensor(DType::kF32, {m, s.num_experts}, seed + 1, 3.0f);
+  in.out = HostTensor(s.act_dtype, {m, s.hidden});
+  in.args.hidden = in.hidden.view();
+  if (logits) in.args.router_logits = in.logits.view();
+  in.args.output = in.out.view();
+  if (lw) {
+    in.adapters = HostTensor(DType::kI32, {m});
+    for (int64_t t = 0; t < m; ++t) in.adapters.as<int32_t>()[t] = static_cast<int32_t>(t % 3) - 1;  // -1, 0, 1
+    in.lora.weights = lw;
+    in.lora.token_adapter = in.adapters.view();
+    in.args.lora = &in.lora;
+  }
+}
+
+// Warm up with the largest call, then count the allocations of calls of every size up to it, with
+// fresh inputs, at every ISA level this machine runs.
+void expect_allocation_free(const MoeSpec& s, bool logits, const std::string& what, bool lora = false) {
+  s.validate();
+  const MoeWeights w = random_weights(s, 7);
+  const LoraWeights lw = lora ? random_lora(s, 8) : LoraWeights{};
+  const std::vector<int64_t> ms = {1, 5, 37, 300};
+  const CpuIsa saved = cpu_isa_cap();
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
+    if (cpu::detected_isa() < isa) continue;
+    set_cpu_isa_cap(isa);
+    RunnerOptions opt;
+    opt.threads = 2;
+    auto runner = make_cpu_backend()->create_runner(s, w, Platform::detect(), opt);
+    const LoraWeights* l = lora ? &lw : nullptr;
+    Inputs warm;
+    make_inputs(warm, s, ms.back(), 1, logits, l);
+    runner->forward(warm.args);
+    std::vector<Inputs> calls(ms.size());  // (not moved afterwards: args point into them)
+    for (size_t i = 0; i < ms.size(); ++i)
+      make_inputs(calls[i], s, ms[i], 100 + static_cast<uint32_t>(ms[i]), logits, l);
+    for (Inputs& c : calls) {
+      g_allocations = 0;
+      g_counting = true;
+      runner->forward(c.args);
+      g_counting = false;
+      EXPECT_EQ(g_allocations.load(), 0) << what << " [" << to_string(isa) << "] M=" << c.args.hidden.shape[0];
+    }
+  }
+  set_cpu_isa_cap(saved);
+}
+
+MoeSpec spec(WeightFormat f, DType act) {
+  MoeSpec s;
+  s.name = "alloc";
+  s.num_experts = 16;
+  s.top_k = 4;
+  s.hidden = 256;
+  s.intermediate = 160;
+  s.weight_format = f;
+  s.act_dtype = act;
+  return s;
+}
+
+TEST(CpuForwardAllocations, NoneAfterWarmUp) {
+  expect_allocation_free(spec(WeightFormat::kBF16, DType::kBF16), true, "bf16, bf16 act");
+  expect_allocation_free(spec(WeightFormat::kBF16, DType::kF32), true, "bf16, f32 act");
+  expect_allocation_free(spec(WeightFormat::kMxfp4, DType::kBF16), true, "mxfp4, bf16 act (q15)");
+  MoeSpec q8 = spec(WeightFormat::kNvfp4, DType::kBF16);
+  q8.act_quant = ActQuant::kInt8PerTokenGroup;
+  expect_allocation_free(q8, true, "nvfp4, int8 act");
+  MoeSpec fp8 = spec(WeightFormat::kFp8Block, DType::kBF16);
+  fp8.intermediate = 256;
+  fp8.act_quant = ActQuant::kFp8PerTokenGroup;
+  expect_allocation_free(fp8, true, "fp8-block, fp8 act");
+  MoeSpec ds = spec(WeightFormat::kBF16, DType::kBF16);  // DeepSeek routing and a gated shared expert
+  ds.routing.scoring = Scoring::kSigmoid;
+  ds.routing.correction_bias = true;
+  ds.routing.n_group = 4;
+  ds.routing.topk_group = 2;
+  ds.routing.routed_scaling_factor = 2.5f;
+  ds.shared.count = 1;
+  ds.shared.intermediate = 96;
+  ds.shared.gated_by_router = true;
+  expect_allocation_free(ds, true, "grouped sigmoid routing, gated shared expert");
+  expect_allocation_free(spec(WeightFormat::kBF16, DType::kBF16), false, "router weight in the layer");
+  MoeSpec lora = spec(WeightFormat::kBF16, DType::kBF16);
+  lora.lora.max_adapters = 2;
+  lora.lora.max_rank = 4;
+  expect_allocation_free(lora, true, "LoRA", true);
+}
+
+}  // namespace
+}  // namespace moerun
