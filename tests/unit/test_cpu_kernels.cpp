@@ -1035,10 +1035,29 @@ TEST(CpuKernels, WrongScaleShapeIsAFormatError) {
 
 TEST(CpuKernels, ReportsDetectedIsa) {
   const IsaFeatures& f = detected_features();
-  std::printf("cpu backend ISA: detected %d (avx2 %d fma %d f16c %d avx512f %d bw %d vl %d bf16 %d amx %d/%d perm %d)\n",
+  std::printf("cpu backend ISA: detected %d (avx2 %d fma %d f16c %d avx512f %d bw %d vl %d bf16 %d amx %d/%d perm %d; "
+              "VDPBF16PS / FMA issue rate %.2f)\n",
               static_cast<int>(detected_isa()), f.avx2, f.fma, f.f16c, f.avx512f, f.avx512bw, f.avx512vl,
-              f.avx512_bf16, f.amx_tile, f.amx_bf16, f.amx_permitted);
+              f.avx512_bf16, f.amx_tile, f.amx_bf16, f.amx_permitted, f.bf16_dot_rate);
   EXPECT_GE(static_cast<int>(detected_isa()), 0);
+  // measured where the AVX512-BF16 kernels can run, and a plausible rate there
+  if (f.avx512f && f.avx512_bf16 && f.os_zmm) {
+    EXPECT_GT(f.bf16_dot_rate, 0.05);
+    EXPECT_LT(f.bf16_dot_rate, 20.0);
+  } else {
+    EXPECT_EQ(f.bf16_dot_rate, 0.0);
+  }
+}
+
+// The AVX512-BF16 level's stream cut follows the measured VDPBF16PS rate: every call streams where it
+// issues as fast as an FMA, the tiles take over past kAvx512Bf16StreamMaxTokens where it is slower.
+TEST(CpuKernels, Bf16DotRateDecidesTheAvx512Bf16Cut) {
+  EXPECT_EQ(avx512bf16_stream_max(0.0), kAvx512Bf16StreamMaxTokens);
+  EXPECT_EQ(avx512bf16_stream_max(0.5), kAvx512Bf16StreamMaxTokens);
+  EXPECT_EQ(avx512bf16_stream_max(1.0), kStreamMaxTokensLimit);
+  EXPECT_EQ(kernels_for(CpuIsa::kAvx512Bf16).stream_max_m_bf16, avx512bf16_stream_max(detected_features().bf16_dot_rate));
+  // the AMX level keeps its own cuts (its decode stream, then tiles)
+  EXPECT_EQ(kernels_for(CpuIsa::kAmx).stream_max_m_bf16, kAvx512Bf16StreamMaxTokens);
 }
 
 }  // namespace

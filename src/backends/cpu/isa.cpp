@@ -63,6 +63,7 @@ IsaFeatures detect() {
     f.avx512_bf16 = (a >> 5) & 1;
   }
   if (f.amx_tile && f.amx_bf16 && f.os_amx) f.amx_permitted = request_amx_permission();
+  if (f.avx512f && f.avx512_bf16 && f.os_zmm) f.bf16_dot_rate = kernels::bf16_dot_fma_rate_ratio();
   return f;
 }
 
@@ -102,6 +103,10 @@ int env_count(const char* name, long max) {
   return static_cast<int>(n);
 }
 }  // namespace
+
+int avx512bf16_stream_max(double bf16_dot_rate) noexcept {
+  return bf16_dot_rate >= kBf16DotFullRate ? kStreamMaxTokensLimit : kAvx512Bf16StreamMaxTokens;
+}
 
 int prefetch_override() { return env_count("MOERUN_CPU_PREFETCH", 65536); }
 
@@ -191,7 +196,7 @@ KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
       k.stream_q8 = q8_stream_enabled() ? kernels::stream_q8_avx512vnni : nullptr;
       k.stream_max_m = kAvx512StreamMaxTokens;
       k.stream_max_m_cheap = kAvx512StreamMaxTokensCheapDecode;
-      k.stream_max_m_bf16 = kAvx512Bf16StreamMaxTokens;
+      k.stream_max_m_bf16 = avx512bf16_stream_max(detected_features().bf16_dot_rate);
       k.panel = kernels::dequant_panel_avx512;
       k.tile = kernels::tile_avx512;
       return k;

@@ -31,6 +31,9 @@ struct IsaFeatures {
   bool avx512vbmi = false, avx512vnni = false;
   bool amx_tile = false, amx_bf16 = false;
   bool os_ymm = false, os_zmm = false, os_amx = false, amx_permitted = false;
+  // VDPBF16PS over FMA issue rate, measured once where AVX512-BF16 is usable (kernels.hpp
+  // bf16_dot_fma_rate_ratio); 0 elsewhere. Decides the AVX512-BF16 level's stream cut (below).
+  double bf16_dot_rate = 0;
 };
 
 // This machine's features (detected once, thread-safe).
@@ -60,6 +63,13 @@ inline constexpr int kAvx2StreamMaxTokensCheapDecode = 16;
 inline constexpr int kAvx512StreamMaxTokens = 4;
 inline constexpr int kAvx512StreamMaxTokensCheapDecode = 4;
 inline constexpr int kAvx512Bf16StreamMaxTokens = 8;
+// ... that is, where VDPBF16PS issues at half the FMA rate or less (Intel: IsaFeatures::bf16_dot_rate
+// 0.25-0.5). Where it issues as fast as an FMA (AMD Zen 4: about 1), each one doing twice the
+// multiply-adds, the streaming kernel beats the f32 panels and tiles at every token count, so the
+// AVX512-BF16 level streams every call: Zen 4 (one core, in cache, cpu_kernel_bench) 229 against 85
+// GFLOP/s for bf16 weights at 16-64 tokens, 207 against 70 for mxfp4, 183 against 85 for fp8-block.
+inline constexpr double kBf16DotFullRate = 0.75;
+int avx512bf16_stream_max(double bf16_dot_rate) noexcept;
 inline constexpr int kAmxStreamMaxTokens = 4;
 inline constexpr int kAmxStreamMaxTokensCheapDecode = 4;
 // The AMX decode stream (stream_amx_bf16) against AMX tiles on converted panels, H200 host's Xeon, 2
