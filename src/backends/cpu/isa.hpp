@@ -63,8 +63,8 @@ inline constexpr int kAvx2StreamMaxTokensCheapDecode = 16;
 inline constexpr int kAvx512StreamMaxTokens = 4;
 inline constexpr int kAvx512StreamMaxTokensCheapDecode = 4;
 inline constexpr int kAvx512Bf16StreamMaxTokens = 8;
-// ... that is, where VDPBF16PS issues at half the FMA rate or less (Intel: IsaFeatures::bf16_dot_rate
-// 0.25-0.5). Where it issues as fast as an FMA (AMD Zen 4: about 1), each one doing twice the
+// ... that is, where VDPBF16PS issues at half the FMA rate or less (IsaFeatures::bf16_dot_rate 0.22-0.25
+// on the H200 host's Xeon, five start-ups). Where it issues as fast as an FMA (AMD Zen 4: about 1), each one doing twice the
 // multiply-adds, the streaming kernel beats the f32 panels and tiles at every token count, so the
 // AVX512-BF16 level streams every call: Zen 4 (one core, in cache, cpu_kernel_bench) 229 against 85
 // GFLOP/s for bf16 weights at 16-64 tokens, 207 against 70 for mxfp4, 183 against 85 for fp8-block.

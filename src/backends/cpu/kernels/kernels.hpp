@@ -196,8 +196,8 @@ void amx_release();
 // ---- AVX512-BF16 + AVX512-VBMI (gemm_avx512bf16.cpp) ----
 // VDPBF16PS throughput over VFMADD231PS throughput on 512-bit registers (instructions per second, eight
 // independent chains each, the fastest of five short alternated runs: about 0.2 ms). Each VDPBF16PS does
-// twice an FMA's multiply-adds: 0.25-0.5 on Intel cores that issue it once per 2 cycles beside two FMA
-// ports, about 1 on AMD Zen 4 (isa.hpp: what it decides).
+// twice an FMA's multiply-adds: 0.22-0.25 on the H200 host's Xeon (once per 2 cycles beside two FMA
+// ports), 1.00 on AMD Zen 4 (isa.hpp: what it decides).
 double bf16_dot_fma_rate_ratio();
 // Streaming path for bf16 activations: acc[m][16] = xb[m][kp] @ W with xb bf16 (row stride ldx elements,
 // kp readable columns, zero past K; rows need not be 16-row padded), any m >= 0. bf16, fp8 and fp4
