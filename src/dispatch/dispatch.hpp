@@ -23,6 +23,12 @@ struct Dispatch {
   std::vector<int32_t> cursor_scratch;  // build_dispatch's fill pointers, kept to avoid reallocating
 
   int64_t rows() const noexcept { return static_cast<int64_t>(token.size()); }
+  // Room for `rows` rows, so that build_dispatch allocates nothing for calls with as many or fewer.
+  void reserve(int64_t rows) {
+    token.reserve(static_cast<size_t>(rows));
+    slot.reserve(static_cast<size_t>(rows));
+    weight.reserve(static_cast<size_t>(rows));
+  }
   int32_t count(int e) const noexcept { return offsets[e + 1] - offsets[e]; }
 };
 

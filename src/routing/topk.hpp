@@ -28,6 +28,12 @@ void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float*
 struct TopkScratch {
   std::vector<float> scores, choice, group_score;
   std::vector<char> taken, nan_logit, group_taken;
+  void reserve(int experts, int groups) {  // what topk_host then needs for that many, without allocating
+    for (auto* v : {&scores, &choice}) v->reserve(static_cast<size_t>(experts));
+    for (auto* v : {&taken, &nan_logit}) v->reserve(static_cast<size_t>(experts));
+    group_score.reserve(static_cast<size_t>(groups));
+    group_taken.reserve(static_cast<size_t>(groups));
+  }
 };
 void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float* correction_bias,
                int32_t* ids, float* weights, TopkScratch& scratch);

@@ -1,7 +1,9 @@
 // The cpu backend's forward allocates nothing once warmed up (the issue's "allocation-free forward
-// after warm-up"): its workspaces only grow, and a call no larger than one made before finds them
-// grown. A binary of its own, because it replaces the global operator new to count allocations (the
-// counter runs only around the forwards under test).
+// after warm-up"): its workspaces only grow, and a call of no more tokens than one made before, at the
+// same thread count and with the same kind of inputs (logits or top-k ids; LoRA or not), finds them
+// grown, however its tokens route and whichever kernels its calls take. A binary of its own, because it
+// replaces the global operator new to count allocations (the counter runs only around the forwards
+// under test).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -112,6 +114,46 @@ void expect_allocation_free(const MoeSpec& s, bool logits, const std::string& wh
   set_cpu_isa_cap(saved);
 }
 
+// The routing decides the jobs, the work items and (with expert parallelism) the rows: warm up with
+// every token on the same k experts, or on another rank's, then call with the tokens spread over all
+// experts, at the same M, with routing given as top-k ids. Then the same with a router in the layer.
+void expect_allocation_free_across_routing(const MoeSpec& s, const std::string& what) {
+  s.validate();
+  const MoeWeights w = random_weights(s, 9);
+  const int64_t m = 37;
+  const int k = s.top_k, E = s.num_experts;
+  const CpuIsa saved = cpu_isa_cap();
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
+    if (cpu::detected_isa() < isa) continue;
+    set_cpu_isa_cap(isa);
+    RunnerOptions opt;
+    opt.threads = 2;
+    auto runner = make_cpu_backend()->create_runner(s, w, Platform::detect(), opt);
+    const int first_off_rank = s.parallel.ep > 1 ? E / s.parallel.ep : 0;  // rank 0 holds [0, E / ep)
+    Inputs narrow, spread;
+    make_inputs(narrow, s, m, 21, false, nullptr);
+    make_inputs(spread, s, m, 22, false, nullptr);
+    HostTensor ids_n(DType::kI32, {m, k}), ids_s(DType::kI32, {m, k}), tw(DType::kF32, {m, k});
+    for (int64_t t = 0; t < m; ++t)
+      for (int j = 0; j < k; ++j) {
+        ids_n.as<int32_t>()[t * k + j] = first_off_rank + j;  // the same k experts (off-rank with ep)
+        ids_s.as<int32_t>()[t * k + j] = static_cast<int32_t>((t * k + j * 5) % E);  // distinct within a token
+        tw.as<float>()[t * k + j] = 1.0f / static_cast<float>(k);
+      }
+    narrow.args.topk_ids = ids_n.view();
+    narrow.args.topk_weights = tw.view();
+    spread.args.topk_ids = ids_s.view();
+    spread.args.topk_weights = tw.view();
+    runner->forward(narrow.args);
+    g_allocations = 0;
+    g_counting = true;
+    runner->forward(spread.args);
+    g_counting = false;
+    EXPECT_EQ(g_allocations.load(), 0) << what << " [" << to_string(isa) << "] narrow, then spread routing";
+  }
+  set_cpu_isa_cap(saved);
+}
+
 MoeSpec spec(WeightFormat f, DType act) {
   MoeSpec s;
   s.name = "alloc";
@@ -150,6 +192,19 @@ TEST(CpuForwardAllocations, NoneAfterWarmUp) {
   lora.lora.max_adapters = 2;
   lora.lora.max_rank = 4;
   expect_allocation_free(lora, true, "LoRA", true);
+}
+
+TEST(CpuForwardAllocations, NoneWhenTheRoutingSpreads) {
+  expect_allocation_free_across_routing(spec(WeightFormat::kBF16, DType::kBF16), "bf16");
+  expect_allocation_free_across_routing(spec(WeightFormat::kMxfp4, DType::kBF16), "mxfp4 (q15)");
+  MoeSpec ep = spec(WeightFormat::kBF16, DType::kBF16);
+  ep.parallel.ep = 2;
+  expect_allocation_free_across_routing(ep, "expert parallel, rank 0 of 2");
+  MoeSpec sh = spec(WeightFormat::kNvfp4, DType::kBF16);
+  sh.act_quant = ActQuant::kInt8PerTokenGroup;
+  sh.shared.count = 1;
+  sh.shared.intermediate = 96;
+  expect_allocation_free_across_routing(sh, "nvfp4 int8 act, shared expert");
 }
 
 }  // namespace

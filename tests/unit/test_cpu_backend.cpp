@@ -509,7 +509,7 @@ TEST(CpuBackend, FourBitBf16LayersTakeTheQ15Kernel) {
         EXPECT_EQ(ks.q8_rows_per_token, q15 ? 2 : 1) << what;
         EXPECT_EQ(ks.uses_q8_stream(pf), q15) << what;
         if (!q15) continue;
-        const int cut = isa == CpuIsa::kAvx2 ? cpu::kAvx2Q15StreamMaxTokens : cpu::kQ15StreamMaxTokens;
+        const int cut = cpu::q15_stream_max(isa, cpu::detected_features().bf16_dot_rate);
         EXPECT_EQ(ks.stream_max_m_q8, cut) << what;
         const std::string name = isa == CpuIsa::kAvx2 ? "avx2-q15-stream" : "avx512vnni-q15-stream";
         EXPECT_EQ(cpu::variant_name(s, ks, pf, 1), name) << what;
@@ -894,8 +894,15 @@ TEST(CpuBackend, Q15CutKnob) {
   s.weight_format = WeightFormat::kMxfp4;
   s.act_dtype = DType::kBF16;
   EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAvx2).stream_max_m_q8, cpu::kAvx2Q15StreamMaxTokens);
-  EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAvx512Bf16).stream_max_m_q8, cpu::kQ15StreamMaxTokens);
+  EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAvx512Bf16).stream_max_m_q8,
+            cpu::detected_features().bf16_dot_rate >= cpu::kBf16DotFullRate ? cpu::kQ15StreamMaxTokens
+                                                                            : cpu::kQ15StreamMaxTokensSlowBf16Dot);
   EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAmx).stream_max_m_q8, cpu::kQ15StreamMaxTokens);
+  // the rule itself, for both kinds of core
+  EXPECT_EQ(cpu::q15_stream_max(CpuIsa::kAvx512Bf16, 0.25), cpu::kQ15StreamMaxTokensSlowBf16Dot);
+  EXPECT_EQ(cpu::q15_stream_max(CpuIsa::kAvx512Bf16, 1.0), cpu::kQ15StreamMaxTokens);
+  EXPECT_EQ(cpu::q15_stream_max(CpuIsa::kAmx, 0.25), cpu::kQ15StreamMaxTokens);
+  EXPECT_EQ(cpu::q15_stream_max(CpuIsa::kAvx2, 0.0), cpu::kAvx2Q15StreamMaxTokens);
   setenv("MOERUN_CPU_STREAM_MAX_TOKENS", "3", 1);
   EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAmx).stream_max_m_q8, 3);
   setenv("MOERUN_CPU_Q15", "6", 1);

@@ -42,9 +42,15 @@ Capabilities make_caps() {
        static_cast<double>(cpu::kAvx512StreamMaxTokens), {}},
       // bf16 layers only, and (the backend's variant() says so per format) bf16, fp8 and fp4 weights:
       // f32, f16 and int8 weights stay on avx512-stream.
-      {"avx512bf16-stream", static_cast<double>(cpu::kAvx512Bf16StreamMaxTokens),
-       "decode with bf16 activations: bf16/fp8/fp4 weights decoded to bf16 pairs by shifts and word-table "
-       "lookups, one VDPBF16PS per 32 weights", CpuIsa::kAvx512Bf16, 0.0, {DType::kBF16}},
+      // Every call at the avx512bf16 level where VDPBF16PS issues as fast as an FMA (this machine's
+      // measured rate, isa.hpp avx512bf16_stream_max); up to 8 tokens per expert elsewhere.
+      {"avx512bf16-stream",
+       cpu::avx512bf16_stream_max(cpu::detected_features().bf16_dot_rate) >= cpu::kStreamMaxTokensLimit
+           ? 0.0
+           : static_cast<double>(cpu::kAvx512Bf16StreamMaxTokens),
+       "decode with bf16 activations (and prefill where VDPBF16PS issues at the FMA rate, as on AMD Zen 4): "
+       "bf16/fp8/fp4 weights decoded to bf16 pairs by shifts and word-table lookups, one VDPBF16PS per 32 "
+       "weights", CpuIsa::kAvx512Bf16, 0.0, {DType::kBF16}},
       // Layers with int8 activation quantization and 4-bit weights only (variant() says so per spec); larger
       // calls run the bf16 / f32 kernels on the dequantized activations.
       {"avx512vnni-q8-stream", static_cast<double>(cpu::kQ8StreamMaxTokens),
@@ -59,7 +65,8 @@ Capabilities make_caps() {
       // 4-bit layers with bf16 activations the spec leaves unquantized (variant() says so per spec).
       {"avx512vnni-q15-stream", static_cast<double>(cpu::kQ15StreamMaxTokens),
        "decode of mxfp4/nvfp4 weights with bf16 activations: each token held at 15 bits per 32 columns as two "
-       "int8 rows (high and low part) through the q8 kernel's exact dot products",
+       "int8 rows (high and low part) through the q8 kernel's exact dot products (up to 8 tokens per expert "
+       "at the avx512bf16 level where VDPBF16PS is slow)",
        CpuIsa::kAvx512Bf16, 0.0, {DType::kBF16}},
       {"avx2-q15-stream", static_cast<double>(cpu::kAvx2Q15StreamMaxTokens),
        "the same on AVX2 (vpmaddubsw); such a layer's tiled calls decode f32 panels from the VNNI words",

@@ -63,7 +63,18 @@ IsaFeatures detect() {
     f.avx512_bf16 = (a >> 5) & 1;
   }
   if (f.amx_tile && f.amx_bf16 && f.os_amx) f.amx_permitted = request_amx_permission();
-  if (f.avx512f && f.avx512_bf16 && f.os_zmm) f.bf16_dot_rate = kernels::bf16_dot_fma_rate_ratio();
+  // Where the AVX512-BF16 level can run (detected_isa's condition): measured, unless
+  // MOERUN_CPU_BF16_DOT_RATE=<ratio> gives it (measurement, or a host too busy to time).
+  const bool bf16_level = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.os_zmm && f.avx512_bf16 &&
+                          f.avx512vbmi && f.avx512vnni;
+  if (bf16_level) {
+    const char* v = std::getenv("MOERUN_CPU_BF16_DOT_RATE");
+    char* end = nullptr;
+    const double given = v ? std::strtod(v, &end) : 0.0;
+    f.bf16_dot_rate = v && end != v && *end == '\0' && given > 0.0 && given < 100.0
+                          ? given
+                          : kernels::bf16_dot_fma_rate_ratio();
+  }
   return f;
 }
 
@@ -103,6 +114,12 @@ int env_count(const char* name, long max) {
   return static_cast<int>(n);
 }
 }  // namespace
+
+int q15_stream_max(CpuIsa isa, double bf16_dot_rate) noexcept {
+  if (isa == CpuIsa::kAvx2) return kAvx2Q15StreamMaxTokens;
+  if (isa == CpuIsa::kAvx512Bf16 && bf16_dot_rate < kBf16DotFullRate) return kQ15StreamMaxTokensSlowBf16Dot;
+  return kQ15StreamMaxTokens;
+}
 
 int avx512bf16_stream_max(double bf16_dot_rate) noexcept {
   return bf16_dot_rate >= kBf16DotFullRate ? kStreamMaxTokensLimit : kAvx512Bf16StreamMaxTokens;

@@ -31,8 +31,9 @@ struct IsaFeatures {
   bool avx512vbmi = false, avx512vnni = false;
   bool amx_tile = false, amx_bf16 = false;
   bool os_ymm = false, os_zmm = false, os_amx = false, amx_permitted = false;
-  // VDPBF16PS over FMA issue rate, measured once where AVX512-BF16 is usable (kernels.hpp
-  // bf16_dot_fma_rate_ratio); 0 elsewhere. Decides the AVX512-BF16 level's stream cut (below).
+  // VDPBF16PS over FMA issue rate, measured once where the AVX512-BF16 level can run (kernels.hpp
+  // bf16_dot_fma_rate_ratio), or MOERUN_CPU_BF16_DOT_RATE=<ratio>; 0 elsewhere. Decides that level's
+  // stream cut and q15 cut (below).
   double bf16_dot_rate = 0;
 };
 
@@ -102,11 +103,16 @@ inline constexpr int kQ8StreamMaxTokens = 8;
 // 1.14x / 1.16x at 2 tokens per expert; at the AMX level a cut of 4 against 2 ran 0.95-1.10x on qwen3
 // at 2-6 tokens per expert (its AMX decode stream costs little more per token) and 1.06-1.14x on
 // gpt-oss-20b; at the AVX512-BF16 level 1.08-1.17x, and a cut of 8 another 1.30-1.35x at 4-6 tokens
-// there. On Zen 4 (AVX512-BF16, one core, kernels in cache, three runs) VDPBF16PS is 2.5x the Xeon's
-// speed, and from 2 tokens the two kernels come within 15% of each other, the sign changing from run
-// to run (q15 ahead at one token), so that level keeps 4 too.
+// there (kQ15StreamMaxTokensSlowBf16Dot). On Zen 4 (AVX512-BF16, one core, kernels in cache, three runs)
+// VDPBF16PS is 2.5x the Xeon's speed, and from 2 tokens the two kernels come within 15% of each other,
+// the sign changing from run to run (q15 ahead at one token), so there the level keeps 4.
 inline constexpr int kQ15StreamMaxTokens = 4;
 inline constexpr int kAvx2Q15StreamMaxTokens = 4;
+// ... except at the AVX512-BF16 level where VDPBF16PS issues at half the FMA rate or less (the Xeon
+// above, capped to that level): 8, where its bf16 kernel is what the q15 kernels compete with.
+inline constexpr int kQ15StreamMaxTokensSlowBf16Dot = 8;
+// The q15 cut of a level on this machine (bf16_dot_rate: IsaFeatures::bf16_dot_rate).
+int q15_stream_max(CpuIsa isa, double bf16_dot_rate) noexcept;
 inline constexpr int kStreamMaxTokensLimit = 65536;  // largest value MOERUN_CPU_STREAM_MAX_TOKENS accepts
 
 // MOERUN_CPU_STREAM_MAX_TOKENS parsed: n, or -1 when unset or invalid (then the defaults hold).
@@ -229,7 +235,8 @@ bool amx_stream_enabled();
 bool e8m0_fold_enabled();
 // MOERUN_CPU_Q8=0: false; unset or anything else: true.
 bool q8_stream_enabled();
-// MOERUN_CPU_Q15=0: false; unset or anything else: true.
+// MOERUN_CPU_Q15=0: false; unset or anything else: true (a number n >= 1 also sets the cut, below; so
+// MOERUN_CPU_Q15=1 means a cut of one token, not just "on").
 bool q15_stream_enabled();
 // MOERUN_CPU_Q15=<n> with n >= 1 (measurement): the q15 kernels take calls of up to n tokens per expert,
 // whatever MOERUN_CPU_STREAM_MAX_TOKENS says; -1 when unset or anything else (the level's cut holds).

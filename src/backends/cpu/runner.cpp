@@ -2,7 +2,8 @@
 //
 // NOTES: one OpenMP region per forward, stages separated by the implicit barriers of `omp for`:
 //   gather   X[row] = hidden[token(row)] in f32 (x router weight on input; fp8 / int8 act fake-quant, and
-//            the int8 codes for the q8 kernel), K padded
+//            the int8 codes for the q8 kernel), K padded, and its bf16 copy Xb; where no call reads f32
+//            rows, bf16 hidden rows go to Xb as they are and X is not written (forward: x_f32)
 //   lora1    gate_up LoRA deltas per row (only with a LoRA batch)
 //   gemm1    work items (job, w13 N-block), dynamic schedule: a hot expert spreads over all threads;
 //            the epilogue applies scales, bias, LoRA and the activation (gate and up share a block)
@@ -192,6 +193,11 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
   if (spec.router_bias) router_b_ = copy_f32(w.router_bias);
   if (spec.routing.correction_bias) corr_b_ = copy_f32(w.correction_bias);
   scratch_.resize(static_cast<size_t>(std::max(1, omp_get_num_procs())));
+  // Their sizes follow the routing, not M: room for every local expert and the shared one, each at its
+  // most items (one block each), so that no forward grows them.
+  jobs_.reserve(static_cast<size_t>(el_) + 1);
+  items1_.reserve((static_cast<size_t>(el_) + 1) *
+                  static_cast<size_t>(std::max<int64_t>(w13_->nblocks, sw13_ ? sw13_->nblocks : 0)));
   if (ForwardProfile::requested()) prof_ = std::make_unique<ForwardProfile>();
 }
 
@@ -251,11 +257,11 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
       ks.stream = kernels::stream_avx2_vnni;  // (never reached for its codes: a NaN guard)
       ks.code_layout = kernels::CodeLayout::kVnniWords;
       ks.panel = kernels::dequant_panel_avx2_vnni;
-      ks.stream_max_m_q8 = cut >= 0 ? cut : kAvx2Q15StreamMaxTokens;
+      ks.stream_max_m_q8 = cut >= 0 ? cut : q15_stream_max(isa, 0.0);
       ks.stream_max_m = std::min(ks.stream_max_m, ks.stream_max_m_q8);
     } else {
       ks.stream_q8 = kernels::stream_q8_avx512vnni;  // these levels pack VNNI words anyway
-      ks.stream_max_m_q8 = cut >= 0 ? cut : kQ15StreamMaxTokens;
+      ks.stream_max_m_q8 = cut >= 0 ? cut : q15_stream_max(isa, detected_features().bf16_dot_rate);
     }
   } else {
     ks.stream_q8 = nullptr;
@@ -359,8 +365,18 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // ---- hidden -> f32 [M][hp], for the stages that read f32 hidden rows: the router, expert rows the
   // bf16 kernels do not take as they are, the shared gate (bf16 rows bound for the bf16 kernels are
   // copied as they are, below). Before the routing only when the runner computes the logits itself. ----
+  // Workspaces whose use depends on the call (input mode, routing, kernel path) grow on every call all
+  // the same, so that after one call of M tokens no call of up to M tokens at the same thread count
+  // allocates (tests/alloc): the hidden rows' f32 copy, the routing's outputs and scratch here; the
+  // rows of a forward are bounded by M * k (+ M shared) whatever the routing and expert parallelism.
+  const int64_t rows_cap = M * k + (sw13_ != nullptr ? M : 0);
   float* hid = nullptr;
-  float* const hid_rows = hid_.get(static_cast<size_t>(M * hp_));  // (grown even where not written)
+  float* const hid_rows = hid_.get(static_cast<size_t>(M * hp_));
+  int32_t* const topi = topi_.get(static_cast<size_t>(M * k));
+  float* const topw = topw_.get(static_cast<size_t>(M * k));
+  float* const logits_rows = router_w_.empty() ? nullptr : logits_.get(static_cast<size_t>(M * E));
+  for (int t = 0; t < threads; ++t) scratch_[static_cast<size_t>(t)].topk.reserve(E, spec_.routing.n_group);
+  disp_.reserve(rows_cap);
   const auto convert_hidden = [&] {
     hid = hid_rows;
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -387,7 +403,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
     } else {
       if (router_w_.empty())
         throw_error(ErrorKind::kInvalidArgument, "cpu backend: no router_logits, topk ids or router weight given");
-      float* lg = logits_.get(static_cast<size_t>(M * E));
+      float* lg = logits_rows;
       const float* rw = router_w_.data();
       const float* rb = router_b_.empty() ? nullptr : router_b_.data();
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -401,8 +417,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
         }
       logits = lg;
     }
-    int32_t* ti = topi_.get(static_cast<size_t>(M * k));
-    float* tf = topw_.get(static_cast<size_t>(M * k));
+    int32_t* ti = topi;
+    float* tf = topw;
     // Tokens route independently: one chunk of them per thread.
     const int64_t chunk = (M + threads - 1) / threads;
     const float* cb = corr_b_.empty() ? nullptr : corr_b_.data();
@@ -480,15 +496,17 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const int64_t acc_stride = max_m * 16 * ks_.q8_rows_per_token;
   for (int t = 0; t < threads; ++t) {
     scratch_[static_cast<size_t>(t)].acc.get(static_cast<size_t>(2 * acc_stride));
-    scratch_[static_cast<size_t>(t)].out.get(static_cast<size_t>(std::max<int64_t>(2, blocks_per_item2) * M * 16));
+    // (by the most blocks a gemm2 item can hold, which the routing decides: see the down groups)
+    scratch_[static_cast<size_t>(t)].out.get(static_cast<size_t>(
+        2 * std::max<int64_t>({kDownGroupMaxCalls, kStreamRunMax, ks_.down_group, ks_.stream_run}) * M * 16));
     const int64_t kpmax = std::max(hp_, ipmax);
     scratch_[static_cast<size_t>(t)].panel.get(static_cast<size_t>(kpmax * 16));
     if (ks_.amx) scratch_[static_cast<size_t>(t)].panel_bf16.get(static_cast<size_t>(2 * kpmax * 16));
   }
   // bf16 copies of X and H for AMX tiles and the bf16 streaming kernel (bf16 layers only: kernels_for_spec).
   const bool want_bf16 = ks_.amx || ks_.stream_bf16 != nullptr;
-  uint16_t* Xb = want_bf16 ? xb_.get(static_cast<size_t>((rows + 16) * ldx)) : nullptr;
-  uint16_t* Hbb = want_bf16 ? hb_.get(static_cast<size_t>((rows + 16) * ldh)) : nullptr;
+  uint16_t* Xb = want_bf16 ? xb_.get(static_cast<size_t>((rows_cap + 16) * ldx)) : nullptr;
+  uint16_t* Hbb = want_bf16 ? hb_.get(static_cast<size_t>((rows_cap + 16) * ldh)) : nullptr;
   float* gate = nullptr;
   if (has_shared && !shared_gate_.empty()) gate = gate_.get(static_cast<size_t>(M));
   // q8 rows (int8 activation codes, or 15-bit rows) for the jobs whose calls take the q8 kernel; only
@@ -496,7 +514,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   bool q8 = false;
   uint8_t* q8_row = nullptr;
   if (ks_.stream_q8 != nullptr) {
-    uint8_t* qr = q8_row_.get(static_cast<size_t>(rows));  // (grown on every call: see xq below)
+    uint8_t* qr = q8_row_.get(static_cast<size_t>(rows_cap));  // (grown on every call: see xq below)
     for (const Job& j : jobs_) {
       const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
       if (j.m > ks_.stream_max_m_q8 || !(ks_.uses_q8_stream(f1) || ks_.uses_q8_stream(f2))) continue;
@@ -511,8 +529,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const int64_t rpt = ks_.q8_rows_per_token;  // q8 rows per activation row
   // (reserved for every row whenever the layer has a q8 kernel, whether or not this call packs any: a
   // decode call after a prefill one must not allocate)
-  const Q8Slots xq = ks_.stream_q8 != nullptr ? xq_.reserve(rows * rpt, hp_) : Q8Slots{};
-  const Q8Slots hq = ks_.stream_q8 != nullptr ? hq_.reserve(rows * rpt, ipmax) : Q8Slots{};
+  const Q8Slots xq = ks_.stream_q8 != nullptr ? xq_.reserve(rows_cap * rpt, hp_) : Q8Slots{};
+  const Q8Slots hq = ks_.stream_q8 != nullptr ? hq_.reserve(rows_cap * rpt, ipmax) : Q8Slots{};
   // Row r's codes: the spec's int8 ones, the values rounded in place as fake_quantize_act does; or its
   // 15-bit high and low rows, the values left as they are.
   auto pack_q8 = [rpt](float* v, int64_t kp, const Q8Slots& q, int64_t r) {
@@ -528,12 +546,13 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const int32_t* tok_adapter = lw ? args.lora->token_adapter.as<const int32_t>() : nullptr;
   const int64_t R13 = w13_->rows;
   const int lr = lw ? lw->rank : 0;
-  float* lora1 = lw ? lora1_.get(static_cast<size_t>(R * R13)) : nullptr;
-  float* lora2 = lw ? lora2_.get(static_cast<size_t>(R * H)) : nullptr;
-  float* lt = lw ? lora_t_.get(static_cast<size_t>(R * std::max(1, lr))) : nullptr;
+  const int64_t rcap = M * k;  // routed rows, whatever the routing (expert parallelism masks some)
+  float* lora1 = lw ? lora1_.get(static_cast<size_t>(rcap * R13)) : nullptr;
+  float* lora2 = lw ? lora2_.get(static_cast<size_t>(rcap * H)) : nullptr;
+  float* lt = lw ? lora_t_.get(static_cast<size_t>(rcap * std::max(1, lr))) : nullptr;
   int32_t* row_expert = nullptr;
   if (lw) {
-    row_expert = row_expert_.get(static_cast<size_t>(R));
+    row_expert = row_expert_.get(static_cast<size_t>(rcap));
     for (int e = 0; e < el_; ++e)
       for (int32_t r = disp_.offsets[static_cast<size_t>(e)]; r < disp_.offsets[static_cast<size_t>(e + 1)]; ++r)
         row_expert[r] = e;
@@ -552,11 +571,14 @@ void CpuRunner::forward(const ForwardArgs& args) {
   for (const Job& j : jobs_)
     x_f32 = x_f32 || reads_f32(call_path(j.shared ? sw13_->fmt : w13_->fmt, j.m, q8 && q8_row[j.row0], true));
   const bool direct_x = !x_f32 && adt == DType::kBF16 && !on_input;
-  if (!own_logits && (!direct_x || q8 || gate != nullptr)) convert_hidden();
+  if (!own_logits && (!direct_x || q8 || gate != nullptr)) {
+    if (pf) pf->mark(Phase::kPlan);  // (what follows the route mark so far is planning)
+    convert_hidden();
+  }
   // Grown either way, so that a later call that needs it does not allocate; null where not written.
-  float* X = x_.get(static_cast<size_t>((rows + 16) * ldx));
+  float* X = x_.get(static_cast<size_t>((rows_cap + 16) * ldx));
   if (!x_f32) X = nullptr;
-  float* Hb = hbuf_.get(static_cast<size_t>((rows + 16) * ldh));
+  float* Hb = hbuf_.get(static_cast<size_t>((rows_cap + 16) * ldh));
   for (int t = 0; t < threads; ++t)  // the gather's f32 row where X is not kept
     scratch_[static_cast<size_t>(t)].xrow.get(static_cast<size_t>(hp_));
 
