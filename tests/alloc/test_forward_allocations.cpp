@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <new>
 #include <random>
 #include <string>
@@ -82,13 +83,17 @@ void make_inputs(Inputs& in, const MoeSpec& s, int64_t m, uint32_t seed, bool lo
   }
 }
 
-// Warm up with the largest call, then count the allocations of calls of every size up to it, with
-// fresh inputs, at every ISA level this machine runs.
-void expect_allocation_free(const MoeSpec& s, bool logits, const std::string& what, bool lora = false) {
-  s.validate();
-  const MoeWeights w = random_weights(s, 7);
-  const LoraWeights lw = lora ? random_lora(s, 8) : LoraWeights{};
-  const std::vector<int64_t> ms = {1, 5, 37, 300};
+// The allocations `f` makes.
+long allocations_of(const std::function<void()>& f) {
+  g_allocations = 0;
+  g_counting = true;
+  f();
+  g_counting = false;
+  return g_allocations.load();
+}
+
+// `body` with a 2-thread runner of `s` at every ISA level this machine runs.
+void at_every_level(const MoeSpec& s, const MoeWeights& w, const std::function<void(CpuIsa, Runner&)>& body) {
   const CpuIsa saved = cpu_isa_cap();
   for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
     if (cpu::detected_isa() < isa) continue;
@@ -96,62 +101,60 @@ void expect_allocation_free(const MoeSpec& s, bool logits, const std::string& wh
     RunnerOptions opt;
     opt.threads = 2;
     auto runner = make_cpu_backend()->create_runner(s, w, Platform::detect(), opt);
-    const LoraWeights* l = lora ? &lw : nullptr;
-    Inputs warm;
-    make_inputs(warm, s, ms.back(), 1, logits, l);
-    runner->forward(warm.args);
-    std::vector<Inputs> calls(ms.size());  // (not moved afterwards: args point into them)
-    for (size_t i = 0; i < ms.size(); ++i)
-      make_inputs(calls[i], s, ms[i], 100 + static_cast<uint32_t>(ms[i]), logits, l);
-    for (Inputs& c : calls) {
-      g_allocations = 0;
-      g_counting = true;
-      runner->forward(c.args);
-      g_counting = false;
-      EXPECT_EQ(g_allocations.load(), 0) << what << " [" << to_string(isa) << "] M=" << c.args.hidden.shape[0];
-    }
+    body(isa, *runner);
   }
   set_cpu_isa_cap(saved);
 }
 
+// Warm up with the largest call, then count the allocations of calls of every size up to it, with
+// fresh inputs.
+void expect_allocation_free(const MoeSpec& s, bool logits, const std::string& what, bool lora = false) {
+  s.validate();
+  const MoeWeights w = random_weights(s, 7);
+  const LoraWeights lw = lora ? random_lora(s, 8) : LoraWeights{};
+  const LoraWeights* l = lora ? &lw : nullptr;
+  const std::vector<int64_t> ms = {1, 5, 37, 300};
+  at_every_level(s, w, [&](CpuIsa isa, Runner& runner) {
+    Inputs warm;
+    make_inputs(warm, s, ms.back(), 1, logits, l);
+    runner.forward(warm.args);
+    std::vector<Inputs> calls(ms.size());  // (not moved afterwards: args point into them)
+    for (size_t i = 0; i < ms.size(); ++i)
+      make_inputs(calls[i], s, ms[i], 100 + static_cast<uint32_t>(ms[i]), logits, l);
+    for (Inputs& c : calls)
+      EXPECT_EQ(allocations_of([&] { runner.forward(c.args); }), 0)
+          << what << " [" << to_string(isa) << "] M=" << c.args.hidden.shape[0];
+  });
+}
+
 // The routing decides the jobs, the work items and (with expert parallelism) the rows: warm up with
 // every token on the same k experts, or on another rank's, then call with the tokens spread over all
-// experts, at the same M, with routing given as top-k ids. Then the same with a router in the layer.
+// experts, at the same M, with routing given as top-k ids.
 void expect_allocation_free_across_routing(const MoeSpec& s, const std::string& what) {
   s.validate();
   const MoeWeights w = random_weights(s, 9);
   const int64_t m = 37;
   const int k = s.top_k, E = s.num_experts;
-  const CpuIsa saved = cpu_isa_cap();
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
-    if (cpu::detected_isa() < isa) continue;
-    set_cpu_isa_cap(isa);
-    RunnerOptions opt;
-    opt.threads = 2;
-    auto runner = make_cpu_backend()->create_runner(s, w, Platform::detect(), opt);
-    const int first_off_rank = s.parallel.ep > 1 ? E / s.parallel.ep : 0;  // rank 0 holds [0, E / ep)
+  const int first_off_rank = s.parallel.ep > 1 ? E / s.parallel.ep : 0;  // rank 0 holds [0, E / ep)
+  HostTensor ids_n(DType::kI32, {m, k}), ids_s(DType::kI32, {m, k}), tw(DType::kF32, {m, k});
+  for (int64_t t = 0; t < m; ++t)
+    for (int j = 0; j < k; ++j) {
+      ids_n.as<int32_t>()[t * k + j] = first_off_rank + j;  // the same k experts (off-rank with ep)
+      ids_s.as<int32_t>()[t * k + j] = static_cast<int32_t>((t * k + j * 5) % E);  // distinct within a token
+      tw.as<float>()[t * k + j] = 1.0f / static_cast<float>(k);
+    }
+  at_every_level(s, w, [&](CpuIsa isa, Runner& runner) {
     Inputs narrow, spread;
     make_inputs(narrow, s, m, 21, false, nullptr);
     make_inputs(spread, s, m, 22, false, nullptr);
-    HostTensor ids_n(DType::kI32, {m, k}), ids_s(DType::kI32, {m, k}), tw(DType::kF32, {m, k});
-    for (int64_t t = 0; t < m; ++t)
-      for (int j = 0; j < k; ++j) {
-        ids_n.as<int32_t>()[t * k + j] = first_off_rank + j;  // the same k experts (off-rank with ep)
-        ids_s.as<int32_t>()[t * k + j] = static_cast<int32_t>((t * k + j * 5) % E);  // distinct within a token
-        tw.as<float>()[t * k + j] = 1.0f / static_cast<float>(k);
-      }
     narrow.args.topk_ids = ids_n.view();
     narrow.args.topk_weights = tw.view();
     spread.args.topk_ids = ids_s.view();
     spread.args.topk_weights = tw.view();
-    runner->forward(narrow.args);
-    g_allocations = 0;
-    g_counting = true;
-    runner->forward(spread.args);
-    g_counting = false;
-    EXPECT_EQ(g_allocations.load(), 0) << what << " [" << to_string(isa) << "] narrow, then spread routing";
-  }
-  set_cpu_isa_cap(saved);
+    runner.forward(narrow.args);
+    EXPECT_EQ(allocations_of([&] { runner.forward(spread.args); }), 0)
+        << what << " [" << to_string(isa) << "] narrow, then spread routing";
+  });
 }
 
 MoeSpec spec(WeightFormat f, DType act) {
