@@ -33,8 +33,8 @@
 // are the distinct activated experts' weight bytes (as stored) averaged over those logit sets;
 // floor = max(bytes / bandwidth, flops / peak); roofline % = floor / time. The peak is the one of the
 // instructions the row's variant runs: the AMX bf16 tile peak for "amx-bf16-*" (and for oneDNN where
-// the CPU has AMX), the AVX2 FMA peak for "avx2-*" variants, the AVX-512 FMA peak (AVX2 where the CPU has
-// no AVX-512) otherwise. Each row records the peak it used ("peak", "peak_gflops"). The JSON is rewritten
+// the CPU has AMX), the AVX2 FMA peak for "avx2-*" variants, the VDPBF16PS peak for "avx512bf16-*" ones,
+// the AVX-512 FMA peak (AVX2 where the CPU has no AVX-512) otherwise. Each row records the peak it used ("peak", "peak_gflops"). The JSON is rewritten
 // after every model, so a run cut short still leaves the rows it finished.
 #include <omp.h>
 
@@ -190,6 +190,7 @@ struct Limits {
   double bw = 0;          // read bandwidth, GB/s
   double fma_avx2 = 0;    // fp32 GFLOP/s, 256-bit FMA
   double fma_avx512 = 0;  // fp32 GFLOP/s, 512-bit FMA
+  double bf16_dot = 0;    // GFLOP/s, 512-bit VDPBF16PS
   moerun_bench::AmxPeak amx;  // bf16 GFLOP/s, tdpbf16ps
 
   json to_json() const {
@@ -197,6 +198,7 @@ struct Limits {
     return {{"read_bandwidth_gbs", bw},
             {"fma_fp32_peak_gflops", fma_avx2},
             {"avx512_fma_fp32_peak_gflops", opt(fma_avx512)},
+            {"avx512_bf16_dot_peak_gflops", opt(bf16_dot)},
             {"amx_bf16_peak_gflops", opt(amx.gflops)},
             {"amx_bf16_peak_gflops_2x2", opt(amx.gflops_2x2)},
             {"amx_bf16_peak_gflops_1x6", opt(amx.gflops_1x6)},
@@ -221,6 +223,7 @@ Limits measure_limits(int threads, bool quick) {
   l.bw = measure_bandwidth_gbs(threads, quick ? (512ull << 20) : (1ull << 30));
   l.fma_avx2 = measure_fma_peak_gflops(threads);
   if (cpu_has_avx512()) l.fma_avx512 = moerun_bench::avx512_fma_peak_gflops(threads);
+  if (cpu::detected_isa() >= CpuIsa::kAvx512Bf16) l.bf16_dot = moerun_bench::avx512_bf16_dot_peak_gflops(threads);
   if (cpu_has_amx()) l.amx = moerun_bench::amx_bf16_peak(threads, quick ? 0.2 : 0.3);
   return l;
 }
@@ -234,6 +237,8 @@ std::pair<std::string, double> peak_for(const Limits& l, const std::string& back
   if (backend.rfind("onednn", 0) == 0) return l.amx.gflops > 0 ? std::pair<std::string, double>{"amx-bf16", l.amx.gflops} : vec;
   if (starts("amx") && l.amx.gflops > 0) return {"amx-bf16", l.amx.gflops};  // tiles and the AMX decode stream
   if (starts("avx2")) return {"avx2-fma", l.fma_avx2};
+  // VDPBF16PS (bf16, fp8 and 4-bit weights with bf16 activations; the others are named avx512-stream)
+  if (starts("avx512bf16") && l.bf16_dot > 0) return {"avx512-bf16-dot", l.bf16_dot};
   return vec;
 }
 
@@ -761,9 +766,10 @@ int main(int argc, char** argv) {
     return v > 0 ? std::string(buf) : std::string("absent");
   };
   std::printf("limits (%d threads / 1 thread): read bandwidth %.1f / %.1f GB/s; fp32 FMA peak AVX2 %.1f / %.1f, "
-              "AVX-512 %s / %s GFLOP/s; AMX bf16 tile peak %s / %s GFLOP/s\n",
+              "AVX-512 %s / %s GFLOP/s; VDPBF16PS peak %s / %s GFLOP/s; AMX bf16 tile peak %s / %s GFLOP/s\n",
               b.threads, b.lim.bw, b.lim1.bw, b.lim.fma_avx2, b.lim1.fma_avx2, gf(b.lim.fma_avx512).c_str(),
-              gf(b.lim1.fma_avx512).c_str(), gf(b.lim.amx.gflops).c_str(), gf(b.lim1.amx.gflops).c_str());
+              gf(b.lim1.fma_avx512).c_str(), gf(b.lim.bf16_dot).c_str(), gf(b.lim1.bf16_dot).c_str(),
+              gf(b.lim.amx.gflops).c_str(), gf(b.lim1.amx.gflops).c_str());
   if (b.lim.amx.gflops > 0)  // diagnostics of the tile kernels, not floors
     std::printf("amx, alternating slices (%d threads / 1 thread): 2x2 on register tiles %s / %s GFLOP/s, tiles "
                 "reloaded from L1 every step %s / %s GFLOP/s, with A rows 4160 bytes apart %s / %s GFLOP/s; "
@@ -795,7 +801,8 @@ int main(int argc, char** argv) {
               {"method", "median of repeated forwards, router logits rotated over 8 random sets; bytes = distinct "
                          "activated experts' stored weight bytes; floor = max(bytes/bw, flops/peak), peak per row: "
                          "amx-bf16 (tdpbf16ps) for AMX variants (tiles, decode stream) and oneDNN on AMX CPUs, avx2-fma for avx2-* "
-                         "variants, else avx512-fma (avx2-fma without AVX-512)"},
+                         "variants, avx512-bf16-dot (vdpbf16ps) for avx512bf16-* variants, else avx512-fma (avx2-fma "
+                         "without AVX-512)"},
               {"elapsed_s", now_s() - t_start},
               {"rows", b.rows}};
     if (!b.opt.sweep.empty()) j["stream_sweep"] = b.opt.sweep;

@@ -194,6 +194,32 @@ double avx512_fma_peak_gflops(int threads) {
   return best;
 }
 
+double avx512_bf16_dot_peak_gflops(int threads) {
+  const int64_t iters = 5'000'000;
+  constexpr int kChains = 16;  // enough for 2 per cycle at a latency of 8
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    float sink = 0;
+    const double t0 = now_s();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    {
+      __m512 a[kChains];
+      for (int i = 0; i < kChains; ++i) a[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+      const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3F803F80);  // (1, 1) in bf16
+      for (int64_t it = 0; it < iters; ++it)
+        for (int i = 0; i < kChains; ++i) a[i] = _mm512_dpbf16_ps(a[i], b, b);
+      __m512 t = a[0];
+      for (int i = 1; i < kChains; ++i) t = _mm512_add_ps(t, a[i]);
+      sink += _mm512_reduce_add_ps(t);
+    }
+    const double dt = now_s() - t0;
+    if (sink == 12345.0f) best += 1e-9;
+    // 16 lanes x 2 bf16 products, each a multiply and an add
+    best = std::max(best, static_cast<double>(threads) * static_cast<double>(iters) * kChains * 64 / dt / 1e9);
+  }
+  return best;
+}
+
 AmxPeak amx_bf16_peak(int threads, double seconds) {
   AmxPeak p;
   amx_run(threads, 0.02, AmxLoop::k2x2);  // wake the tile units (and the clocks) before timing
