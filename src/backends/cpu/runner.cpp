@@ -248,7 +248,8 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
     }
   } else if (fp4 && spec.act_quant == ActQuant::kNone && spec.act_dtype == DType::kBF16 && vnni_level &&
              q15_stream_enabled()) {
-    const int cut = q15_max_tokens_override() >= 1 ? q15_max_tokens_override() : stream_max_tokens_override();
+    const int q15_cut = q15_max_tokens_override();
+    const int cut = q15_cut >= 1 ? q15_cut : stream_max_tokens_override();
     ks.q8_rows_per_token = 2;
     if (isa == CpuIsa::kAvx2) {
       // Packed in VNNI words too; calls past the cut take f32 panels decoded from them, and no f32
