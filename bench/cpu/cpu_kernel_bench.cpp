@@ -11,6 +11,7 @@
 //
 //   cpu_kernel_bench [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N]
 //   cpu_kernel_bench --amx-probe [--m 32,64] [--reps N]
+//   cpu_kernel_bench --amx-placement [--threads 1,2] [--seconds S]
 //
 // --amx-probe (AMX only): where tile_amx2 (2x2 AMX register blocking) loses time. TFLOP/s of one thread
 // with the operands in L1 (K = 256: 16 KiB of panels and, at m = 32, 18 KiB of A rows; at m = 64 and
@@ -18,6 +19,10 @@
 // buffers over and over), and with the weights from memory (qwen3-30b-a3b gate_up copies); each with the
 // panel prefetch on and off. (The branch amx-pipe-experiment adds software-pipelined tile loads: no
 // faster there.)
+//
+// --amx-placement (AMX only): tile_amx2's 2x2 step with its operands placed in L1, L2 or memory, and with
+// C tiles spilled as a K-chunked kernel would (cpu/peaks/isa_peaks.hpp, amx_operand_placement): the
+// ceiling each kernel design could reach, one thread and more, in alternating slices.
 //
 // Each number is the median over --reps alternating rounds (variant A, variant B, A, B, ...), so that
 // load from other processes on a shared machine hits both variants alike.
@@ -34,6 +39,7 @@
 #include <vector>
 
 #include "backends/cpu/isa.hpp"
+#include "cpu/peaks/isa_peaks.hpp"
 #include "backends/cpu/prepack.hpp"
 #include "backends/cpu/q8_rows.hpp"
 #include "backends/cpu/runner.hpp"
@@ -122,7 +128,9 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> variants = {"v1", "v2"}, formats;
-  bool probe = false;
+  bool probe = false, placement = false;
+  std::vector<int> threads = {1, 2};
+  double seconds = 2.0;
   int reps = 41;
   CpuIsa isa = CpuIsa::kAvx2;
   std::vector<int> ms = {1, 2, 3, 4, 5, 6, 8, 12, 16, 64};
@@ -132,6 +140,9 @@ int main(int argc, char** argv) {
     else if (a == "--formats" && i + 1 < argc) formats = split(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--amx-probe") probe = true;
+    else if (a == "--amx-placement") placement = true;
+    else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    else if (a == "--threads" && i + 1 < argc) { threads.clear(); for (auto& t : split(argv[++i])) threads.push_back(std::atoi(t.c_str())); }
     else if (a == "--m" && i + 1 < argc) { ms.clear(); for (auto& t : split(argv[++i])) ms.push_back(std::atoi(t.c_str())); }
     else if (a == "--isa" && i + 1 < argc) {
       const std::string n = argv[++i];
@@ -146,7 +157,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N] [--m 1,4,...] [--amx-probe]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N] [--m 1,4,...] [--amx-probe] [--amx-placement [--threads 1,2] [--seconds S]]\n", argv[0]);
       return 2;
     }
   }
@@ -155,12 +166,26 @@ int main(int argc, char** argv) {
                  std::string(to_string(Platform::detect().cpu.isa())).c_str());
     return 2;
   }
-  if (probe) {
+  if (probe || placement) {
     if (Platform::detect().cpu.isa() < CpuIsa::kAmx) {
-      std::fprintf(stderr, "--amx-probe needs AMX\n");
+      std::fprintf(stderr, "--amx-probe and --amx-placement need AMX\n");
       return 2;
     }
-    return amx_probe(ms, reps);
+    if (probe) return amx_probe(ms, reps);
+    for (int th : threads) {
+      if (th < 1) {
+        std::fprintf(stderr, "--threads: positive counts\n");
+        return 2;
+      }
+      const auto rows = moerun_bench::amx_operand_placement(th, seconds);
+      if (rows.empty()) {
+        std::fprintf(stderr, "--amx-placement: out of memory (256 MiB a thread)\n");
+        return 1;
+      }
+      std::printf("2x2 tile step by operand placement, %d thread(s), GFLOP/s over all threads:\n", th);
+      for (const auto& r : rows) std::printf("  %-34s %7.0f\n", r.name.c_str(), r.gflops);
+    }
+    return 0;
   }
   std::vector<KernelSet> ks;
   for (const auto& v : variants) ks.push_back(kernels_for_variant(isa, v));

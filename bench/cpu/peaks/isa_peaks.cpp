@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <utility>
+#include <vector>
 
 namespace moerun_bench {
 namespace {
@@ -244,6 +245,291 @@ AmxPeak amx_bf16_peak(int threads, double seconds) {
   p.gflops_2x2_l1_strided = rate(2);
   p.tileload_gbs = rate(3);
   return p;
+}
+
+namespace {
+
+enum class Place { kL1, kAL2BL2, kAL1BL2, kAL2BL1, kAL1BMem, kAL2BMem, kAL1BL2Spill, kTokens64 };
+constexpr const char* kPlaceNames[] = {"A L1, B L1", "A L2, B L2", "A L1, B L2", "A L2, B L1",
+                                       "A L1, B mem", "A L2, B mem", "A L1, B L2, C spilled / 8 steps"};
+constexpr int kPlaceCount = 7;
+
+// 64 tokens per expert with the weights streamed from memory: the kernel design, and how it prefetches.
+enum class Design { kTwoPass, kOneBlock, kInterleaved };
+enum class Next { kNone, kT0, kT2 };  // prefetch of the next data (next chunk / block / pair), and its hint
+struct Tokens64 {
+  const char* name;
+  Design design;
+  int ahead;  // bytes of the current panel(s) prefetched ahead with T0 (0: none)
+  Next next;
+};
+constexpr Tokens64 kTokens64[] = {
+    {"64 tok: 2 passes of 32 (now)", Design::kTwoPass, 4096, Next::kNone},
+    {"64 tok: 2 passes, pass 2 pf next pair T2", Design::kTwoPass, 4096, Next::kT2},
+    {"64 tok: 1 block x 4 A, pf 4K", Design::kOneBlock, 4096, Next::kNone},
+    {"64 tok: 1 block x 4 A, no pf", Design::kOneBlock, 0, Next::kNone},
+    {"64 tok: 1 block x 4 A, pf 16K", Design::kOneBlock, 16384, Next::kNone},
+    {"64 tok: 1 block x 4 A, pf 4K + next T2", Design::kOneBlock, 4096, Next::kT2},
+    {"64 tok: groups alternate / 8", Design::kInterleaved, 4096, Next::kNone},
+    {"64 tok: groups alternate, g1 pf next T0", Design::kInterleaved, 4096, Next::kT0},
+    {"64 tok: groups alternate, g1 pf next T2", Design::kInterleaved, 4096, Next::kT2},
+};
+constexpr int kTokens64Count = sizeof(kTokens64) / sizeof(kTokens64[0]);
+constexpr int64_t kSteps = 64;                     // k steps of 32 in one pass over K = 2048
+constexpr int64_t kChunkSteps = 8;                 // A re-read from L1: a K chunk of 256
+constexpr size_t kPanelBytes = kSteps * 1024;      // one weight panel (16 lanes x K bf16)
+constexpr size_t kMemBytes = size_t{256} << 20;    // per thread, far beyond the caches
+
+// One thread's buffers; `mem_at` carries the memory walk across slices so every slice reads fresh lines.
+struct PlaceBuffers {
+  uint16_t* a = nullptr;    // 32 rows x kStridedLd bytes
+  uint16_t* b = nullptr;    // two panels
+  uint16_t* mem = nullptr;  // kMemBytes of panel pairs
+  float* c = nullptr;       // 4 C tiles
+  size_t mem_at = 0;        // byte offset of the next pair in mem
+  bool ok() const { return a && b && mem && c; }
+};
+
+PlaceBuffers place_buffers() {
+  PlaceBuffers p;
+  p.a = static_cast<uint16_t*>(std::aligned_alloc(64, 64 * kStridedLd));
+  p.b = static_cast<uint16_t*>(std::aligned_alloc(64, 2 * kPanelBytes));
+  p.mem = static_cast<uint16_t*>(std::aligned_alloc(64, kMemBytes));
+  p.c = static_cast<float*>(std::aligned_alloc(64, 8 * 1024));
+  if (!p.ok()) return p;
+  // Small bf16 values (about 1e-3) everywhere, so the accumulators never overflow; writing them also
+  // maps every page before timing.
+  for (size_t i = 0; i < 64 * kStridedLd / 2; ++i) p.a[i] = static_cast<uint16_t>(0x3a80 + (i & 7));
+  for (size_t i = 0; i < kPanelBytes; ++i) p.b[i] = static_cast<uint16_t>(0x3a80 + ((i >> 3) & 7));
+  for (size_t i = 0; i < kMemBytes / 2; ++i) p.mem[i] = static_cast<uint16_t>(0x3a80 + ((i >> 5) & 7));
+  return p;
+}
+
+void free_buffers(PlaceBuffers& p) {
+  std::free(p.a);
+  std::free(p.b);
+  std::free(p.mem);
+  std::free(p.c);
+  p = PlaceBuffers{};
+}
+
+// Tile numbers are literals in the intrinsics, so the step is a macro-free inline with fixed tiles:
+// A0 = tile 4, A1 = tile 5, B0 = tile 6, B1 = tile 7, C = tiles 0..3.
+inline void step2x2(const uint16_t* a, const uint16_t* b0, const uint16_t* b1) {
+  _tile_loadd(6, b0, 64);
+  _tile_loadd(7, b1, 64);
+  _tile_loadd(4, a, kStridedLd);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_loadd(5, a + 16 * (kStridedLd / 2), kStridedLd);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
+// The next panel pair (`blocks` panels) of the memory walk.
+const uint16_t* next_mem(PlaceBuffers& buf, int blocks) {
+  const size_t bytes = static_cast<size_t>(blocks) * kPanelBytes;
+  if (buf.mem_at + bytes > kMemBytes) buf.mem_at = 0;
+  const uint16_t* p = buf.mem + buf.mem_at / 2;
+  buf.mem_at += bytes;
+  return p;
+}
+
+// The B tile `ahead` bytes past step s of a panel, with T0 (tile_amx2 prefetches 4 KiB ahead).
+inline void prefetch_ahead(const uint16_t* panel, int64_t s, int ahead) {
+  if (ahead <= 0) return;
+  const char* p = reinterpret_cast<const char*>(panel + s * 512) + ahead;
+  for (int l = 0; l < 1024; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+}
+// `lines` lines from p with the hint of `next`.
+inline void prefetch_lines(const void* p, int lines, Next next) {
+  const char* c = static_cast<const char*>(p);
+  for (int l = 0; l < lines; ++l) {
+    if (next == Next::kT0) _mm_prefetch(c + 64 * l, _MM_HINT_T0);
+    else if (next == Next::kT2) _mm_prefetch(c + 64 * l, _MM_HINT_T2);
+  }
+}
+
+void store_c(float* c) {
+  _tile_stored(0, c, 64);
+  _tile_stored(1, c + 256, 64);
+  _tile_stored(2, c + 512, 64);
+  _tile_stored(3, c + 768, 64);
+}
+void load_c(const float* c) {
+  _tile_loadd(0, c, 64);
+  _tile_loadd(1, c + 256, 64);
+  _tile_loadd(2, c + 512, 64);
+  _tile_loadd(3, c + 768, 64);
+}
+
+// 64 tokens (A rows 0-63) times fresh weights from memory (kTokens64[v]); returns tdpbf16ps done. The
+// memory walk is laid out as the runner's panels: a block's panel is kPanelBytes contiguous, a pair's two
+// panels adjacent, the next pair after them.
+int64_t sixty_four_tokens(const Tokens64& v, PlaceBuffers& buf) {
+  const uint16_t* a1 = buf.a + 32 * (kStridedLd / 2);  // token rows 32-63
+  if (v.design == Design::kOneBlock) {  // tiles_t<4>: one panel, C0..C3 = four 16-token groups
+    const uint16_t* b = next_mem(buf, 1);
+    const uint16_t* nb = b + kPanelBytes / 2;  // the next block (next call's panel)
+    for (int64_t s = 0; s < kSteps; ++s) {
+      prefetch_ahead(b, s, v.ahead);
+      prefetch_lines(nb + s * 512, 16, v.next);
+      _tile_loadd(6, b + s * 512, 64);
+      _tile_loadd(4, buf.a + s * 32, kStridedLd);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_loadd(4, buf.a + 16 * (kStridedLd / 2) + s * 32, kStridedLd);
+      _tile_dpbf16ps(1, 4, 6);
+      _tile_loadd(4, a1 + s * 32, kStridedLd);
+      _tile_dpbf16ps(2, 4, 6);
+      _tile_loadd(4, a1 + 16 * (kStridedLd / 2) + s * 32, kStridedLd);
+      _tile_dpbf16ps(3, 4, 6);
+    }
+    store_c(buf.c);
+    return kSteps * 4;
+  }
+  const uint16_t* b0 = next_mem(buf, 2);
+  const uint16_t* b1 = b0 + kPanelBytes / 2;
+  const uint16_t* np = b0 + kPanelBytes;  // the next pair
+  if (v.design == Design::kTwoPass) {  // tile_amx2: tokens 0-31 over all of K (B from memory), then 32-63 (B from L2)
+    for (int g = 0; g < 2; ++g) {
+      const uint16_t* a = g ? a1 : buf.a;
+      for (int64_t s = 0; s < kSteps; ++s) {
+        prefetch_ahead(b0, s, v.ahead);
+        prefetch_ahead(b1, s, v.ahead);
+        if (g == 1) prefetch_lines(np + s * 1024, 32, v.next);  // the next pair's 128 KiB over pass 2
+        step2x2(a + s * 32, b0 + s * 512, b1 + s * 512);
+      }
+      store_c(buf.c + g * 1024);
+    }
+    return 2 * kSteps * 4;
+  }
+  // kInterleaved: per K chunk of 8 steps, tokens 0-31 (B from memory) then 32-63 (B from L1), each
+  // group's C tiles stored and reloaded around its chunk; group 1 may prefetch the next chunk's B.
+  for (int64_t c0 = 0; c0 < kSteps; c0 += kChunkSteps)
+    for (int g = 0; g < 2; ++g) {
+      const uint16_t* a = g ? a1 : buf.a;
+      if (c0 == 0) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      } else {
+        load_c(buf.c + g * 1024);
+      }
+      for (int64_t s = c0; s < c0 + kChunkSteps; ++s) {
+        if (g == 0) {
+          prefetch_ahead(b0, s, v.ahead);
+          prefetch_ahead(b1, s, v.ahead);
+        } else {  // step s's share (2 x 16 lines) of the next chunk: both panels' tiles kChunkSteps ahead
+          const int64_t ns = s + kChunkSteps;
+          const uint16_t* p0 = ns < kSteps ? b0 + ns * 512 : np + (ns - kSteps) * 512;
+          const uint16_t* p1 = ns < kSteps ? b1 + ns * 512 : np + kPanelBytes / 2 + (ns - kSteps) * 512;
+          prefetch_lines(p0, 16, v.next);
+          prefetch_lines(p1, 16, v.next);
+        }
+        step2x2(a + s * 32, b0 + s * 512, b1 + s * 512);
+      }
+      store_c(buf.c + g * 1024);
+    }
+  return 2 * kSteps * 4;
+}
+
+// Passes of kSteps steps until `deadline`; returns the tdpbf16ps count.
+int64_t place_thread(Place pl, int variant, PlaceBuffers& buf, double deadline) {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const bool a_l1 = pl == Place::kL1 || pl == Place::kAL1BL2 || pl == Place::kAL1BMem || pl == Place::kAL1BL2Spill;
+  const bool b_mem = pl == Place::kAL1BMem || pl == Place::kAL2BMem;
+  const bool b_l1 = pl == Place::kL1 || pl == Place::kAL2BL1;
+  int64_t n = 0;
+  if (pl == Place::kTokens64) {
+    do n += sixty_four_tokens(kTokens64[variant], buf);
+    while (now_s() < deadline);
+    _tile_release();
+    return n;
+  }
+  do {
+    const uint16_t* b0 = buf.b;
+    if (b_mem) {
+      if (buf.mem_at + 2 * kPanelBytes > kMemBytes) buf.mem_at = 0;
+      b0 = buf.mem + buf.mem_at / 2;
+      buf.mem_at += 2 * kPanelBytes;
+    }
+    const uint16_t* b1 = b0 + kPanelBytes / 2;
+    for (int64_t s = 0; s < kSteps; ++s) {
+      const int64_t sa = a_l1 ? s % kChunkSteps : s;  // A: k offset 32 * sa of the rows
+      const int64_t sb = b_l1 ? 0 : s;
+      if (b_mem)
+        for (int l = 0; l < 1024; l += 64) {  // tile_amx2's prefetch, 4 KiB ahead in each panel
+          _mm_prefetch(reinterpret_cast<const char*>(b0 + (s + 4) * 512) + l, _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(b1 + (s + 4) * 512) + l, _MM_HINT_T0);
+        }
+      step2x2(buf.a + sa * 32, b0 + sb * 512, b1 + sb * 512);
+      if (pl == Place::kAL1BL2Spill && s % kChunkSteps == kChunkSteps - 1) {
+        _tile_stored(0, buf.c, 64);
+        _tile_stored(1, buf.c + 256, 64);
+        _tile_stored(2, buf.c + 512, 64);
+        _tile_stored(3, buf.c + 768, 64);
+        _tile_loadd(0, buf.c, 64);
+        _tile_loadd(1, buf.c + 256, 64);
+        _tile_loadd(2, buf.c + 512, 64);
+        _tile_loadd(3, buf.c + 768, 64);
+      }
+    }
+    n += kSteps * 4;
+  } while (now_s() < deadline);
+  _tile_stored(0, buf.c, 64);
+  _tile_release();
+  return n;
+}
+
+}  // namespace
+
+std::vector<AmxPlacement> amx_operand_placement(int threads, double seconds) {
+  std::vector<PlaceBuffers> bufs(static_cast<size_t>(threads));
+  bool ok = true;
+#pragma omp parallel num_threads(threads) reduction(&& : ok)
+  {
+    // first touch by the thread that reads them
+    bufs[static_cast<size_t>(omp_get_thread_num())] = place_buffers();
+    ok = bufs[static_cast<size_t>(omp_get_thread_num())].ok();
+  }
+  std::vector<AmxPlacement> out;
+  if (ok) {
+    constexpr int kRounds = 8;
+    constexpr int kAll = kPlaceCount + kTokens64Count;
+    int64_t n[kAll] = {};
+    double dt[kAll] = {};
+    for (int r = 0; r < kRounds; ++r)
+      for (int i = 0; i < kAll; ++i) {
+        const Place pl = i < kPlaceCount ? static_cast<Place>(i) : Place::kTokens64;
+        const int variant = i < kPlaceCount ? 0 : i - kPlaceCount;
+        int64_t total = 0;
+        const double t0 = now_s(), deadline = t0 + seconds / kRounds / kAll;
+        double t_end = t0;
+#pragma omp parallel num_threads(threads) reduction(+ : total) reduction(max : t_end)
+        {
+          total += place_thread(pl, variant, bufs[static_cast<size_t>(omp_get_thread_num())], deadline);
+          t_end = now_s();
+        }
+        n[i] += total;
+        dt[i] += t_end - t0;
+      }
+    for (int i = 0; i < kAll; ++i)
+      out.push_back({i < kPlaceCount ? kPlaceNames[i] : kTokens64[i - kPlaceCount].name,
+                     static_cast<double>(n[i]) * kFlopsPerTdp / dt[i] / 1e9});
+  }
+#pragma omp parallel num_threads(threads)
+  free_buffers(bufs[static_cast<size_t>(omp_get_thread_num())]);
+  return out;
 }
 
 }  // namespace moerun_bench

@@ -4,6 +4,9 @@
 // (moerun::cpu::detected_features(); for AMX that call also requested the tile data permission).
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace moerun_bench {
 
 // fp32 GFLOP/s of `threads` threads each running independent 512-bit FMA chains (no memory traffic).
@@ -29,5 +32,21 @@ struct AmxPeak {
 // Each of `threads` threads loops tdpbf16ps on register-resident tiles (and the two diagnostics) for about
 // `seconds` per kernel; FLOPs = 2*16*16*32 per tdpbf16ps.
 AmxPeak amx_bf16_peak(int threads, double seconds);
+
+// Where the operand tiles of tile_amx2's 2x2 step come from, and what that costs: the step (two A tiles of
+// token rows 4160 bytes apart, two 1 KiB B tiles of two weight panels, four tdpbf16ps, no C traffic) with
+// each operand either re-read from a few L1-resident KiB, walked through L2-sized buffers the way one pass
+// over K = 2048 walks them (A 133 KiB, B 128 KiB), or (B) walked through memory with tile_amx2's 4 KiB
+// prefetch; plus the A-in-L1 / B-in-L2 step with its four C tiles stored and reloaded every 8 steps (a
+// K-chunked kernel's cost). Then three whole designs for 64 tokens per expert with the weights streamed
+// from memory (64 FLOPs a weight byte): tile_amx2's two passes of 32 tokens (the second reads B from L2),
+// one panel times four A tiles (tiles_t<4>: B read once, four A loads a step), and the two 32-token groups
+// alternating per 8-step K chunk with their C tiles stored and reloaded (B read once, from L1 the second
+// time). Timed in alternating slices on `threads` threads; GFLOP/s over all threads.
+struct AmxPlacement {
+  std::string name;
+  double gflops = 0;
+};
+std::vector<AmxPlacement> amx_operand_placement(int threads, double seconds);
 
 }  // namespace moerun_bench
