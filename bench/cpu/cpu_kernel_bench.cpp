@@ -12,6 +12,7 @@
 //   cpu_kernel_bench [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N]
 //   cpu_kernel_bench --amx-probe [--m 32,64] [--reps N]
 //   cpu_kernel_bench --amx-placement [--threads 1,2] [--seconds S]
+//   cpu_kernel_bench --panels [--reps N]
 //
 // --amx-probe (AMX only): where tile_amx2 (2x2 AMX register blocking) loses time. TFLOP/s of one thread
 // with the operands in L1 (K = 256: 16 KiB of panels and, at m = 32, 18 KiB of A rows; at m = 64 and
@@ -23,6 +24,11 @@
 // --amx-placement (AMX only): tile_amx2's 2x2 step with its operands placed in L1, L2 or memory, and with
 // C tiles spilled as a K-chunked kernel would (cpu/peaks/isa_peaks.hpp, amx_operand_placement): the
 // ceiling each kernel design could reach, one thread and more, in alternating slices.
+//
+// --panels (AVX512-BF16 and above): the AMX tiles' converted panels of quantized formats, made the old way
+// (dequant_panel_avx512 to an f32 panel, then panel_to_bf16_vnni) and decoded straight to bf16
+// (panel_bf16_vnni), ns per 16-row block of K = 2048, blocks of qwen3-30b-a3b's gate_up from a copy in
+// cache and from copies far larger than the caches; alternating rounds, the fastest of each.
 //
 // Each number is the median over --reps alternating rounds (variant A, variant B, A, B, ...), so that
 // load from other processes on a shared machine hits both variants alike.
@@ -53,6 +59,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 int amx_probe(const std::vector<int>& ms, int reps);
+int panels(int reps);
 
 double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
@@ -128,7 +135,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> variants = {"v1", "v2"}, formats;
-  bool probe = false, placement = false;
+  bool probe = false, placement = false, panel_mode = false;
   std::vector<int> threads = {1, 2};
   double seconds = 2.0;
   int reps = 41;
@@ -141,6 +148,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--amx-probe") probe = true;
     else if (a == "--amx-placement") placement = true;
+    else if (a == "--panels") panel_mode = true;
     else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
     else if (a == "--threads" && i + 1 < argc) { threads.clear(); for (auto& t : split(argv[++i])) threads.push_back(std::atoi(t.c_str())); }
     else if (a == "--m" && i + 1 < argc) { ms.clear(); for (auto& t : split(argv[++i])) ms.push_back(std::atoi(t.c_str())); }
@@ -157,7 +165,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N] [--m 1,4,...] [--amx-probe] [--amx-placement [--threads 1,2] [--seconds S]]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N] [--m 1,4,...] [--amx-probe] [--amx-placement [--threads 1,2] [--seconds S]] [--panels]\n", argv[0]);
       return 2;
     }
   }
@@ -165,6 +173,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "this CPU does not run --isa %s (it has %s)\n", std::string(to_string(isa)).c_str(),
                  std::string(to_string(Platform::detect().cpu.isa())).c_str());
     return 2;
+  }
+  if (panel_mode) {
+    if (Platform::detect().cpu.isa() < CpuIsa::kAvx512Bf16) {
+      std::fprintf(stderr, "--panels needs AVX512-BF16\n");
+      return 2;
+    }
+    return panels(reps);
   }
   if (probe || placement) {
     if (Platform::detect().cpu.isa() < CpuIsa::kAmx) {
@@ -369,6 +384,46 @@ int amx_probe(const std::vector<int>& ms, int reps) {
     std::printf("\n");
   }
   kernels::amx_release();
+  return 0;
+}
+
+int panels(int reps) {
+  const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
+  std::printf("converted panels, ns per block (16 rows x K = 2048), fastest of %d alternating rounds\n", reps);
+  std::printf("%-12s %-7s %12s %12s %8s\n", "format", "from", "f32 + round", "direct", "ratio");
+  const int64_t N = 1536, K = 2048;
+  std::vector<float> f32(static_cast<size_t>(K * 16) + 16);
+  float* fa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(f32.data()) + 63) & ~uintptr_t{63});
+  std::vector<uint16_t> out(static_cast<size_t>(K * 16));
+  for (const Fmt& fmt : kFormats) {
+    if (fmt.q != 0 || fmt.f == WeightFormat::kBF16) continue;  // bf16 blocks need no conversion
+    for (const size_t bytes : {size_t{0}, size_t{256} << 20}) {
+      const Set w = make_set(fmt.f, N, K, bytes, kernels::CodeLayout::kVnniWords);
+      const int64_t nb = w.p->nblocks;
+      int64_t at0 = 0, at1 = 0;
+      std::vector<double> t0s, t1s;
+      const auto round = [&](bool direct, int64_t& at) {
+        const int calls = 64;
+        const double t = now_s();
+        for (int c = 0; c < calls; ++c, ++at) {
+          const kernels::BlockRef b = w.block(static_cast<int>(at / nb % w.copies), at % nb);
+          if (direct) {
+            kernels::panel_bf16_vnni(b, out.data());
+          } else {
+            ks.panel(b, fa);
+            kernels::panel_to_bf16_vnni(fa, w.p->kp, out.data());
+          }
+        }
+        return (now_s() - t) / calls * 1e9;
+      };
+      for (int r = 0; r < reps; ++r) {
+        t0s.push_back(round(false, at0));
+        t1s.push_back(round(true, at1));
+      }
+      const double a = median(t0s), b = median(t1s);
+      std::printf("%-12s %-7s %12.0f %12.0f %7.2fx\n", fmt.name, bytes ? "memory" : "cache", a, b, a / b);
+    }
+  }
   return 0;
 }
 

@@ -358,6 +358,38 @@ TEST(CpuKernels, AmxTilesMatchDenseLoopWithinBf16Rounding) {
   }
 }
 
+// panel_bf16_vnni (the AMX tiles' converted panels, decoded straight to bf16) bitwise against
+// dequant_panel_avx512 followed by panel_to_bf16_vnni, for every packed format, on blocks of two
+// experts with K not a multiple of the 32-k step (the padding pairs must come out as zeros too; the
+// 4-bit formats need whole 32-k groups: 288) and a K over several fp8 / mxfp4 / nvfp4 groups. Runs wherever AVX512-BF16 does (no tiles involved).
+TEST(CpuKernels, DirectBf16PanelsEqualF32PanelsRounded) {
+  if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 here";
+  const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kFp8PerTensor,
+                         WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block, WeightFormat::kMxfp4,
+                         WeightFormat::kNvfp4, WeightFormat::kInt8PerChannel})
+    for (const int64_t K0 : {int64_t{277}, int64_t{600}}) {
+      const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;  // K in whole 32-k groups
+      const int64_t E = 2, N = 40, K = fp4 ? (K0 + 31) / 32 * 32 : K0;
+      Stack st = make_stack(f, E, N, K, 901u + static_cast<uint32_t>(f) + static_cast<uint32_t>(K));
+      auto p = pack_stack(st.m, LaneMap::kPlain, ks.code_layout);
+      const size_t pn = static_cast<size_t>(p->kp * 16);
+      std::vector<float> fpanel(pn + 16);
+      float* fa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(fpanel.data()) + 63) & ~uintptr_t{63});
+      std::vector<uint16_t> want(pn), got(pn + 32, 0xDEAD);
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t b = 0; b < p->nblocks; ++b) {
+          ks.panel(p->block(e, b), fa);
+          kernels::panel_to_bf16_vnni(fa, p->kp, want.data());
+          kernels::panel_bf16_vnni(p->block(e, b), got.data());
+          const std::string what = "format " + std::string(to_string(f)) + " K " + std::to_string(K) + " expert " +
+                                   std::to_string(e) + " block " + std::to_string(b);
+          ASSERT_EQ(std::memcmp(want.data(), got.data(), pn * sizeof(uint16_t)), 0) << what;
+          for (size_t i = pn; i < pn + 32; ++i) ASSERT_EQ(got[i], 0xDEAD) << what << ": wrote past the panel";
+        }
+    }
+}
+
 // tile_amx2 (two N-blocks per call, 2x2 register blocking) against the scalar loop over the bf16 values
 // it multiplies (x rounded to bf16, the panels' bf16 words) and bitwise against one tile_amx call per
 // panel: token counts around the 16-row A tiles and the 32-token passes (1-16 rows: one A tile; 17-31:

@@ -305,11 +305,9 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
     const uint16_t* panel;
     if (ref.fmt == kernels::PackFmt::kBF16) {
       panel = reinterpret_cast<const uint16_t*>(ref.data);
-    } else {
-      float* f = s.panel.get(static_cast<size_t>(w.kp * 16));
-      ks_.panel(ref, f);
+    } else {  // ks_.panel is dequant_panel_avx512 wherever AMX runs: panel_bf16_vnni gives its bf16 values
       uint16_t* pb = s.panel_bf16.get(static_cast<size_t>(w.kp * 16));
-      kernels::panel_to_bf16_vnni(f, w.kp, pb);
+      kernels::panel_bf16_vnni(ref, pb);
       panel = pb;
     }
     kernels::tile_amx(panel, w.kp, xb, ldx, mi, acc, ks_.amx_prefetch);
@@ -331,10 +329,8 @@ void CpuRunner::run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, c
       if (ref.fmt == kernels::PackFmt::kBF16) {
         panels[q] = reinterpret_cast<const uint16_t*>(ref.data);
       } else {
-        float* f = s.panel.get(pn);
-        ks_.panel(ref, f);
         uint16_t* pb = s.panel_bf16.get(2 * pn) + q * pn;  // two panels side by side
-        kernels::panel_to_bf16_vnni(f, w.kp, pb);
+        kernels::panel_bf16_vnni(ref, pb);
         panels[q] = pb;
       }
     }

@@ -18,7 +18,9 @@
 // f32. On the H200 host's Xeon (one core, cached) that is 2.2-2.5 ns per mxfp4 or fp8-block pair for 1,
 // 2 or 4 tokens, against 2.0, 3.0 and 5.0 ns (mxfp4) for the VDPBF16PS kernel, which therefore keeps
 // one-token calls; against AMX tiles on converted panels (decoded to f32, rounded to bf16, a whole
-// panel stored first) decoded formats stream faster up to 64 tokens per expert (isa.hpp).
+// panel stored first) decoded formats stream faster up to 64 tokens per expert (isa.hpp). Converted
+// panels are now decoded straight to bf16 (panel_bf16_vnni, 2-2.6x cheaper per block on the Xeon), so
+// that crossover was measured against slower tiles and may have moved down; not measured again yet.
 // - 2-16 tokens (stream_amx_t): C0 / C1 and A4 / A7 of m rows, B5 / B6 of 16 k pairs. Sets alternate by
 //   step so that a tile is not reloaded while a product still reads it.
 // - 17-64 tokens per pass (stream_wide_t): 2-4 row groups of 16 (the last of r rows): C0..C3 one group
@@ -38,6 +40,7 @@
 //   tokens, and other stacks, keep the fold (stream_amx_any_m).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/kernels/avx512_decode.hpp"
@@ -413,14 +416,71 @@ void tiles2_t(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const 
 
 }  // namespace
 
+namespace {
+
+// Interleave for vnni_pair: word 2l of the result = word l (k even of lane l), word 2l + 1 = word 16 + l.
+inline __m512i vnni_interleave() {
+  return _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
+                          4, 19, 3, 18, 2, 17, 1, 16, 0);
+}
+// One k pair's 16 lanes of k even (we) and k odd (wo), rounded to bf16 (nearest even), as 32 VNNI words.
+[[gnu::always_inline]] inline void vnni_pair(__m512 we, __m512 wo, __m512i idx, uint16_t* out) {
+  const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(wo, we);  // [0,16) = even, [16,32) = odd
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi16(idx, both));
+}
+
+// dequant_panel_avx512's values (gemm_avx512.cpp panel_f: the same decode and the same group-scale
+// products), rounded to bf16 as they are decoded instead of stored as an f32 panel first.
+template <PackFmt F>
+void panel_vnni_t(const BlockRef& b, uint16_t* out) {
+  const __m512i idx = vnni_interleave();
+  constexpr int G = group_size(F);
+  const int64_t pairs = b.kp / 2, gp = G ? G / 2 : pairs;
+  for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
+    __m512 s = _mm512_set1_ps(1.0f);
+    if constexpr (G != 0) s = group_scale<F>(b.gscale, p0 / gp, b.gmul);
+    const int64_t pe = std::min(p0 + gp, pairs);
+    if constexpr (kFp8Words<F>) {
+      for (int64_t p = p0; p < pe; p += 2) {
+        __m512 w[4];
+        load2x2<F>(b.data, p, w[0], w[1], w[2], w[3]);
+        if constexpr (G != 0)
+          for (int j = 0; j < 4; ++j) w[j] = _mm512_mul_ps(w[j], s);
+        vnni_pair(w[0], w[1], idx, out + p * 32);
+        vnni_pair(w[2], w[3], idx, out + (p + 1) * 32);
+      }
+    } else {
+      for (int64_t p = p0; p < pe; ++p) {
+        __m512 we, wo;
+        load2<F>(b.data, p, we, wo);
+        if constexpr (G != 0) {
+          we = _mm512_mul_ps(we, s);
+          wo = _mm512_mul_ps(wo, s);
+        }
+        vnni_pair(we, wo, idx, out + p * 32);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void panel_to_bf16_vnni(const float* panel, int64_t kp, uint16_t* out) {
-  // Interleave: word n of pair p = (k even, k odd) of lane n.
-  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
-                                       6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  for (int64_t p = 0; p < kp / 2; ++p) {
-    const __m512 we = _mm512_loadu_ps(panel + p * 32), wo = _mm512_loadu_ps(panel + p * 32 + 16);
-    const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(wo, we);  // [0,16) = even, [16,32) = odd
-    _mm512_storeu_si512(out + p * 32, _mm512_permutexvar_epi16(idx, both));
+  const __m512i idx = vnni_interleave();
+  for (int64_t p = 0; p < kp / 2; ++p)
+    vnni_pair(_mm512_loadu_ps(panel + p * 32), _mm512_loadu_ps(panel + p * 32 + 16), idx, out + p * 32);
+}
+
+void panel_bf16_vnni(const BlockRef& b, uint16_t* out) {
+  switch (b.fmt) {
+    case PackFmt::kF32: panel_vnni_t<PackFmt::kF32>(b, out); break;
+    case PackFmt::kF16: panel_vnni_t<PackFmt::kF16>(b, out); break;
+    case PackFmt::kBF16: std::memcpy(out, b.data, static_cast<size_t>(b.kp) * 16 * sizeof(uint16_t)); break;
+    case PackFmt::kFp8: panel_vnni_t<PackFmt::kFp8>(b, out); break;
+    case PackFmt::kFp8Block: panel_vnni_t<PackFmt::kFp8Block>(b, out); break;
+    case PackFmt::kInt8: panel_vnni_t<PackFmt::kInt8>(b, out); break;
+    case PackFmt::kMxfp4: panel_vnni_t<PackFmt::kMxfp4>(b, out); break;
+    case PackFmt::kNvfp4: panel_vnni_t<PackFmt::kNvfp4>(b, out); break;
   }
 }
 

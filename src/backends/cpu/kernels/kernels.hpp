@@ -166,6 +166,10 @@ void tile_avx512(const float* panel, int64_t kp, const float* x, int64_t ldx, in
 // f32 panel [kp][16] -> bf16 VNNI panel [kp/2][16][2] (round to nearest even). For kBF16 weights the
 // packed block already is such a panel and needs no conversion.
 void panel_to_bf16_vnni(const float* panel, int64_t kp, uint16_t* out);
+// Block b decoded straight to that bf16 VNNI panel: bitwise dequant_panel_avx512 followed by
+// panel_to_bf16_vnni (kVnniWords codes), without the f32 panel's round trip through the cache (a
+// 128 KiB store and load per block at K = 2048). Needs AVX512-BF16 only.
+void panel_bf16_vnni(const BlockRef& b, uint16_t* out);
 // n floats -> bf16 (round to nearest even).
 void f32_to_bf16_row(const float* x, int64_t n, uint16_t* out);
 // acc[m][16] = xb[m][kp] @ panel: xb bf16 with row stride ldx elements and round_up(m, 16) readable rows
