@@ -157,6 +157,41 @@ inline __m512 group_scale(const uint8_t* gs, int64_t g, float gmul) {
   }
 }
 
+// A dequantized panel's values, pair by pair: put(p, we, wo) for every k pair p of block b in order, with
+// we / wo the 16 lanes of k = 2p / 2p + 1 in f32 and the K group's scale multiplied in. The AVX-512 f32
+// panel (dequant_panel_avx512) stores them; the AMX tiles' bf16 panel (panel_bf16_vnni) rounds them to
+// bf16 words, so the two panels hold the same values by construction.
+template <PackFmt F, typename Put>
+[[gnu::always_inline]] inline void for_each_panel_pair(const BlockRef& b, Put&& put) {
+  constexpr int G = group_size(F);
+  const int64_t pairs = b.kp / 2, gp = G ? G / 2 : pairs;
+  for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
+    __m512 s = _mm512_set1_ps(1.0f);
+    if constexpr (G != 0) s = group_scale<F>(b.gscale, p0 / gp, b.gmul);
+    const int64_t pe = p0 + gp < pairs ? p0 + gp : pairs;
+    if constexpr (kFp8Words<F>) {  // two pairs a load (kp is a multiple of kKAlign, so pairs is even)
+      for (int64_t p = p0; p < pe; p += 2) {
+        __m512 w[4];
+        load2x2<F>(b.data, p, w[0], w[1], w[2], w[3]);
+        if constexpr (G != 0)
+          for (int j = 0; j < 4; ++j) w[j] = _mm512_mul_ps(w[j], s);
+        put(p, w[0], w[1]);
+        put(p + 1, w[2], w[3]);
+      }
+    } else {
+      for (int64_t p = p0; p < pe; ++p) {
+        __m512 we, wo;
+        load2<F>(b.data, p, we, wo);
+        if constexpr (G != 0) {
+          we = _mm512_mul_ps(we, s);
+          wo = _mm512_mul_ps(wo, s);
+        }
+        put(p, we, wo);
+      }
+    }
+  }
+}
+
 // nvfp4: the scales of K groups g and g + 1 (g even) from one 32-byte load, as e4m3 / 256 without the
 // global scale, which the caller multiplies into its sums once. A block always has an even number of
 // nvfp4 groups (BlockRef::kp is a multiple of kKAlign = 2 groups; prepack pads K so). The conversion

@@ -40,7 +40,6 @@
 //   tokens, and other stacks, keep the fold (stream_amx_any_m).
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/kernels/avx512_decode.hpp"
@@ -429,38 +428,12 @@ inline __m512i vnni_interleave() {
   _mm512_storeu_si512(out, _mm512_permutexvar_epi16(idx, both));
 }
 
-// dequant_panel_avx512's values (gemm_avx512.cpp panel_f: the same decode and the same group-scale
-// products), rounded to bf16 as they are decoded instead of stored as an f32 panel first.
+// dequant_panel_avx512's values (for_each_panel_pair), rounded to bf16 as they are decoded instead of
+// stored as an f32 panel first.
 template <PackFmt F>
 void panel_vnni_t(const BlockRef& b, uint16_t* out) {
   const __m512i idx = vnni_interleave();
-  constexpr int G = group_size(F);
-  const int64_t pairs = b.kp / 2, gp = G ? G / 2 : pairs;
-  for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
-    __m512 s = _mm512_set1_ps(1.0f);
-    if constexpr (G != 0) s = group_scale<F>(b.gscale, p0 / gp, b.gmul);
-    const int64_t pe = std::min(p0 + gp, pairs);
-    if constexpr (kFp8Words<F>) {
-      for (int64_t p = p0; p < pe; p += 2) {
-        __m512 w[4];
-        load2x2<F>(b.data, p, w[0], w[1], w[2], w[3]);
-        if constexpr (G != 0)
-          for (int j = 0; j < 4; ++j) w[j] = _mm512_mul_ps(w[j], s);
-        vnni_pair(w[0], w[1], idx, out + p * 32);
-        vnni_pair(w[2], w[3], idx, out + (p + 1) * 32);
-      }
-    } else {
-      for (int64_t p = p0; p < pe; ++p) {
-        __m512 we, wo;
-        load2<F>(b.data, p, we, wo);
-        if constexpr (G != 0) {
-          we = _mm512_mul_ps(we, s);
-          wo = _mm512_mul_ps(wo, s);
-        }
-        vnni_pair(we, wo, idx, out + p * 32);
-      }
-    }
-  }
+  for_each_panel_pair<F>(b, [out, idx](int64_t p, __m512 we, __m512 wo) { vnni_pair(we, wo, idx, out + p * 32); });
 }
 
 }  // namespace

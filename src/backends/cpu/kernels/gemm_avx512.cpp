@@ -76,28 +76,10 @@ void stream_f(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc)
 
 template <PackFmt F>
 void panel_f(const BlockRef& b, float* panel) {
-  constexpr int G = group_size(F);
-  const int64_t pairs = b.kp / 2, gp = G ? G / 2 : pairs;
-  for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
-    __m512 s = _mm512_set1_ps(1.0f);
-    if constexpr (G != 0) s = group_scale<F>(b.gscale, p0 / gp, b.gmul);
-    const int64_t pe = std::min(p0 + gp, pairs);
-    if constexpr (kFp8Words<F>) {
-      for (int64_t p = p0; p < pe; p += 2) {
-        __m512 w[4];
-        load2x2<F>(b.data, p, w[0], w[1], w[2], w[3]);
-        for (int j = 0; j < 4; ++j) _mm512_store_ps(panel + p * 32 + j * 16, G != 0 ? _mm512_mul_ps(w[j], s) : w[j]);
-      }
-    } else {
-      for (int64_t p = p0; p < pe; ++p) {
-        __m512 we, wo;
-        load2<F>(b.data, p, we, wo);
-        if constexpr (G != 0) { we = _mm512_mul_ps(we, s); wo = _mm512_mul_ps(wo, s); }
-        _mm512_store_ps(panel + p * 32, we);
-        _mm512_store_ps(panel + p * 32 + 16, wo);
-      }
-    }
-  }
+  for_each_panel_pair<F>(b, [panel](int64_t p, __m512 we, __m512 wo) {
+    _mm512_store_ps(panel + p * 32, we);
+    _mm512_store_ps(panel + p * 32 + 16, wo);
+  });
 }
 
 #define MOERUN_R12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
