@@ -169,13 +169,17 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (reps < 1 || seconds <= 0 || threads.empty()) {
+    std::fprintf(stderr, "--reps and --seconds must be positive, --threads a list of counts\n");
+    return 2;
+  }
   if (isa > Platform::detect().cpu.isa()) {
     std::fprintf(stderr, "this CPU does not run --isa %s (it has %s)\n", std::string(to_string(isa)).c_str(),
                  std::string(to_string(Platform::detect().cpu.isa())).c_str());
     return 2;
   }
   if (panel_mode) {
-    if (Platform::detect().cpu.isa() < CpuIsa::kAvx512Bf16) {
+    if (cpu::detected_isa() < CpuIsa::kAvx512Bf16) {  // the backend's own level check (VBMI included)
       std::fprintf(stderr, "--panels needs AVX512-BF16\n");
       return 2;
     }

@@ -282,7 +282,7 @@ constexpr size_t kMemBytes = size_t{256} << 20;    // per thread, far beyond the
 
 // One thread's buffers; `mem_at` carries the memory walk across slices so every slice reads fresh lines.
 struct PlaceBuffers {
-  uint16_t* a = nullptr;    // 32 rows x kStridedLd bytes
+  uint16_t* a = nullptr;    // 64 token rows x kStridedLd bytes (the 2x2 steps read rows 0-31)
   uint16_t* b = nullptr;    // two panels
   uint16_t* mem = nullptr;  // kMemBytes of panel pairs
   float* c = nullptr;       // 4 C tiles

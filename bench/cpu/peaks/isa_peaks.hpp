@@ -47,6 +47,9 @@ struct AmxPlacement {
   std::string name;
   double gflops = 0;
 };
+// Its threads end with their tiles released behind the backend's back (kernels::amx_release's per-thread
+// record still says configured): the caller runs no moerun AMX kernel afterwards (cpu_kernel_bench
+// exits). Returns nothing when a thread's 256 MiB cannot be allocated.
 std::vector<AmxPlacement> amx_operand_placement(int threads, double seconds);
 
 }  // namespace moerun_bench

@@ -167,6 +167,10 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
   h_ = spec.hidden;
   hp_ = round_up(h_, kernels::kKAlign);
   ilp_ = round_up(il_, kernels::kKAlign);
+  // The AMX paths make their bf16 panels with kernels::panel_bf16_vnni, which reproduces
+  // dequant_panel_avx512 on VNNI-word codes: a kernel set that pairs AMX with anything else is a bug.
+  if (ks_.amx && (ks_.panel != kernels::dequant_panel_avx512 || ks_.code_layout != kernels::CodeLayout::kVnniWords))
+    throw_error(ErrorKind::kInternal, "cpu backend: AMX kernel set without the AVX-512 panels panel_bf16_vnni mirrors");
   w13_ = packed_of(w.w13, w13_map(spec.activation), ks_.code_layout);
   w2_ = packed_of(w.w2, LaneMap::kPlain, ks_.code_layout);
   if (w13_->experts != el_ || w13_->outputs != il_ || w13_->cols != h_ || w2_->experts != el_ ||

@@ -19,7 +19,7 @@
 // 2 or 4 tokens, against 2.0, 3.0 and 5.0 ns (mxfp4) for the VDPBF16PS kernel, which therefore keeps
 // one-token calls; against AMX tiles on converted panels (decoded to f32, rounded to bf16, a whole
 // panel stored first) decoded formats stream faster up to 64 tokens per expert (isa.hpp). Converted
-// panels are now decoded straight to bf16 (panel_bf16_vnni, 2-2.6x cheaper per block on the Xeon), so
+// panels are now decoded straight to bf16 (panel_bf16_vnni, 1.75-2.6x cheaper per block on the Xeon), so
 // that crossover was measured against slower tiles and may have moved down; not measured again yet.
 // - 2-16 tokens (stream_amx_t): C0 / C1 and A4 / A7 of m rows, B5 / B6 of 16 k pairs. Sets alternate by
 //   step so that a tile is not reloaded while a product still reads it.

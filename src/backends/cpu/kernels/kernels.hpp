@@ -168,7 +168,9 @@ void tile_avx512(const float* panel, int64_t kp, const float* x, int64_t ldx, in
 void panel_to_bf16_vnni(const float* panel, int64_t kp, uint16_t* out);
 // Block b decoded straight to that bf16 VNNI panel: bitwise dequant_panel_avx512 followed by
 // panel_to_bf16_vnni (kVnniWords codes), without the f32 panel's round trip through the cache (a
-// 128 KiB store and load per block at K = 2048). Needs AVX512-BF16 only.
+// 128 KiB store and load per block at K = 2048). Needs AVX512-BF16 (and VBMI: this file's flags).
+// bf16 blocks, already such panels, are copied as they are (the two-step path would flush subnormal
+// words to zero and quiet signalling NaNs; the runner never converts bf16 blocks).
 void panel_bf16_vnni(const BlockRef& b, uint16_t* out);
 // n floats -> bf16 (round to nearest even).
 void f32_to_bf16_row(const float* x, int64_t n, uint16_t* out);
