@@ -48,6 +48,19 @@ enum class AmxLoop { k2x2, k1x6, k2x2Loads, k2x2LoadsStrided, kLoadsOnly };
 
 constexpr int kStridedLd = 4160;  // bytes between A rows in k2x2LoadsStrided (2048 bf16 + 32 of padding)
 
+// tile_amx2's 2x2 step: two A tiles of 16 rows kStridedLd bytes apart, two 1 KiB B tiles, four products
+// (tiles A0 = 4, A1 = 5, B0 = 6, B1 = 7, C = 0..3: the intrinsics take literal tile numbers).
+inline void step2x2(const uint16_t* a, const uint16_t* b0, const uint16_t* b1) {
+  _tile_loadd(6, b0, 64);
+  _tile_loadd(7, b1, 64);
+  _tile_loadd(4, a, kStridedLd);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_loadd(5, a + 16 * (kStridedLd / 2), kStridedLd);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
 // One thread: `loop` until `deadline`. Returns the number of tdpbf16ps (kLoadsOnly: of tileloadd).
 int64_t amx_thread(AmxLoop loop, double deadline, float* sink) {
   TileConfig cfg;
@@ -91,16 +104,7 @@ int64_t amx_thread(AmxLoop loop, double deadline, float* sink) {
     for (int r = 0; r < 32; ++r)
       for (int c = 0; c < 32; ++c) strided[r * (kStridedLd / 2) + c] = a[(r % 16) * 32 + c];
     do {
-      for (int i = 0; i < 256; ++i) {
-        _tile_loadd(6, b, 64);
-        _tile_loadd(7, a, 64);
-        _tile_loadd(4, strided, kStridedLd);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_loadd(5, strided + 16 * (kStridedLd / 2), kStridedLd);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
+      for (int i = 0; i < 256; ++i) step2x2(strided, b, a);
       n += 256 * 4;
     } while (now_s() < deadline);
     std::free(strided);
@@ -311,19 +315,6 @@ void free_buffers(PlaceBuffers& p) {
   std::free(p.mem);
   std::free(p.c);
   p = PlaceBuffers{};
-}
-
-// Tile numbers are literals in the intrinsics, so the step is a macro-free inline with fixed tiles:
-// A0 = tile 4, A1 = tile 5, B0 = tile 6, B1 = tile 7, C = tiles 0..3.
-inline void step2x2(const uint16_t* a, const uint16_t* b0, const uint16_t* b1) {
-  _tile_loadd(6, b0, 64);
-  _tile_loadd(7, b1, 64);
-  _tile_loadd(4, a, kStridedLd);
-  _tile_dpbf16ps(0, 4, 6);
-  _tile_dpbf16ps(1, 4, 7);
-  _tile_loadd(5, a + 16 * (kStridedLd / 2), kStridedLd);
-  _tile_dpbf16ps(2, 5, 6);
-  _tile_dpbf16ps(3, 5, 7);
 }
 
 // The next panel pair (`blocks` panels) of the memory walk.
