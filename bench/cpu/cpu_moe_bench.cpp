@@ -57,6 +57,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/huge_pages.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/reference/reference_backend.hpp"
 #include "cpu/peaks/isa_peaks.hpp"
@@ -129,12 +130,18 @@ __attribute__((target("avx2"))) float read_slice(const float* a, size_t n, int p
 }
 
 // All threads read disjoint slices of an array far larger than the last-level cache; the best of four
-// passes each without and with the kernels' 4 KiB software prefetch.
+// passes each without and with the kernels' 4 KiB software prefetch. The array is advised for huge
+// pages like the cpu backend's weight stacks (huge_pages.hpp), so that the floor is what the machine
+// reads under the same paging.
 double measure_bandwidth_gbs(int threads, size_t bytes) {
+  bytes = (bytes + moerun::cpu::kHugePageBytes - 1) / moerun::cpu::kHugePageBytes * moerun::cpu::kHugePageBytes;
   const size_t n = bytes / sizeof(float);
-  std::unique_ptr<float[]> a(new float[n]);
+  std::unique_ptr<float, decltype(&std::free)> a(static_cast<float*>(std::aligned_alloc(moerun::cpu::kHugePageBytes, bytes)),
+                                                 &std::free);
+  if (!a) throw std::bad_alloc();
+  moerun::cpu::advise_huge_pages(a.get(), bytes);
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (size_t i = 0; i < n; ++i) a[i] = static_cast<float>(i & 1023);
+  for (size_t i = 0; i < n; ++i) a.get()[i] = static_cast<float>(i & 1023);
   double best = 0;
   for (int prefetch : {0, 4096})
     for (int rep = 0; rep < 4; ++rep) {
@@ -368,6 +375,9 @@ struct DnnlBaseline {
   dnnl::matmul mm1, mm2, smm1, smm2;
   dnnl::matmul::primitive_desc pd1, pd2, spd1, spd2;
   std::vector<dnnl::memory> w13, w2, sw13, sw2;
+  // The reordered weights' buffers, on huge pages like the cpu backend's stacks (huge_pages.hpp), so
+  // that the two stream their weights under the same paging.
+  std::vector<std::unique_ptr<void, decltype(&std::free)>> buffers;
   int64_t H = 0, R = 0, I = 0, Is = 0;
 
   // [K, N] weights of expert e of `em` reordered into pd's weights format.
@@ -375,7 +385,13 @@ struct DnnlBaseline {
     std::vector<float> dense(static_cast<size_t>(em.rows * em.cols));
     for (int64_t r = 0; r < em.rows; ++r) dequantize_row(em, e, r, dense.data() + r * em.cols);
     auto src = dnnl::memory({{em.cols, em.rows}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ba}, eng, dense.data());
-    auto dst = dnnl::memory(wd, eng);
+    const size_t align = moerun::cpu::large_alignment(wd.get_size());
+    const size_t bytes = (wd.get_size() + align - 1) / align * align;
+    void* buf = std::aligned_alloc(align, bytes);
+    if (!buf) throw std::bad_alloc();
+    buffers.emplace_back(buf, &std::free);
+    moerun::cpu::advise_huge_pages(buf, bytes);
+    auto dst = dnnl::memory(wd, eng, buf);
     dnnl::reorder(src, dst).execute(strm, src, dst);
     strm.wait();
     return dst;
@@ -505,6 +521,7 @@ struct Bench {
   int threads = 1;
   json rows = json::array();
   bool warned_sweep = false;
+  double huge_page_mb = -1;  // most anonymous memory seen on huge pages after packing (-1: unknown)
 
   // peak_variant: the variant whose instructions set the peak (default `variant`).
   void row(const Model& m, const std::string& backend, int64_t M, int th, double t, const std::string& variant,
@@ -542,11 +559,13 @@ struct Bench {
   }
 
   // One cpu runner per weight copy of m (Model::copies), made with the current environment.
-  static std::vector<std::unique_ptr<Runner>> cpu_runners(const Model& m, int th) {
+  // Also notes how much anonymous memory is on huge pages once they are packed (huge_page_mb).
+  std::vector<std::unique_ptr<Runner>> cpu_runners(const Model& m, int th) {
     RunnerOptions ro;
     ro.threads = th;
     std::vector<std::unique_ptr<Runner>> rs;
     for (const auto& w : m.copies) rs.push_back(make_cpu_backend()->create_runner(m.spec, *w, Platform::detect(), ro));
+    huge_page_mb = std::max(huge_page_mb, static_cast<double>(cpu::anon_huge_page_bytes()) / 1e6);
     return rs;
   }
   // Call `call` runs copy call % copies on logit set (call / copies) % sets: each cycle of the sets
@@ -798,6 +817,7 @@ int main(int argc, char** argv) {
               {"onednn", false},
 #endif
               {"limits", limits},
+              {"anon_huge_page_mb_max", b.huge_page_mb},
               {"method", "median of repeated forwards, router logits rotated over 8 random sets; bytes = distinct "
                          "activated experts' stored weight bytes; floor = max(bytes/bw, flops/peak), peak per row: "
                          "amx-bf16 (tdpbf16ps) for AMX variants (tiles, decode stream) and oneDNN on AMX CPUs, avx2-fma for avx2-* "
@@ -818,7 +838,8 @@ int main(int argc, char** argv) {
       b.stream_sweep(m, ms);
       write_json();
     }
-    std::printf("total %.1f s\n", now_s() - t_start);
+    std::printf("huge pages: at most %.0f MB of anonymous memory on 2 MiB pages (-1: unknown)\ntotal %.1f s\n",
+                b.huge_page_mb, now_s() - t_start);
     write_json();
     return 0;
   }
@@ -878,7 +899,8 @@ int main(int argc, char** argv) {
       write_json();
     }
   }
-  std::printf("total %.1f s\n", now_s() - t_start);
+  std::printf("huge pages: at most %.0f MB of anonymous memory on 2 MiB pages (-1: unknown)\ntotal %.1f s\n",
+              b.huge_page_mb, now_s() - t_start);
   write_json();
   return 0;
 }
