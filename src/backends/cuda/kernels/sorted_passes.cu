@@ -156,6 +156,13 @@ __device__ float shared_gate_of(const T* __restrict__ hidden_row, const float* _
   return 1.0f / (1.0f + expf(-v));
 }
 
+// Slots whose rows one combine thread loads at once. Timed side by side against a loop of one load
+// per slot (unrolled by 4) and against batches of 8, H200, bench/cuda/tune passes build
+// (bench/results/2026-12-01_s14_h200/passes/): 4 was 3-15% faster than the loop on every shape with
+// top-4 and top-8 (qwen3-30b-a3b M = 1024 17.9-18.1 vs 19.8-19.9 us) and within 4% on mixtral's top-2;
+// batches of 8 were 25-60% slower than the loop (102 registers a thread: fewer threads in flight).
+constexpr int kCombineBatch = 4;
+
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kPassThreads)
     combine_sorted_kernel(const T* __restrict__ y, int h, int top_k, const int32_t* __restrict__ row_of_slot,
@@ -179,14 +186,21 @@ __global__ void __launch_bounds__(kPassThreads)
   if constexpr (kVec) {
     for (int c = c_begin + threadIdx.x * 8; c < c_end; c += kPassThreads * 8) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll 4
-      for (int s = 0; s < top_k; ++s) {
-        float v[8];
-        load8(y + row_s[s] * h + c, v);
-        const float w = w_s[s];
-        const float* b = b_s[s];
+      // The loads of kCombineBatch slots are issued before the first is summed, then summed in slot
+      // order: the same sum as one slot at a time, with more loads in flight per thread.
+      for (int s0 = 0; s0 < top_k; s0 += kCombineBatch) {
+        float v[kCombineBatch][8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] += w * (v[i] + (b ? b[c + i] : 0.0f));
+        for (int q = 0; q < kCombineBatch; ++q)
+          if (s0 + q < top_k) load8(y + row_s[s0 + q] * h + c, v[q]);
+#pragma unroll
+        for (int q = 0; q < kCombineBatch; ++q) {
+          if (s0 + q >= top_k) break;
+          const float w = w_s[s0 + q];
+          const float* b = b_s[s0 + q];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[i] += w * (v[q][i] + (b ? b[c + i] : 0.0f));
+        }
       }
       if (shared) {
         float v[8];
