@@ -134,12 +134,9 @@ __attribute__((target("avx2"))) float read_slice(const float* a, size_t n, int p
 // pages like the cpu backend's weight stacks (huge_pages.hpp), so that the floor is what the machine
 // reads under the same paging.
 double measure_bandwidth_gbs(int threads, size_t bytes) {
-  bytes = (bytes + moerun::cpu::kHugePageBytes - 1) / moerun::cpu::kHugePageBytes * moerun::cpu::kHugePageBytes;
   const size_t n = bytes / sizeof(float);
-  std::unique_ptr<float, decltype(&std::free)> a(static_cast<float*>(std::aligned_alloc(moerun::cpu::kHugePageBytes, bytes)),
-                                                 &std::free);
+  std::unique_ptr<float, decltype(&std::free)> a(static_cast<float*>(moerun::cpu::alloc_large(bytes)), &std::free);
   if (!a) throw std::bad_alloc();
-  moerun::cpu::advise_huge_pages(a.get(), bytes);
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (size_t i = 0; i < n; ++i) a.get()[i] = static_cast<float>(i & 1023);
   double best = 0;
@@ -385,12 +382,9 @@ struct DnnlBaseline {
     std::vector<float> dense(static_cast<size_t>(em.rows * em.cols));
     for (int64_t r = 0; r < em.rows; ++r) dequantize_row(em, e, r, dense.data() + r * em.cols);
     auto src = dnnl::memory({{em.cols, em.rows}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ba}, eng, dense.data());
-    const size_t align = moerun::cpu::large_alignment(wd.get_size());
-    const size_t bytes = (wd.get_size() + align - 1) / align * align;
-    void* buf = std::aligned_alloc(align, bytes);
+    void* buf = moerun::cpu::alloc_large(wd.get_size());
     if (!buf) throw std::bad_alloc();
     buffers.emplace_back(buf, &std::free);
-    moerun::cpu::advise_huge_pages(buf, bytes);
     auto dst = dnnl::memory(wd, eng, buf);
     dnnl::reorder(src, dst).execute(strm, src, dst);
     strm.wait();

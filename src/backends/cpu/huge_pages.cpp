@@ -30,6 +30,14 @@ void advise_huge_pages(void* p, size_t bytes) noexcept {
 #endif
 }
 
+void* alloc_large(size_t bytes) noexcept {
+  const size_t align = bytes >= kHugePageBytes ? kHugePageBytes : 64;
+  const size_t rounded = (bytes + align - 1) / align * align;  // aligned_alloc wants a multiple
+  void* p = std::aligned_alloc(align, rounded);
+  advise_huge_pages(p, rounded);
+  return p;
+}
+
 int64_t anon_huge_page_bytes() noexcept {
 #if defined(__linux__)
   std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r");

@@ -23,12 +23,13 @@ namespace moerun::cpu {
 
 inline constexpr size_t kHugePageBytes = size_t(2) << 20;
 
-// The alignment large_alloc uses for `bytes`: kHugePageBytes from that size on, else 64.
-constexpr size_t large_alignment(size_t bytes) noexcept { return bytes >= kHugePageBytes ? kHugePageBytes : 64; }
-
 // Marks [p, p + bytes) for huge pages (no-op below kHugePageBytes, off Linux, or with
 // MOERUN_CPU_HUGEPAGES=0). Call before the first touch. Never fails: the advice is a hint.
 void advise_huge_pages(void* p, size_t bytes) noexcept;
+
+// `bytes` aligned to 2 MiB (64 bytes below 2 MiB; the size rounded up to that alignment) and advised
+// as above, not yet touched; nullptr when out of memory. Free with std::free.
+void* alloc_large(size_t bytes) noexcept;
 
 // Whether advise_huge_pages advises (the environment switch, read on each call).
 bool huge_pages_enabled() noexcept;

@@ -17,12 +17,9 @@ namespace {
 // Zeroed, 64-byte aligned; a stack of 2 MiB or more on huge pages where the OS gives them
 // (huge_pages.hpp), advised before the memset touches it.
 std::shared_ptr<uint8_t> aligned_zeroed(size_t bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64 + 64;
-  const size_t align = large_alignment(rounded);
-  rounded = (rounded + align - 1) / align * align;  // aligned_alloc wants a multiple of the alignment
-  void* p = std::aligned_alloc(align, rounded);
+  const size_t rounded = (bytes + 63) / 64 * 64 + 64;
+  void* p = alloc_large(rounded);
   if (!p) throw_error(ErrorKind::kInvalidArgument, "cpu backend: out of memory packing " + std::to_string(rounded) + " bytes");
-  advise_huge_pages(p, rounded);
   std::memset(p, 0, rounded);
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
 }
