@@ -73,11 +73,17 @@ for run in ${GPU_CHECK_SANITIZERS:-memcheck racecheck racecheck-m64}; do
 done
 if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   q=""; [ "${GPU_CHECK_QUICK:-0}" = 1 ] && q="--quick"
+  # The card's clocks, power and throttle reasons every 100 ms while the sweep runs (compute-bound rows
+  # move with them).
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv -lms 100 > "$OUT/smi.csv" 2>&1 &
+  smi=$!
   log torch baseline
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/cuda/torch_baseline.py --json "$OUT/torch.json" $q ${TORCH_ARGS:-} > "$OUT/bench.log" 2>&1
   log moerun bench
   timeout 330 "$BENCH" --json "$OUT/bench.json" --torch "$OUT/torch.json" $q ${BENCH_ARGS:-} >> "$OUT/bench.log" 2>&1
   echo "bench rc=$?" | tee -a "$OUT/summary.log"
+  kill $smi 2> /dev/null
   cat "$OUT/bench.log"
 fi
 log done

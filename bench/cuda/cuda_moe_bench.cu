@@ -3,10 +3,13 @@
 // For each shape and token count: the full forward (routing from logits) eager and as CUDA-graph
 // replay, the expert stage alone (top-k given) as graph replay, and the cublas backend. Times are
 // medians of CUDA-event intervals, each taken after an L2 flush. Limits are measured in the same run:
+// (The flush is a 512 MiB memset, as torch/Triton benchmarks do, which leaves the L2 full of dirty lines
+// that the timed kernels then write back; for M <= --read-flush-max-m, 16 by default, the expert stage
+// is also timed after a flush that only reads, so the L2 holds clean lines: the '-readflush' rows.)
 // device-to-device copy bandwidth (bytes read + written) and a large bf16 cuBLAS matmul rate.
 // Bytes: the distinct activated experts' weights + activations in and out; FLOPs: 2*M*k*(R*H + H*I).
 // Usage: cuda_moe_bench [--json out.json] [--torch torch.json] [--quick] [--ms 1024,8192]
-//                       [--shapes deepseek-v3,mixtral-8x7b] [--no-forced]
+//                       [--shapes deepseek-v3,mixtral-8x7b] [--no-forced] [--read-flush-max-m 16]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -40,22 +43,42 @@ void fill(void* p, size_t n, uint64_t seed, float scale) {
   CK(cudaGetLastError());
 }
 
+// Reads n 16-byte words (a flush that leaves only clean lines in the L2).
+__global__ void flush_read_kernel(const uint4* p, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcg(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9E3779B9u) *sink = acc;  // never in practice: keeps the loads
+}
+
+enum class Flush { kWrite, kRead };
+
 struct Timer {
   cudaStream_t s;
+  unsigned* sink = nullptr;
   void* flush = nullptr;
   size_t flush_bytes = size_t(512) << 20;
   cudaEvent_t a, b;
   explicit Timer(cudaStream_t st) : s(st) {
     CK(cudaMalloc(&flush, flush_bytes));
+    CK(cudaMalloc(&sink, sizeof(unsigned)));
+    CK(cudaMemset(flush, 0x5A, flush_bytes));
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
   }
-  template <typename F> double median_ms(F&& f, int reps, int warm = 2) {
+  template <typename F> double median_ms(F&& f, int reps, int warm = 2, Flush mode = Flush::kWrite) {
     for (int i = 0; i < warm; ++i) f();
     CK(cudaStreamSynchronize(s));
     std::vector<float> t;
     for (int i = 0; i < reps; ++i) {
-      CK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes, s));  // L2 flush
+      if (mode == Flush::kWrite) {
+        CK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes, s));  // L2 flush
+      } else {
+        flush_read_kernel<<<1056, 512, 0, s>>>(static_cast<const uint4*>(flush), flush_bytes / 16, sink);
+        CK(cudaGetLastError());
+      }
       CK(cudaEventRecord(a, s));
       f();
       CK(cudaEventRecord(b, s));
@@ -67,13 +90,92 @@ struct Timer {
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
   }
+  // f and g alternated call by call, each after a write flush: their medians.
+  template <typename F, typename G> std::pair<double, double> median_pair(F&& f, G&& g, int reps) {
+    f();
+    g();
+    CK(cudaStreamSynchronize(s));
+    std::vector<float> tf, tg;
+    for (int i = 0; i < reps; ++i)
+      for (int which = 0; which < 2; ++which) {
+        CK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes, s));
+        CK(cudaEventRecord(a, s));
+        if (which == 0) f(); else g();
+        CK(cudaEventRecord(b, s));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        (which == 0 ? tf : tg).push_back(ms);
+      }
+    std::sort(tf.begin(), tf.end());
+    std::sort(tg.begin(), tg.end());
+    return {tf[tf.size() / 2], tg[tg.size() / 2]};
+  }
 };
 
 struct ShapeDef { std::string name; int e, k, h, i; };
 
+double now_unix_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The compute limit: cuBLAS bf16 8192^3. The H200 spends a sweep at its software power cap
+// (clocks_throttle_reasons 0x4 in gpu-check's smi.csv), with SM clocks anywhere in 1.2-1.98 GHz
+// depending on what ran just before, so one rate measured at the start is not the rate the card
+// has when a compute-bound row runs. Three numbers: the median of 10 flushed calls at the start (the
+// roofline's rate, as in earlier tables), the rate over about a second of calls back to back (what a
+// dense GEMM sustains under the cap), and, for M >= 1024, the median of calls alternated with the
+// row's own runs (Timer::median_pair), so both see the same clocks.
+struct Matmul {
+  static constexpr int N = 8192;
+  void *A = nullptr, *B = nullptr, *C = nullptr;
+  cublasHandle_t h = nullptr;
+  explicit Matmul(cudaStream_t s) {
+    CK(cudaMalloc(&A, size_t(N) * N * 2));
+    CK(cudaMalloc(&B, size_t(N) * N * 2));
+    CK(cudaMalloc(&C, size_t(N) * N * 2));
+    fill(A, size_t(N) * N, 1, 1.0f);
+    fill(B, size_t(N) * N, 2, 1.0f);
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS || cublasSetStream(h, s) != CUBLAS_STATUS_SUCCESS) {
+      std::fprintf(stderr, "cublas setup failed\n");
+      std::exit(1);
+    }
+  }
+  ~Matmul() {
+    cublasDestroy(h);
+    cudaFree(A);
+    cudaFree(B);
+    cudaFree(C);
+  }
+  static double flops() { return 2.0 * N * double(N) * N; }
+  void run() const {
+    const float one = 1.0f, zero = 0.0f;
+    if (cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, A, CUDA_R_16BF, N, B, CUDA_R_16BF, N, &zero, C,
+                     CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
+      std::fprintf(stderr, "cublasGemmEx failed\n");
+      std::exit(1);
+    }
+  }
+};
+struct MatmulRate { double median = 0, sustained = 0; };
+MatmulRate measure_matmul(Timer& timer, const Matmul& mm, cudaStream_t s) {
+  MatmulRate r;
+  r.median = Matmul::flops() / (timer.median_ms([&] { mm.run(); }, 10, 3) * 1e-3);
+  constexpr int kBack = 700;  // ~1 s at ~800 TFLOP/s
+  CK(cudaEventRecord(timer.a, s));
+  for (int i = 0; i < kBack; ++i) mm.run();
+  CK(cudaEventRecord(timer.b, s));
+  CK(cudaEventSynchronize(timer.b));
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, timer.a, timer.b));
+  r.sustained = kBack * Matmul::flops() / (ms * 1e-3);
+  return r;
+}
+
 int main(int argc, char** argv) {
   std::string json_path, torch_path, ms_arg, shapes_arg;
   bool quick = false, forced = true;
+  int read_flush_max_m = 16;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
@@ -82,6 +184,7 @@ int main(int argc, char** argv) {
     else if (a == "--ms" && i + 1 < argc) ms_arg = argv[++i];
     else if (a == "--shapes" && i + 1 < argc) shapes_arg = argv[++i];
     else if (a == "--no-forced") forced = false;
+    else if (a == "--read-flush-max-m" && i + 1 < argc) read_flush_max_m = std::atoi(argv[++i]);
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { std::puts("no CUDA device"); return 0; }
@@ -106,28 +209,15 @@ int main(int argc, char** argv) {
     copy_bw = 2.0 * n / (ms * 1e-3);
     CK(cudaFree(x));
     CK(cudaFree(y));
-    const int N = 8192;
-    void *A, *B, *C;
-    CK(cudaMalloc(&A, size_t(N) * N * 2));
-    CK(cudaMalloc(&B, size_t(N) * N * 2));
-    CK(cudaMalloc(&C, size_t(N) * N * 2));
-    fill(A, size_t(N) * N, 1, 1.0f);
-    fill(B, size_t(N) * N, 2, 1.0f);
-    cublasHandle_t h;
-    cublasCreate(&h);
-    cublasSetStream(h, s);
-    const float one = 1.0f, zero = 0.0f;
-    const double mms = timer.median_ms([&] {
-      cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, A, CUDA_R_16BF, N, B, CUDA_R_16BF, N, &zero, C,
-                   CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    }, 10, 3);
-    mm_rate = 2.0 * N * double(N) * N / (mms * 1e-3);
-    cublasDestroy(h);
-    CK(cudaFree(A)); CK(cudaFree(B)); CK(cudaFree(C));
   }
-  std::printf("limits: copy %.2f TB/s (read+write), bf16 matmul %.1f TFLOP/s\n", copy_bw / 1e12, mm_rate / 1e12);
+  const Matmul matmul(s);
+  const MatmulRate rate_start = measure_matmul(timer, matmul, s);
+  mm_rate = rate_start.median;
+  std::printf("limits: copy %.2f TB/s (read+write), bf16 matmul %.1f TFLOP/s (sustained over 1 s: %.1f)\n",
+              copy_bw / 1e12, mm_rate / 1e12, rate_start.sustained / 1e12);
   out["copy_bw_TBps"] = copy_bw / 1e12;
   out["matmul_TFLOPs"] = mm_rate / 1e12;
+  out["matmul_sustained_TFLOPs"] = rate_start.sustained / 1e12;
 
   std::map<std::string, double> torch_ms;
   if (!torch_path.empty()) {
@@ -135,7 +225,9 @@ int main(int argc, char** argv) {
     if (f) {
       nlohmann::json tj = nlohmann::json::parse(f, nullptr, false);
       if (tj.is_object() && tj.contains("rows"))
-        for (auto& r : tj["rows"]) torch_ms[r["shape"].get<std::string>() + "/" + std::to_string(r["M"].get<int>())] = r["ms"].get<double>();
+        for (auto& r : tj["rows"])  // "shape/M", or "shape/M/read" for a row timed after a read flush
+          torch_ms[r["shape"].get<std::string>() + "/" + std::to_string(r["M"].get<int>()) +
+                   (r.value("flush", std::string("write")) == "read" ? "/read" : "")] = r["ms"].get<double>();
     }
   }
 
@@ -249,7 +341,8 @@ int main(int argc, char** argv) {
       expert.router_logits = TensorView{};
       expert.topk_ids = TensorView{di, DType::kI32, {M, sd.k}, DeviceKind::kCuda, 0};
       expert.topk_weights = TensorView{dw, DType::kF32, {M, sd.k}, DeviceKind::kCuda, 0};
-      const int reps = M >= 1024 ? 10 : 30;
+      // Compute-bound rows vary with the card's clocks: more of them than the few the time would allow.
+      const int reps = M >= 1024 ? 20 : 30;
 
       auto graph_of = [&](const ForwardArgs& a) {
         cuda_runner->forward(a);
@@ -263,12 +356,23 @@ int main(int argc, char** argv) {
         CK(cudaGraphDestroy(gr));
         return ge;
       };
-      struct V { std::string name; double ms; };
+      // unix_s: when the row's timing ended (lines it up with the clocks gpu-check.sh samples).
+      struct V { std::string name; double ms; double unix_s = now_unix_s(); };
       std::vector<V> vs;
       vs.push_back({"cuda-eager-full", timer.median_ms([&] { cuda_runner->forward(full); }, reps)});
       cudaGraphExec_t gf = graph_of(full), ge = graph_of(expert);
       vs.push_back({"cuda-graph-full", timer.median_ms([&] { CK(cudaGraphLaunch(gf, s)); }, reps)});
-      vs.push_back({"cuda-graph-expert", timer.median_ms([&] { CK(cudaGraphLaunch(ge, s)); }, reps)});
+      double local_rate = 0.0;  // M >= 1024: the matmul rate alternated with the headline row's runs
+      if (M >= 1024) {
+        const auto [row_ms, mm_ms] = timer.median_pair([&] { CK(cudaGraphLaunch(ge, s)); }, [&] { matmul.run(); }, reps);
+        vs.push_back({"cuda-graph-expert", row_ms});
+        local_rate = Matmul::flops() / (mm_ms * 1e-3);
+      } else {
+        vs.push_back({"cuda-graph-expert", timer.median_ms([&] { CK(cudaGraphLaunch(ge, s)); }, reps)});
+      }
+      if (M <= read_flush_max_m)
+        vs.push_back({"cuda-graph-expert-readflush",
+                      timer.median_ms([&] { CK(cudaGraphLaunch(ge, s)); }, reps, 2, Flush::kRead)});
       CK(cudaGraphExecDestroy(gf));
       CK(cudaGraphExecDestroy(ge));
       // Every GEMM variant forced, expert stage as graph replay (the data behind the thresholds).
@@ -279,7 +383,7 @@ int main(int argc, char** argv) {
         if (stream_cfg && double(M) * sd.k / sd.e > 64) continue;  // decode tiles at prefill: minutes, no news
         setenv("MOERUN_CUDA_GEMM", cfg, 1);
         cudaGraphExec_t gx = graph_of(expert);
-        vs.push_back({std::string("forced:") + cfg, timer.median_ms([&] { CK(cudaGraphLaunch(gx, s)); }, M >= 1024 ? 5 : 15)});
+        vs.push_back({std::string("forced:") + cfg, timer.median_ms([&] { CK(cudaGraphLaunch(gx, s)); }, M >= 1024 ? 11 : 15)});
         CK(cudaGraphExecDestroy(gx));
         unsetenv("MOERUN_CUDA_GEMM");
       }
@@ -316,24 +420,38 @@ int main(int argc, char** argv) {
       vs.push_back({"cublas-full", timer.median_ms([&] { cublas_runner->forward(full); }, reps)});
       const std::string key = sd.name + "/" + std::to_string(M);
       const double tms = torch_ms.count(key) ? torch_ms[key] : 0.0;
+      const double tms_read = torch_ms.count(key + "/read") ? torch_ms[key + "/read"] : 0.0;
       if (tms > 0) vs.push_back({"torch-expert", tms});
+      if (tms_read > 0) vs.push_back({"torch-expert-readflush", tms_read});
       const double floor_s = std::max(bytes / copy_bw, flops / mm_rate);
+      const double floor_local_s = local_rate > 0 ? std::max(bytes / copy_bw, flops / local_rate) : 0.0;
       for (const V& v : vs) {
         const double sec = v.ms * 1e-3;
         const double tbps = bytes / sec / 1e12, tfl = flops / sec / 1e12;
-        const double speed = tms > 0 ? tms / v.ms : 0.0;
+        const bool read_row = v.name.size() > 10 && v.name.compare(v.name.size() - 10, 10, "-readflush") == 0;
+        const double ref_ms = read_row ? tms_read : tms;  // like against like
+        const double speed = ref_ms > 0 ? ref_ms / v.ms : 0.0;
         const std::string kern = v.name.rfind("forced:", 0) == 0 ? v.name.substr(7)
                                  : v.name.rfind("cuda", 0) == 0 ? cuda_runner->variant_for(M)
                                  : v.name.rfind("cublas", 0) == 0 ? "cublas-grouped" : "torch._grouped_mm";
         std::printf("%-18s %5d %-22s %-16s %9.4f %8.2f %5.1f%% %8.1f %5.1f%% %5.1f%% %6.2fx\n", sd.name.c_str(), M,
                     v.name.c_str(), kern.c_str(), v.ms, tbps, 100.0 * tbps * 1e12 / copy_bw, tfl,
                     100.0 * tfl * 1e12 / mm_rate, 100.0 * floor_s / sec, speed);
+        nlohmann::json extra = nlohmann::json::object();
+        if (v.name == "cuda-graph-expert" && local_rate > 0) {
+          std::printf("%-18s %5d %-22s matmul alternated with it: %.1f TFLOP/s; %% of that roofline %.1f%%\n",
+                      sd.name.c_str(), M, v.name.c_str(), local_rate / 1e12, 100.0 * floor_local_s / sec);
+          extra["local_matmul_TFLOPs"] = local_rate / 1e12;
+          extra["pct_roofline_local"] = 100.0 * floor_local_s / sec;
+        }
         rows.push_back({{"shape", sd.name}, {"M", M}, {"variant", v.name}, {"kernel", kern}, {"ms", v.ms},
                         {"distinct_experts", distinct.size()}, {"bytes", bytes}, {"flops", flops},
                         {"TBps", tbps}, {"pct_copy_bw", 100.0 * tbps * 1e12 / copy_bw}, {"TFLOPs", tfl},
                         {"pct_matmul", 100.0 * tfl * 1e12 / mm_rate}, {"pct_roofline", 100.0 * floor_s / sec},
-                        {"speedup_vs_torch", speed}, {"cutlass_vs_m64_rel_diff", cross},
+                        {"speedup_vs_torch", speed}, {"flush", read_row ? "read" : "write"}, {"unix_s", v.unix_s},
+                        {"cutlass_vs_m64_rel_diff", cross},
                         {"swapab_vs_m64_rel_diff", cross_swap}});
+        rows.back().update(extra);
       }
       std::fflush(stdout);
       CK(cudaFree(dh)); CK(cudaFree(dl)); CK(cudaFree(di)); CK(cudaFree(dw)); CK(cudaFree(dout));
@@ -342,6 +460,12 @@ int main(int argc, char** argv) {
     cublas_runner.reset();
     CK(cudaDeviceSynchronize());
   }
+  // The same limits again after the sweep: how far the card's state moved while the rows were timed.
+  const MatmulRate rate_end = measure_matmul(timer, matmul, s);
+  std::printf("limits after the sweep: bf16 matmul %.1f TFLOP/s (sustained %.1f)\n", rate_end.median / 1e12,
+              rate_end.sustained / 1e12);
+  out["matmul_TFLOPs_end"] = rate_end.median / 1e12;
+  out["matmul_sustained_TFLOPs_end"] = rate_end.sustained / 1e12;
   out["rows"] = rows;
   out["runners"] = runners;
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(1) << "\n";

@@ -2,6 +2,9 @@
 """Markdown table of a cuda_moe_bench JSON: % of roofline and speedup vs torch per shape and M.
 
 usage: table.py bench.json [variant ...]   (default variants: cuda-graph-expert cuda-eager-full cublas-full)
+
+Rows that carry pct_roofline_local (cuda-graph-expert at M >= 1024: the matmul rate measured alternated
+with the row's own runs, at the clocks the card had then) get a second table against that rate.
 """
 import json
 import sys
@@ -11,6 +14,10 @@ def main():
     d = json.load(open(sys.argv[1]))
     variants = sys.argv[2:] or ["cuda-graph-expert", "cuda-eager-full", "cublas-full"]
     print(f"{d['device']}: copy {d['copy_bw_TBps']:.2f} TB/s, bf16 matmul {d['matmul_TFLOPs']:.0f} TFLOP/s (measured in the same run)\n")
+    if "matmul_sustained_TFLOPs" in d:
+        print(f"matmul over ~1 s back to back: {d['matmul_sustained_TFLOPs']:.0f} TFLOP/s at the start, "
+              f"{d.get('matmul_sustained_TFLOPs_end', 0):.0f} after the sweep (10-call median then: "
+              f"{d.get('matmul_TFLOPs_end', 0):.0f})\n")
     for v in variants:
         rows = [r for r in d["rows"] if r["variant"] == v]
         if not rows:
@@ -26,6 +33,21 @@ def main():
                 cells.append("" if r is None else f"{r['ms']:.3f} ms, {r['pct_roofline']:.0f}%, {r.get('speedup_vs_torch', 0):.2f}x")
             print(f"| {shape} | " + " | ".join(cells) + " |")
         print()
+        local = [r for r in rows if "pct_roofline_local" in r]
+        if local:
+            lms = sorted({r["M"] for r in local})
+            print(f"**{v}**, against the matmul rate alternated with the row — time, matmul TFLOP/s then, "
+                  "% of that roofline\n")
+            print("| shape | " + " | ".join(f"M={m}" for m in lms) + " |")
+            print("|---|" + "---|" * len(lms))
+            for shape in dict.fromkeys(r["shape"] for r in local):
+                cells = []
+                for m in lms:
+                    r = next((r for r in local if r["shape"] == shape and r["M"] == m), None)
+                    cells.append("" if r is None else
+                                 f"{r['ms']:.3f} ms, {r['local_matmul_TFLOPs']:.0f}, {r['pct_roofline_local']:.0f}%")
+                print(f"| {shape} | " + " | ".join(cells) + " |")
+            print()
 
 
 if __name__ == "__main__":

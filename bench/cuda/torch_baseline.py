@@ -3,8 +3,11 @@
 
 sort by expert, gather, torch._grouped_mm (gate_up), silu-and-mul, torch._grouped_mm (down),
 router-weighted scatter-add. Uniform random routing (top-k of normal logits), bf16 weights drawn
-uniformly in +-1/sqrt(K). Median of CUDA-event intervals, each after an L2 flush.
+uniformly in +-1/sqrt(K). Median of CUDA-event intervals, each after an L2 flush: a 512 MiB zero_()
+(what torch and Triton benchmarks do; it leaves the L2 full of dirty lines) and, for M <= --read-flush-max-m,
+also a 512 MiB read (clean lines only), as cuda_moe_bench's '-readflush' rows.
 Usage: torch_baseline.py [--json out.json] [--quick] [--ms 1024,8192] [--shapes deepseek-v3,...]
+                         [--read-flush-max-m 16]
 """
 import argparse
 import json
@@ -36,13 +39,17 @@ def moe_expert_stage(x, ids, w, w13, w2):
     return out.to(x.dtype)
 
 
-def median_ms(fn, reps, flush):
+def median_ms(fn, reps, flush, read_flush=False):
     for _ in range(2):
         fn()
     torch.cuda.synchronize()
+    flush_words = flush.view(torch.int32)
     times = []
     for _ in range(reps):
-        flush.zero_()
+        if read_flush:
+            flush_words.sum()
+        else:
+            flush.zero_()
         a = torch.cuda.Event(enable_timing=True)
         b = torch.cuda.Event(enable_timing=True)
         a.record()
@@ -60,6 +67,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ms", default="", help="comma-separated token counts, e.g. 1024,8192")
     ap.add_argument("--shapes", default="", help="comma-separated shape names")
+    ap.add_argument("--read-flush-max-m", type=int, default=16,
+                    help="also time rows up to this M after a read-only L2 flush")
     args = ap.parse_args()
     dev = torch.device("cuda")
     flush = torch.empty(512 << 20, dtype=torch.uint8, device=dev)
@@ -83,8 +92,12 @@ def main():
                 fn = lambda: moe_expert_stage(x, ids.long(), w, w13, w2)
                 fn()
                 ms = median_ms(fn, 10 if m >= 1024 else 30, flush)
-                rows.append({"shape": name, "M": m, "ms": ms})
+                rows.append({"shape": name, "M": m, "ms": ms, "flush": "write"})
                 print(f"torch {name:18s} M={m:5d} {ms:9.4f} ms", flush=True)
+                if m <= args.read_flush_max_m:
+                    ms_r = median_ms(fn, 30, flush, read_flush=True)
+                    rows.append({"shape": name, "M": m, "ms": ms_r, "flush": "read"})
+                    print(f"torch {name:18s} M={m:5d} {ms_r:9.4f} ms (read flush)", flush=True)
             except Exception as ex:  # noqa: BLE001 - report and go on
                 print(f"torch {name} M={m}: failed: {ex}", flush=True)
         del w13, w2
