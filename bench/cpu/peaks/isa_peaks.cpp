@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/kernels/amx_tile_config.hpp"
+
 namespace moerun_bench {
 namespace {
 
@@ -32,15 +34,7 @@ float fma512_loop(int64_t iters) {
   return _mm512_reduce_add_ps(s);
 }
 
-// The AMX tile configuration (palette 1): byte 0 palette, byte 1 start row, bytes 16..47 bytes per row of
-// tiles 0..15, bytes 48..63 rows of tiles 0..15.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
+using moerun::cpu::kernels::TileConfig;  // loaded with kernels::load_tile_config, never _tile_loadconfig
 
 constexpr double kFlopsPerTdp = 2.0 * 16 * 16 * 32;
 
@@ -68,7 +62,7 @@ int64_t amx_thread(AmxLoop loop, double deadline, float* sink) {
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;
   }
-  _tile_loadconfig(&cfg);
+  moerun::cpu::kernels::load_tile_config(cfg);
   alignas(64) uint16_t a[16 * 32], b[16 * 32];
   for (int i = 0; i < 16 * 32; ++i) {
     a[i] = 0x3a80 + static_cast<uint16_t>(i & 7);  // about 1e-3: the accumulators stay far from overflow
@@ -432,7 +426,7 @@ int64_t place_thread(Place pl, int variant, PlaceBuffers& buf, double deadline) 
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;
   }
-  _tile_loadconfig(&cfg);
+  moerun::cpu::kernels::load_tile_config(cfg);
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);

@@ -42,20 +42,13 @@
 
 #include <cstring>
 
+#include "backends/cpu/kernels/amx_tile_config.hpp"
 #include "backends/cpu/kernels/avx512_decode.hpp"
 #include "backends/cpu/kernels/bf16_decode.hpp"
 #include "backends/cpu/kernels/kernels.hpp"
 
 namespace moerun::cpu::kernels {
 namespace {
-
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // The tile configuration is loaded once per thread until amx_release or until the thread switches
 // between the tile kernels and the decode stream (LDTILECFG costs as much as several tile dot products,
@@ -70,7 +63,7 @@ void load_config() {
     c.colsb[t] = 64;
     c.rows[t] = 16;
   }
-  _tile_loadconfig(&c);
+  load_tile_config(c);
   t_config = 16;
 }
 
@@ -81,7 +74,7 @@ void load_stream_config(int m) {
     c.colsb[t] = t == 2 || t == 3 ? 0 : 64;
     c.rows[t] = static_cast<uint8_t>(t == 5 || t == 6 ? 16 : t == 2 || t == 3 ? 0 : m);
   }
-  _tile_loadconfig(&c);
+  load_tile_config(c);
   t_config = 100 + m;
 }
 
@@ -99,7 +92,7 @@ void load_wide_config(int mp) {
     c.colsb[t] = 64;
     c.rows[t] = static_cast<uint8_t>(t == 7 ? r : 16);
   }
-  _tile_loadconfig(&c);
+  load_tile_config(c);
   t_config = 100 + mp;
 }
 
