@@ -790,6 +790,42 @@ TEST(CpuBackend, AmxPrefetchKnob) {
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_prefetch, 2048);
 }
 
+// MOERUN_CPU_AMX_STREAM_PREFETCH: the AMX decode stream's own distance (kAmxStreamPrefetchBytes unless
+// set), independent of MOERUN_CPU_PREFETCH; the runner gives it to bf16-activation calls of 2 or more
+// tokens on the formats that stream takes, and the streaming distance to every other call.
+TEST(CpuBackend, AmxStreamPrefetchKnob) {
+  struct EnvGuard {
+    ~EnvGuard() {
+      unsetenv("MOERUN_CPU_AMX_STREAM_PREFETCH");
+      unsetenv("MOERUN_CPU_PREFETCH");
+    }
+  } guard;
+  unsetenv("MOERUN_CPU_AMX_STREAM_PREFETCH");
+  unsetenv("MOERUN_CPU_PREFETCH");
+  const cpu::KernelSet k = cpu::kernels_for(CpuIsa::kAmx);
+  EXPECT_EQ(k.amx_stream_prefetch, cpu::kAmxStreamPrefetchBytes);
+  EXPECT_EQ(k.prefetch, cpu::kPrefetchBytes);
+  setenv("MOERUN_CPU_PREFETCH", "2048", 1);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_stream_prefetch, cpu::kAmxStreamPrefetchBytes);
+  setenv("MOERUN_CPU_AMX_STREAM_PREFETCH", "0", 1);
+  EXPECT_EQ(cpu::amx_stream_prefetch_override(), 0);
+  cpu::KernelSet z = cpu::kernels_for(CpuIsa::kAmx);
+  EXPECT_EQ(z.amx_stream_prefetch, 0);
+  z.amx_stream = true;
+  z.amx_stream_prefetch = 1234;
+  z.prefetch = 4321;
+  using cpu::kernels::PackFmt;
+  EXPECT_EQ(z.bf16_stream_prefetch(PackFmt::kBF16, 2), 1234);
+  EXPECT_EQ(z.bf16_stream_prefetch(PackFmt::kMxfp4, 64), 1234);
+  EXPECT_EQ(z.bf16_stream_prefetch(PackFmt::kBF16, 1), 4321);   // one token: the VDPBF16PS kernel
+  EXPECT_EQ(z.bf16_stream_prefetch(PackFmt::kInt8, 8), 4321);   // not an AMX-stream format
+  z.amx_stream = false;                                          // MOERUN_CPU_AMX_STREAM=0
+  EXPECT_EQ(z.bf16_stream_prefetch(PackFmt::kBF16, 8), 4321);
+  setenv("MOERUN_CPU_AMX_STREAM_PREFETCH", "70000", 1);
+  EXPECT_EQ(cpu::amx_stream_prefetch_override(), -1);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_stream_prefetch, cpu::kAmxStreamPrefetchBytes);
+}
+
 // A count knob of the cpu kernel set (1..64): unset or invalid, the override is -1 and the field 0
 // (the runner decides); a valid count reaches the field. The variable is unset again on return.
 void expect_count_knob(const char* env, int (*override_fn)(), int cpu::KernelSet::*field) {

@@ -129,6 +129,8 @@ int prefetch_override() { return env_count("MOERUN_CPU_PREFETCH", 65536); }
 
 int amx_prefetch_override() { return env_count("MOERUN_CPU_AMX_PREFETCH", 65536); }
 
+int amx_stream_prefetch_override() { return env_count("MOERUN_CPU_AMX_STREAM_PREFETCH", 65536); }
+
 int amx_nblocks_override() {
   const int n = env_count("MOERUN_CPU_AMX_NBLOCKS", 2);
   return n >= 1 ? n : -1;
@@ -247,6 +249,8 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   if (const int n = prefetch_override(); n >= 0) k.prefetch = n;
   k.amx_prefetch = k.prefetch;
   if (const int n = amx_prefetch_override(); n >= 0) k.amx_prefetch = n;
+  k.amx_stream_prefetch = kAmxStreamPrefetchBytes;
+  if (const int n = amx_stream_prefetch_override(); n >= 0) k.amx_stream_prefetch = n;
   k.amx_nblocks = kAmxNBlocks;
   if (const int n = amx_nblocks_override(); n > 0) k.amx_nblocks = n;
   if (const int n = down_group_override(); n > 0) k.down_group = n;

@@ -177,6 +177,13 @@ struct KernelSet {
   // The same distance for the AMX tiles' weight panels: `prefetch`, or MOERUN_CPU_AMX_PREFETCH=<bytes>
   // (measurement: a tile call consumes its panels in bursts, not at the streaming kernels' pace).
   int amx_prefetch = 0;
+  // The distance for calls of 2 or more tokens on the AMX decode stream (kernels::stream_amx_bf16):
+  // kAmxStreamPrefetchBytes, or MOERUN_CPU_AMX_STREAM_PREFETCH=<bytes> (measurement).
+  int amx_stream_prefetch = 0;
+  // BlockRef::prefetch for a streaming call of m tokens on format f (the bf16-activation kernels).
+  int bf16_stream_prefetch(kernels::PackFmt f, int64_t m) const noexcept {
+    return amx_stream && m >= 2 && kernels::amx_stream_native(f) ? amx_stream_prefetch : prefetch;
+  }
   // AMX N-blocks per tile call and work item (1 or 2): kAmxNBlocks, or MOERUN_CPU_AMX_NBLOCKS=1 for the
   // one-block kernel (measurement). Only calls that take AMX tiles pair their blocks (runner.cpp).
   int amx_nblocks = 2;
@@ -208,6 +215,18 @@ struct KernelSet {
 inline constexpr int kPrefetchBytes = 4096;
 // MOERUN_CPU_PREFETCH parsed: bytes in [0, 65536], or -1 when unset or invalid.
 int prefetch_override();
+
+// The AMX decode stream prefetches one bf16 B tile (1 KiB) ahead instead of kPrefetchBytes. Each of
+// its steps copies or decodes 16 k pairs into an L1 tile image and tile-loads it, so all of a step's
+// weight loads must arrive before its tile load; prefetches far ahead only hold the core's fill buffers
+// that those loads need, while the L2 streamer follows the sequential loads by itself. Measured on
+// this development machine's Xeon (2 threads, qwen3-30b-a3b, alternated in one process; bench/results/
+// 2026-12-02_s15_dev-xeon/NOTES.md): bf16 M = 64 57.5-57.8 ms at 4 KiB, 52.1-52.7 ms with none,
+// 49.9-50.0 ms at 1 KiB (M = 256: 63.7-64.1, 59.2-60.2, 57.4-57.8); fp8-block and nvfp4 M = 64 lose
+// 5-6% with none and tie 1 KiB against 4 KiB.
+inline constexpr int kAmxStreamPrefetchBytes = 1024;
+// MOERUN_CPU_AMX_STREAM_PREFETCH parsed: bytes in [0, 65536], or -1 when unset or invalid.
+int amx_stream_prefetch_override();
 
 // Two N-blocks per AMX tile call (kernels::tile_amx2, 2x2 register blocking: per 32 k, 4 tile loads for
 // 4 dot products instead of 5 for 4 with kernels::tile_amx).

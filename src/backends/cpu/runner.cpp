@@ -303,7 +303,10 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
         for (int l = 0; l < 16; ++l) acc[i * 16 + l] = acc[2 * i * 16 + l] + acc[(2 * i + 1) * 16 + l];
     return;
   }
-  if (path == CallPath::kBf16Stream) return ks_.stream_bf16(ref, xb, ldx, mi, acc);
+  if (path == CallPath::kBf16Stream) {
+    ref.prefetch = ks_.bf16_stream_prefetch(ref.fmt, m);
+    return ks_.stream_bf16(ref, xb, ldx, mi, acc);
+  }
   if (path == CallPath::kF32Stream) return ks_.stream(ref, x, ldx, mi, acc);
   if (path == CallPath::kAmxTiles) {
     const uint16_t* panel;
