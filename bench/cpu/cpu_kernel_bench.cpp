@@ -18,8 +18,8 @@
 // with the operands in L1 (K = 256: 16 KiB of panels and, at m = 32, 18 KiB of A rows; at m = 64 and
 // more the A rows no longer fit the 48 KiB L1 and come partly from L2), in L2 (K = 2048, the same
 // buffers over and over), and with the weights from memory (qwen3-30b-a3b gate_up copies); each with the
-// panel prefetch on and off. (The branch amx-pipe-experiment adds software-pipelined tile loads: no
-// faster there.)
+// panel prefetch on and off. (Software-pipelined tile loads, tried on a session branch that did not
+// land, were no faster there.)
 //
 // --amx-placement (AMX only): tile_amx2's 2x2 step with its operands placed in L1, L2 or memory, and with
 // C tiles spilled as a K-chunked kernel would (cpu/peaks/isa_peaks.hpp, amx_operand_placement): the

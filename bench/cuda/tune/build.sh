@@ -3,6 +3,7 @@
 # TUNE_CONFIGS="0 6": only those schedules. TUNE_PASSES_ONLY=1: no CUTLASS schedule at all, only the
 # gather / activation / combine passes (a build of seconds). TUNE_PASSES_SRC=<file>: compile the passes
 # from that file instead of src/.../sorted_passes.cu (an older version, to time two side by side).
+# TUNE_DECODE_PROBE=1: build decode_probe instead (the one-token chains, bench/cuda/tune/decode_probe.cu).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 out=${1:-$root/build-tune}
@@ -10,6 +11,17 @@ mkdir -p "$out"
 rm -f "$out"/*.o
 flags="-std=c++20 -O3 -DNDEBUG --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -I$root/src -I$root/include -isystem $root/.deps/cutlass/include"
 pids=()
+if [ "${TUNE_DECODE_PROBE:-0}" = 1 ]; then
+  k=$root/src/backends/cuda/kernels
+  for src in "$root/bench/cuda/tune/decode_probe.cu" "$k/routing.cu" "$k/grouped_gemm_bf16.cu"; do
+    nvcc $flags -c "$src" -o "$out/probe_$(basename "$src" .cu).o" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  nvcc -gencode=arch=compute_90a,code=sm_90a "$out"/probe_*.o -o "$out/decode_probe"
+  echo "built $out/decode_probe"
+  exit 0
+fi
 main_flags=""
 if [ "${TUNE_PASSES_ONLY:-0}" = 1 ]; then
   main_flags="-DTUNE_PASSES_ONLY"
