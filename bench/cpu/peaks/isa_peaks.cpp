@@ -253,7 +253,7 @@ constexpr const char* kPlaceNames[] = {"A L1, B L1", "A L2, B L2", "A L1, B L2",
 constexpr int kPlaceCount = 7;
 
 // 64 tokens per expert with the weights streamed from memory: the kernel design, and how it prefetches.
-enum class Design { kTwoPass, kOneBlock, kInterleaved };
+enum class Design { kTwoPass, kOneBlock, kOneBlockDB, kInterleaved };
 enum class Next { kNone, kT0, kT2 };  // prefetch of the next data (next chunk / block / pair), and its hint
 struct Tokens64 {
   const char* name;
@@ -268,6 +268,12 @@ constexpr Tokens64 kTokens64[] = {
     {"64 tok: 1 block x 4 A, no pf", Design::kOneBlock, 0, Next::kNone},
     {"64 tok: 1 block x 4 A, pf 16K", Design::kOneBlock, 16384, Next::kNone},
     {"64 tok: 1 block x 4 A, pf 4K + next T2", Design::kOneBlock, 4096, Next::kT2},
+    // B alternating tmm6 / tmm7 by step and A tmm4 / tmm5 within a step: no tile register is reloaded
+    // while a product may still read it, so the next step's B load need not wait for this step's products.
+    {"64 tok: 1 block x 4 A, B and A double-buffered, pf 4K", Design::kOneBlockDB, 4096, Next::kNone},
+    {"64 tok: 1 block x 4 A, B and A double-buffered, no pf", Design::kOneBlockDB, 0, Next::kNone},
+    {"64 tok: 1 block x 4 A, B and A double-buffered, pf 1K", Design::kOneBlockDB, 1024, Next::kNone},
+    {"64 tok: 1 block x 4 A, B and A double-buffered, pf 8K", Design::kOneBlockDB, 8192, Next::kNone},
     {"64 tok: groups alternate / 8", Design::kInterleaved, 4096, Next::kNone},
     {"64 tok: groups alternate, g1 pf next T0", Design::kInterleaved, 4096, Next::kT0},
     {"64 tok: groups alternate, g1 pf next T2", Design::kInterleaved, 4096, Next::kT2},
@@ -369,6 +375,30 @@ int64_t sixty_four_tokens(const Tokens64& v, PlaceBuffers& buf) {
       _tile_loadd(4, a1 + 16 * (kStridedLd / 2) + s * 32, kStridedLd);
       _tile_dpbf16ps(3, 4, 6);
     }
+    store_c(buf.c);
+    return kSteps * 4;
+  }
+  if (v.design == Design::kOneBlockDB) {
+    const uint16_t* b = next_mem(buf, 1);
+    const uint16_t* r1 = buf.a + 16 * (kStridedLd / 2);
+    const uint16_t* r3 = a1 + 16 * (kStridedLd / 2);
+// (The tile intrinsics paste their operands into the instruction text: B must be a literal.)
+#define MOERUN_DB_STEP(s, B)                         \
+  prefetch_ahead(b, s, v.ahead);                     \
+  _tile_loadd(B, b + (s) * 512, 64);                 \
+  _tile_loadd(4, buf.a + (s) * 32, kStridedLd);      \
+  _tile_loadd(5, r1 + (s) * 32, kStridedLd);         \
+  _tile_dpbf16ps(0, 4, B);                           \
+  _tile_dpbf16ps(1, 5, B);                           \
+  _tile_loadd(4, a1 + (s) * 32, kStridedLd);         \
+  _tile_loadd(5, r3 + (s) * 32, kStridedLd);         \
+  _tile_dpbf16ps(2, 4, B);                           \
+  _tile_dpbf16ps(3, 5, B);
+    for (int64_t s = 0; s < kSteps; s += 2) {
+      MOERUN_DB_STEP(s, 6)
+      MOERUN_DB_STEP(s + 1, 7)
+    }
+#undef MOERUN_DB_STEP
     store_c(buf.c);
     return kSteps * 4;
   }
