@@ -16,6 +16,7 @@
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/isa.hpp"
+#include "backends/cpu/workspace.hpp"
 #include "moerun/formats.hpp"
 #include "moerun/platform.hpp"
 #include "moerun/weights.hpp"
@@ -208,6 +209,34 @@ TEST(CpuForwardAllocations, NoneWhenTheRoutingSpreads) {
   sh.shared.count = 1;
   sh.shared.intermediate = 96;
   expect_allocation_free_across_routing(sh, "nvfp4 int8 act, shared expert");
+}
+
+// The layers of a model share the process's workspaces (cpu/workspace.hpp): once one layer's runner
+// has run a call of M tokens, another layer's runner of the same shape runs one of M tokens without
+// allocating, and no workspace is made for it. Every level, both with logits and with given top-k ids.
+TEST(CpuForwardAllocations, LayersShareTheWorkspace) {
+  MoeSpec s = spec(WeightFormat::kBF16, DType::kBF16);
+  s.validate();
+  const MoeWeights w1 = random_weights(s, 31), w2 = random_weights(s, 32);
+  const CpuIsa saved = cpu_isa_cap();
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
+    if (cpu::detected_isa() < isa) continue;
+    set_cpu_isa_cap(isa);
+    RunnerOptions opt;
+    opt.threads = 2;
+    auto layer1 = make_cpu_backend()->create_runner(s, w1, Platform::detect(), opt);
+    auto layer2 = make_cpu_backend()->create_runner(s, w2, Platform::detect(), opt);
+    Inputs warm, call;
+    make_inputs(warm, s, 300, 41, true, nullptr);
+    make_inputs(call, s, 300, 42, true, nullptr);
+    layer1->forward(warm.args);
+    const size_t made = cpu::WorkspacePool::process().created();
+    EXPECT_EQ(allocations_of([&] { layer2->forward(call.args); }), 0)
+        << "[" << to_string(isa) << "] the second layer's first call";
+    EXPECT_EQ(cpu::WorkspacePool::process().created(), made) << to_string(isa);
+    EXPECT_GE(cpu::WorkspacePool::process().idle(), 1u) << "the workspace was given back";
+  }
+  set_cpu_isa_cap(saved);
 }
 
 }  // namespace

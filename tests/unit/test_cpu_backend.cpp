@@ -11,13 +11,16 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/prepack.hpp"
 #include "backends/cpu/runner.hpp"
+#include "backends/cpu/workspace.hpp"
 #include "backends/reference/reference_backend.hpp"
 #include "moerun/error.hpp"
 #include "moerun/formats.hpp"
@@ -203,6 +206,56 @@ INSTANTIATE_TEST_SUITE_P(All, CpuBackendFormats,
                            for (char& ch : n) if (ch == '-') ch = '_';
                            return n;
                          });
+
+// Forwards of different layers at the same time, from two threads: each borrows its own workspace from
+// the process's pool (cpu/workspace.hpp), and each output is exactly what that layer gives alone. The
+// layers differ in size (H, I, M), so a workspace one layer grew serves the other next. One thread
+// a forward, so that the results are bitwise reproducible.
+TEST(CpuBackend, ConcurrentLayersEachGetTheirOwnWorkspace) {
+  MoeSpec a = base_spec(), b = base_spec();
+  a.act_dtype = b.act_dtype = DType::kBF16;
+  b.hidden = 256;
+  b.intermediate = 160;
+  b.weight_format = WeightFormat::kMxfp4;
+  a.validate();
+  b.validate();
+  const MoeWeights wa = random_weights(a, 51), wb = random_weights(b, 52);
+  RunnerOptions opt;
+  opt.threads = 1;
+  auto ra = make_cpu_backend()->create_runner(a, wa, Platform::detect(), opt);
+  auto rb = make_cpu_backend()->create_runner(b, wb, Platform::detect(), opt);
+  struct Call {
+    HostTensor hidden, logits, out;
+    ForwardArgs args;
+  };
+  auto make = [](const MoeSpec& s, int64_t m, uint32_t seed) {
+    auto c = std::make_unique<Call>();
+    c->hidden = random_tensor(s.act_dtype, {m, s.hidden}, seed);
+    c->logits = random_tensor(DType::kF32, {m, s.num_experts}, seed + 1, 3.0f);
+    c->out = HostTensor(s.act_dtype, {m, s.hidden});
+    c->args.hidden = c->hidden.view();
+    c->args.router_logits = c->logits.view();
+    c->args.output = c->out.view();
+    return c;
+  };
+  auto ca = make(a, 41, 61), cb = make(b, 7, 62);
+  ra->forward(ca->args);
+  rb->forward(cb->args);
+  const std::vector<float> want_a = to_f32(ca->out), want_b = to_f32(cb->out);
+  auto run = [](Runner& r, Call& c, const std::vector<float>& want, int reps, bool* same) {
+    for (int i = 0; i < reps; ++i) {
+      r.forward(c.args);
+      if (to_f32(c.out) != want) *same = false;
+    }
+  };
+  bool same_a = true, same_b = true;
+  std::thread t([&] { run(*ra, *ca, want_a, 40, &same_a); });
+  run(*rb, *cb, want_b, 40, &same_b);
+  t.join();
+  EXPECT_TRUE(same_a) << "layer a, run beside layer b";
+  EXPECT_TRUE(same_b) << "layer b, run beside layer a";
+  EXPECT_GE(cpu::WorkspacePool::process().idle(), 1u);
+}
 
 TEST(CpuBackend, EveryActivation) {
   for (ActivationKind k : {ActivationKind::kSiluAndMul, ActivationKind::kGeluAndMul, ActivationKind::kGeluTanhAndMul,

@@ -196,7 +196,6 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
   router_w_ = copy_f32(w.router_weight);
   if (spec.router_bias) router_b_ = copy_f32(w.router_bias);
   if (spec.routing.correction_bias) corr_b_ = copy_f32(w.correction_bias);
-  scratch_.resize(static_cast<size_t>(std::max(1, omp_get_num_procs())));
   // Their sizes follow the routing, not M: room for every local expert and the shared one, each at its
   // most items (one block each), so that no forward grows them.
   jobs_.reserve(static_cast<size_t>(el_) + 1);
@@ -352,13 +351,15 @@ void CpuRunner::forward(const ForwardArgs& args) {
   if (M == 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   ActiveGuard active;
+  const WorkspacePool::Lease lease = WorkspacePool::process().acquire();
+  Workspace& ws = *lease;
 
   // ---- threads: requested (or all), never more than this forward's share of the cores ----
   const int procs = std::max(1, omp_get_num_procs());
   int threads = options_.threads > 0 ? options_.threads : omp_get_max_threads();
   threads = std::clamp(threads, 1, std::max(1, procs / std::max(1, active.n)));
   if (omp_in_parallel()) threads = 1;
-  if (static_cast<int>(scratch_.size()) < threads) scratch_.resize(static_cast<size_t>(threads));
+  if (static_cast<int>(ws.scratch.size()) < threads) ws.scratch.resize(static_cast<size_t>(threads));
   ForwardProfile* const pf = prof_ && prof_->begin(threads, M) ? prof_.get() : nullptr;
 
   const int E = spec_.num_experts, k = spec_.top_k, H = h_;
@@ -375,12 +376,12 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // rows of a forward are bounded by M * k (+ M shared) whatever the routing and expert parallelism.
   const int64_t rows_cap = M * k + (sw13_ != nullptr ? M : 0);
   float* hid = nullptr;
-  float* const hid_rows = hid_.get(static_cast<size_t>(M * hp_));
-  int32_t* const topi = topi_.get(static_cast<size_t>(M * k));
-  float* const topw = topw_.get(static_cast<size_t>(M * k));
-  float* const logits_rows = router_w_.empty() ? nullptr : logits_.get(static_cast<size_t>(M * E));
-  for (int t = 0; t < threads; ++t) scratch_[static_cast<size_t>(t)].topk.reserve(E, spec_.routing.n_group);
-  disp_.reserve(rows_cap);
+  float* const hid_rows = ws.hid.get(static_cast<size_t>(M * hp_));
+  int32_t* const topi = ws.topi.get(static_cast<size_t>(M * k));
+  float* const topw = ws.topw.get(static_cast<size_t>(M * k));
+  float* const logits_rows = router_w_.empty() ? nullptr : ws.logits.get(static_cast<size_t>(M * E));
+  for (int t = 0; t < threads; ++t) ws.scratch[static_cast<size_t>(t)].topk.reserve(E, spec_.routing.n_group);
+  ws.disp.reserve(rows_cap);
   const auto convert_hidden = [&] {
     hid = hid_rows;
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -431,7 +432,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const int64_t t0 = c * chunk, n = std::min(chunk, M - t0);
       if (n > 0)
         routing::topk_host(spec_, logits + t0 * E, n, cb, ti + t0 * k, tf + t0 * k,
-                           scratch_[static_cast<size_t>(c)].topk);
+                           ws.scratch[static_cast<size_t>(c)].topk);
     }
     ids = ti;
     tw = tf;
@@ -439,11 +440,11 @@ void CpuRunner::forward(const ForwardArgs& args) {
   if (pf) pf->mark(Phase::kRoute);
 
   // ---- dispatch and jobs ----
-  dispatch::build_dispatch(spec_, ids, tw, M, disp_);
-  const int64_t R = disp_.rows();
+  dispatch::build_dispatch(spec_, ids, tw, M, ws.disp);
+  const int64_t R = ws.disp.rows();
   jobs_.clear();
   for (int e = 0; e < el_; ++e)
-    if (disp_.count(e) > 0) jobs_.push_back(Job{false, e, disp_.offsets[static_cast<size_t>(e)], disp_.count(e)});
+    if (ws.disp.count(e) > 0) jobs_.push_back(Job{false, e, ws.disp.offsets[static_cast<size_t>(e)], ws.disp.count(e)});
   const bool has_shared = sw13_ != nullptr;
   if (has_shared) jobs_.push_back(Job{true, 0, R, M});
   const int64_t rows = R + (has_shared ? M : 0);
@@ -499,26 +500,26 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // acc: [2][max_m][16] (one per block of a pair; 15-bit q8 rows take two rows a token); out: [2][M][16]
   const int64_t acc_stride = max_m * 16 * ks_.q8_rows_per_token;
   for (int t = 0; t < threads; ++t) {
-    scratch_[static_cast<size_t>(t)].acc.get(static_cast<size_t>(2 * acc_stride));
+    ws.scratch[static_cast<size_t>(t)].acc.get(static_cast<size_t>(2 * acc_stride));
     // (by the most blocks a gemm2 item can hold, which the routing decides: see the down groups)
-    scratch_[static_cast<size_t>(t)].out.get(static_cast<size_t>(
+    ws.scratch[static_cast<size_t>(t)].out.get(static_cast<size_t>(
         2 * std::max<int64_t>({kDownGroupMaxCalls, kStreamRunMax, ks_.down_group, ks_.stream_run}) * M * 16));
     const int64_t kpmax = std::max(hp_, ipmax);
-    scratch_[static_cast<size_t>(t)].panel.get(static_cast<size_t>(kpmax * 16));
-    if (ks_.amx) scratch_[static_cast<size_t>(t)].panel_bf16.get(static_cast<size_t>(2 * kpmax * 16));
+    ws.scratch[static_cast<size_t>(t)].panel.get(static_cast<size_t>(kpmax * 16));
+    if (ks_.amx) ws.scratch[static_cast<size_t>(t)].panel_bf16.get(static_cast<size_t>(2 * kpmax * 16));
   }
   // bf16 copies of X and H for AMX tiles and the bf16 streaming kernel (bf16 layers only: kernels_for_spec).
   const bool want_bf16 = ks_.amx || ks_.stream_bf16 != nullptr;
-  uint16_t* Xb = want_bf16 ? xb_.get(static_cast<size_t>((rows_cap + 16) * ldx)) : nullptr;
-  uint16_t* Hbb = want_bf16 ? hb_.get(static_cast<size_t>((rows_cap + 16) * ldh)) : nullptr;
+  uint16_t* Xb = want_bf16 ? ws.xb.get(static_cast<size_t>((rows_cap + 16) * ldx)) : nullptr;
+  uint16_t* Hbb = want_bf16 ? ws.hb.get(static_cast<size_t>((rows_cap + 16) * ldh)) : nullptr;
   float* gate = nullptr;
-  if (has_shared && !shared_gate_.empty()) gate = gate_.get(static_cast<size_t>(M));
+  if (has_shared && !shared_gate_.empty()) gate = ws.gate.get(static_cast<size_t>(M));
   // q8 rows (int8 activation codes, or 15-bit rows) for the jobs whose calls take the q8 kernel; only
   // their rows are packed (a prefill forward may hold a few such jobs among many tiled ones).
   bool q8 = false;
   uint8_t* q8_row = nullptr;
   if (ks_.stream_q8 != nullptr) {
-    uint8_t* qr = q8_row_.get(static_cast<size_t>(rows_cap));  // (grown on every call: see xq below)
+    uint8_t* qr = ws.q8_row.get(static_cast<size_t>(rows_cap));  // (grown on every call: see xq below)
     for (const Job& j : jobs_) {
       const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
       if (j.m > ks_.stream_max_m_q8 || !(ks_.uses_q8_stream(f1) || ks_.uses_q8_stream(f2))) continue;
@@ -533,8 +534,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const int64_t rpt = ks_.q8_rows_per_token;  // q8 rows per activation row
   // (reserved for every row whenever the layer has a q8 kernel, whether or not this call packs any: a
   // decode call after a prefill one must not allocate)
-  const Q8Slots xq = ks_.stream_q8 != nullptr ? xq_.reserve(rows_cap * rpt, hp_) : Q8Slots{};
-  const Q8Slots hq = ks_.stream_q8 != nullptr ? hq_.reserve(rows_cap * rpt, ipmax) : Q8Slots{};
+  const Q8Slots xq = ks_.stream_q8 != nullptr ? ws.xq.reserve(rows_cap * rpt, hp_) : Q8Slots{};
+  const Q8Slots hq = ks_.stream_q8 != nullptr ? ws.hq.reserve(rows_cap * rpt, ipmax) : Q8Slots{};
   // Row r's codes: the spec's int8 ones, the values rounded in place as fake_quantize_act does; or its
   // 15-bit high and low rows, the values left as they are.
   auto pack_q8 = [rpt](float* v, int64_t kp, const Q8Slots& q, int64_t r) {
@@ -551,18 +552,18 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const int64_t R13 = w13_->rows;
   const int lr = lw ? lw->rank : 0;
   const int64_t rcap = M * k;  // routed rows, whatever the routing (expert parallelism masks some)
-  float* lora1 = lw ? lora1_.get(static_cast<size_t>(rcap * R13)) : nullptr;
-  float* lora2 = lw ? lora2_.get(static_cast<size_t>(rcap * H)) : nullptr;
-  float* lt = lw ? lora_t_.get(static_cast<size_t>(rcap * std::max(1, lr))) : nullptr;
+  float* lora1 = lw ? ws.lora1.get(static_cast<size_t>(rcap * R13)) : nullptr;
+  float* lora2 = lw ? ws.lora2.get(static_cast<size_t>(rcap * H)) : nullptr;
+  float* lt = lw ? ws.lora_t.get(static_cast<size_t>(rcap * std::max(1, lr))) : nullptr;
   int32_t* row_expert = nullptr;
   if (lw) {
-    row_expert = row_expert_.get(static_cast<size_t>(rcap));
+    row_expert = ws.row_expert.get(static_cast<size_t>(rcap));
     for (int e = 0; e < el_; ++e)
-      for (int32_t r = disp_.offsets[static_cast<size_t>(e)]; r < disp_.offsets[static_cast<size_t>(e + 1)]; ++r)
+      for (int32_t r = ws.disp.offsets[static_cast<size_t>(e)]; r < ws.disp.offsets[static_cast<size_t>(e + 1)]; ++r)
         row_expert[r] = e;
   }
   auto row_adapter = [&](int64_t row) -> int {
-    return (lw && row < R) ? tok_adapter[disp_.token[static_cast<size_t>(row)]] : -1;
+    return (lw && row < R) ? tok_adapter[ws.disp.token[static_cast<size_t>(row)]] : -1;
   };
 
   // Which copy of the hidden rows the gate_up calls read (call_path): the f32 rows X only where some
@@ -580,11 +581,11 @@ void CpuRunner::forward(const ForwardArgs& args) {
     convert_hidden();
   }
   // Grown either way, so that a later call that needs it does not allocate; null where not written.
-  float* X = x_.get(static_cast<size_t>((rows_cap + 16) * ldx));
+  float* X = ws.x.get(static_cast<size_t>((rows_cap + 16) * ldx));
   if (!x_f32) X = nullptr;
-  float* Hb = hbuf_.get(static_cast<size_t>((rows_cap + 16) * ldh));
+  float* Hb = ws.hbuf.get(static_cast<size_t>((rows_cap + 16) * ldh));
   for (int t = 0; t < threads; ++t)  // the gather's f32 row where X is not kept
-    scratch_[static_cast<size_t>(t)].xrow.get(static_cast<size_t>(hp_));
+    ws.scratch[static_cast<size_t>(t)].xrow.get(static_cast<size_t>(hp_));
 
   const PackedStack& w13 = *w13_;
   const PackedStack& w2 = *w2_;
@@ -595,7 +596,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
 #pragma omp parallel num_threads(threads)
   {
     const int tid = omp_get_thread_num();
-    Scratch& s = scratch_[static_cast<size_t>(tid)];
+    Scratch& s = ws.scratch[static_cast<size_t>(tid)];
     // Profiling (profile.hpp): thread 0 marks each stage's end after its barrier; items add busy time.
     const bool marker = pf && tid == 0;
     auto clock = [pf] { return pf ? ForwardProfile::now() : 0.0; };
@@ -610,7 +611,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
         gate[t] = sigmoid(g);
       }
       if (direct_x && !(q8 && q8_row[row])) {  // the bf16 row as it is
-        const int64_t t = row < R ? static_cast<int64_t>(disp_.token[static_cast<size_t>(row)]) : row - R;
+        const int64_t t = row < R ? static_cast<int64_t>(ws.disp.token[static_cast<size_t>(row)]) : row - R;
         uint16_t* xb = Xb + row * ldx;
         std::memcpy(xb, static_cast<const uint16_t*>(args.hidden.data) + t * H, static_cast<size_t>(H) * 2);
         std::fill(xb + H, xb + hp_, uint16_t{0});
@@ -618,8 +619,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
       }
       float* d = X ? X + row * ldx : s.xrow.v.data();
       if (row < R) {
-        const float* src = hid + static_cast<int64_t>(disp_.token[static_cast<size_t>(row)]) * hp_;
-        const float wgt = on_input ? disp_.weight[static_cast<size_t>(row)] : 1.0f;
+        const float* src = hid + static_cast<int64_t>(ws.disp.token[static_cast<size_t>(row)]) * hp_;
+        const float wgt = on_input ? ws.disp.weight[static_cast<size_t>(row)] : 1.0f;
         if (on_input) for (int64_t c = 0; c < hp_; ++c) d[c] = src[c] * wgt;
         else std::memcpy(d, src, static_cast<size_t>(hp_) * sizeof(float));
       } else {
@@ -784,8 +785,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
               t = i;
               wgt = gate ? gate[i] : 1.0f;
             } else {
-              t = disp_.token[static_cast<size_t>(row)];
-              wgt = on_input ? 1.0f : disp_.weight[static_cast<size_t>(row)];
+              t = ws.disp.token[static_cast<size_t>(row)];
+              wgt = on_input ? 1.0f : ws.disp.weight[static_cast<size_t>(row)];
             }
             const float* lo = (lora2 && !job.shared && row_adapter(row) >= 0) ? lora2 + row * H + b * 16 : nullptr;
             float* o = outl + t * 16;

@@ -12,32 +12,12 @@
 #include "backends/cpu/prepack.hpp"
 #include "backends/cpu/profile.hpp"
 #include "backends/cpu/q8_rows.hpp"
+#include "backends/cpu/workspace.hpp"
 #include "dispatch/dispatch.hpp"
 #include "moerun/backend.hpp"
 #include "routing/topk.hpp"
 
 namespace moerun::cpu {
-
-// 64-byte aligned allocations (kernels store panels with aligned stores).
-template <typename T>
-struct Aligned64 {
-  using value_type = T;
-  Aligned64() = default;
-  template <typename U> Aligned64(const Aligned64<U>&) noexcept {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
-  template <typename U> bool operator==(const Aligned64<U>&) const noexcept { return true; }
-};
-
-// A vector that only grows (the steady-state forward allocates nothing).
-template <typename T>
-struct Grow {
-  std::vector<T, Aligned64<T>> v;
-  T* get(size_t n) {
-    if (v.size() < n) v.resize(n);
-    return v.data();
-  }
-};
 
 // The kernels a layer gets at an ISA level (AMX tiles only for bf16 activations), and the variant a
 // call with m tokens takes: shared by the runner and by CpuBackend::variant (what explain shows).
@@ -60,12 +40,7 @@ class CpuRunner final : public Runner {
     int64_t row0 = 0;   // first row in the X / H buffers
     int64_t m = 0;      // rows
   };
-  struct Scratch {  // one per thread
-    Grow<float> panel, acc, out;
-    Grow<uint16_t> panel_bf16;
-    Grow<float> xrow;  // the gather's f32 row where X is not kept
-    routing::TopkScratch topk;
-  };
+  using Scratch = ThreadScratch;  // one per thread of a forward (workspace.hpp)
 
   // A GEMM1 work item: N-blocks b .. b + nb - 1 (nb = 1, or 2 for calls that take AMX tiles) of job `job`.
   struct Item {
@@ -100,16 +75,11 @@ class CpuRunner final : public Runner {
   std::vector<float> w13_bias_, w2_bias_, router_w_, router_b_, corr_b_, shared_gate_;
   bool add_w2_bias_ = false;
 
-  std::mutex mu_;  // one forward at a time per runner (the workspaces below are shared)
-  dispatch::Dispatch disp_;
+  std::mutex mu_;  // one forward at a time per runner (jobs_ and items1_ are the runner's)
+  // Sized by the routing, not M, and reserved at construction for every local expert (the buffers
+  // that grow with M are the workspace's: WorkspacePool).
   std::vector<Job> jobs_;
   std::vector<Item> items1_;
-  Grow<float> hid_, logits_, topw_, x_, hbuf_, lora1_, lora2_, lora_t_, gate_;
-  Grow<int32_t> topi_, row_expert_;
-  Grow<uint8_t> q8_row_;  // per activation row: 1 where its job's calls take the q8 kernel (its rows are packed)
-  Grow<uint16_t> xb_, hb_;
-  Q8Buffer xq_, hq_;  // q8 rows of X and H (the q8 kernel's jobs only)
-  std::vector<Scratch> scratch_;
   std::unique_ptr<ForwardProfile> prof_;  // MOERUN_CPU_PROFILE set when the runner was created
 };
 
