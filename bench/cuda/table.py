@@ -10,6 +10,21 @@ import json
 import sys
 
 
+def table(title, rows, cell):
+    """A markdown table of rows (shape by M), each cell cell(row), after a bold title line."""
+    ms = sorted({r["M"] for r in rows})
+    print(f"{title}\n")
+    print("| shape | " + " | ".join(f"M={m}" for m in ms) + " |")
+    print("|---|" + "---|" * len(ms))
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        cells = []
+        for m in ms:
+            r = next((r for r in rows if r["shape"] == shape and r["M"] == m), None)
+            cells.append("" if r is None else cell(r))
+        print(f"| {shape} | " + " | ".join(cells) + " |")
+    print()
+
+
 def main():
     d = json.load(open(sys.argv[1]))
     variants = sys.argv[2:] or ["cuda-graph-expert", "cuda-eager-full", "cublas-full"]
@@ -22,32 +37,13 @@ def main():
         rows = [r for r in d["rows"] if r["variant"] == v]
         if not rows:
             continue
-        ms = sorted({r["M"] for r in rows})
-        print(f"**{v}** — time, % of roofline, speedup vs torch pipeline\n")
-        print("| shape | " + " | ".join(f"M={m}" for m in ms) + " |")
-        print("|---|" + "---|" * len(ms))
-        for shape in dict.fromkeys(r["shape"] for r in rows):
-            cells = []
-            for m in ms:
-                r = next((r for r in rows if r["shape"] == shape and r["M"] == m), None)
-                cells.append("" if r is None else f"{r['ms']:.3f} ms, {r['pct_roofline']:.0f}%, {r.get('speedup_vs_torch', 0):.2f}x")
-            print(f"| {shape} | " + " | ".join(cells) + " |")
-        print()
+        table(f"**{v}** — time, % of roofline, speedup vs torch pipeline", rows,
+              lambda r: f"{r['ms']:.3f} ms, {r['pct_roofline']:.0f}%, {r.get('speedup_vs_torch', 0):.2f}x")
         local = [r for r in rows if "pct_roofline_local" in r]
         if local:
-            lms = sorted({r["M"] for r in local})
-            print(f"**{v}**, against the matmul rate alternated with the row — time, matmul TFLOP/s then, "
-                  "% of that roofline\n")
-            print("| shape | " + " | ".join(f"M={m}" for m in lms) + " |")
-            print("|---|" + "---|" * len(lms))
-            for shape in dict.fromkeys(r["shape"] for r in local):
-                cells = []
-                for m in lms:
-                    r = next((r for r in local if r["shape"] == shape and r["M"] == m), None)
-                    cells.append("" if r is None else
-                                 f"{r['ms']:.3f} ms, {r['local_matmul_TFLOPs']:.0f}, {r['pct_roofline_local']:.0f}%")
-                print(f"| {shape} | " + " | ".join(cells) + " |")
-            print()
+            table(f"**{v}**, against the matmul rate alternated with the row — time, matmul TFLOP/s then, "
+                  "% of that roofline", local,
+                  lambda r: f"{r['ms']:.3f} ms, {r['local_matmul_TFLOPs']:.0f}, {r['pct_roofline_local']:.0f}%")
 
 
 if __name__ == "__main__":

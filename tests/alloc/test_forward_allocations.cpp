@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <new>
 #include <random>
 #include <string>
@@ -93,18 +94,26 @@ long allocations_of(const std::function<void()>& f) {
   return g_allocations.load();
 }
 
-// `body` with a 2-thread runner of `s` at every ISA level this machine runs.
-void at_every_level(const MoeSpec& s, const MoeWeights& w, const std::function<void(CpuIsa, Runner&)>& body) {
+// `body` at every ISA level this machine runs (the cap set to it), the cap restored afterwards.
+void for_every_level(const std::function<void(CpuIsa)>& body) {
   const CpuIsa saved = cpu_isa_cap();
   for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
     if (cpu::detected_isa() < isa) continue;
     set_cpu_isa_cap(isa);
-    RunnerOptions opt;
-    opt.threads = 2;
-    auto runner = make_cpu_backend()->create_runner(s, w, Platform::detect(), opt);
-    body(isa, *runner);
+    body(isa);
   }
   set_cpu_isa_cap(saved);
+}
+
+std::unique_ptr<Runner> two_thread_runner(const MoeSpec& s, const MoeWeights& w) {
+  RunnerOptions opt;
+  opt.threads = 2;
+  return make_cpu_backend()->create_runner(s, w, Platform::detect(), opt);
+}
+
+// `body` with a 2-thread runner of `s` at every ISA level this machine runs.
+void at_every_level(const MoeSpec& s, const MoeWeights& w, const std::function<void(CpuIsa, Runner&)>& body) {
+  for_every_level([&](CpuIsa isa) { body(isa, *two_thread_runner(s, w)); });
 }
 
 // Warm up with the largest call, then count the allocations of calls of every size up to it, with
@@ -218,14 +227,8 @@ TEST(CpuForwardAllocations, LayersShareTheWorkspace) {
   MoeSpec s = spec(WeightFormat::kBF16, DType::kBF16);
   s.validate();
   const MoeWeights w1 = random_weights(s, 31), w2 = random_weights(s, 32);
-  const CpuIsa saved = cpu_isa_cap();
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
-    if (cpu::detected_isa() < isa) continue;
-    set_cpu_isa_cap(isa);
-    RunnerOptions opt;
-    opt.threads = 2;
-    auto layer1 = make_cpu_backend()->create_runner(s, w1, Platform::detect(), opt);
-    auto layer2 = make_cpu_backend()->create_runner(s, w2, Platform::detect(), opt);
+  for_every_level([&](CpuIsa isa) {
+    auto layer1 = two_thread_runner(s, w1), layer2 = two_thread_runner(s, w2);
     Inputs warm, call;
     make_inputs(warm, s, 300, 41, true, nullptr);
     make_inputs(call, s, 300, 42, true, nullptr);
@@ -235,8 +238,7 @@ TEST(CpuForwardAllocations, LayersShareTheWorkspace) {
         << "[" << to_string(isa) << "] the second layer's first call";
     EXPECT_EQ(cpu::WorkspacePool::process().created(), made) << to_string(isa);
     EXPECT_GE(cpu::WorkspacePool::process().idle(), 1u) << "the workspace was given back";
-  }
-  set_cpu_isa_cap(saved);
+  });
 }
 
 }  // namespace
