@@ -3,10 +3,10 @@
 // For each shape and token count: the full forward (routing from logits) eager and as CUDA-graph
 // replay, the expert stage alone (top-k given) as graph replay, and the cublas backend. Times are
 // medians of CUDA-event intervals, each taken after an L2 flush. Limits are measured in the same run:
-// (The flush is a 512 MiB memset, as torch/Triton benchmarks do, which leaves the L2 full of dirty lines
+// device-to-device copy bandwidth (bytes read + written) and a large bf16 cuBLAS matmul rate (Matmul).
+// The flush is a 512 MiB memset, as torch/Triton benchmarks do, which leaves the L2 full of dirty lines
 // that the timed kernels then write back; for M <= --read-flush-max-m, 16 by default, the expert stage
-// is also timed after a flush that only reads, so the L2 holds clean lines: the '-readflush' rows.)
-// device-to-device copy bandwidth (bytes read + written) and a large bf16 cuBLAS matmul rate.
+// is also timed after a flush that only reads, so the L2 holds clean lines: the '-readflush' rows.
 // Bytes: the distinct activated experts' weights + activations in and out; FLOPs: 2*M*k*(R*H + H*I).
 // Usage: cuda_moe_bench [--json out.json] [--torch torch.json] [--quick] [--ms 1024,8192]
 //                       [--shapes deepseek-v3,mixtral-8x7b] [--no-forced] [--read-flush-max-m 16]
@@ -68,27 +68,36 @@ struct Timer {
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
   }
+  // The L2 flush before a timed run (Flush: a memset, or a read that leaves only clean lines).
+  void flush_l2(Flush mode, int i) {
+    if (mode == Flush::kWrite) {
+      CK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes, s));
+    } else {
+      flush_read_kernel<<<1056, 512, 0, s>>>(static_cast<const uint4*>(flush), flush_bytes / 16, sink);
+      CK(cudaGetLastError());
+    }
+  }
+  // One flushed run of f, in ms.
+  template <typename F> float time_once(F&& f, Flush mode, int i) {
+    flush_l2(mode, i);
+    CK(cudaEventRecord(a, s));
+    f();
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    return ms;
+  }
+  static double median(std::vector<float> t) {
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
   template <typename F> double median_ms(F&& f, int reps, int warm = 2, Flush mode = Flush::kWrite) {
     for (int i = 0; i < warm; ++i) f();
     CK(cudaStreamSynchronize(s));
     std::vector<float> t;
-    for (int i = 0; i < reps; ++i) {
-      if (mode == Flush::kWrite) {
-        CK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes, s));  // L2 flush
-      } else {
-        flush_read_kernel<<<1056, 512, 0, s>>>(static_cast<const uint4*>(flush), flush_bytes / 16, sink);
-        CK(cudaGetLastError());
-      }
-      CK(cudaEventRecord(a, s));
-      f();
-      CK(cudaEventRecord(b, s));
-      CK(cudaEventSynchronize(b));
-      float ms = 0;
-      CK(cudaEventElapsedTime(&ms, a, b));
-      t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    for (int i = 0; i < reps; ++i) t.push_back(time_once(f, mode, i));
+    return median(t);
   }
   // f and g alternated call by call, each after a write flush: their medians.
   template <typename F, typename G> std::pair<double, double> median_pair(F&& f, G&& g, int reps) {
@@ -96,20 +105,11 @@ struct Timer {
     g();
     CK(cudaStreamSynchronize(s));
     std::vector<float> tf, tg;
-    for (int i = 0; i < reps; ++i)
-      for (int which = 0; which < 2; ++which) {
-        CK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes, s));
-        CK(cudaEventRecord(a, s));
-        if (which == 0) f(); else g();
-        CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        (which == 0 ? tf : tg).push_back(ms);
-      }
-    std::sort(tf.begin(), tf.end());
-    std::sort(tg.begin(), tg.end());
-    return {tf[tf.size() / 2], tg[tg.size() / 2]};
+    for (int i = 0; i < reps; ++i) {
+      tf.push_back(time_once(f, Flush::kWrite, i));
+      tg.push_back(time_once(g, Flush::kWrite, i));
+    }
+    return {median(tf), median(tg)};
   }
 };
 
