@@ -90,11 +90,13 @@ struct Set {
   std::shared_ptr<uint8_t> data, gs;
   int copies = 0;
   size_t bytes_per_copy = 0;
+  int prefetch = kPrefetchBytes, prefetch_l2 = 0;  // the runner's distances at the level measured
   kernels::BlockRef block(int c, int64_t b) const {
     kernels::BlockRef r = p->block(0, b);
     r.data = data.get() + static_cast<size_t>(c) * p->nblocks * p->block_bytes + static_cast<size_t>(b) * p->block_bytes;
     if (gs) r.gscale = gs.get() + static_cast<size_t>(c) * p->nblocks * p->gs_block_bytes + static_cast<size_t>(b) * p->gs_block_bytes;
-    r.prefetch = kPrefetchBytes;  // the runner's default distance
+    r.prefetch = prefetch;
+    r.prefetch_l2 = prefetch_l2;
     return r;
   }
 };
@@ -261,6 +263,8 @@ int main(int argc, char** argv) {
     }
     if (F.q != 0 && kv[0].stream_q8 == nullptr) continue;  // the avx512 level has none
     Set s = make_set(F.f, N, K, 96u << 20, kv[0].code_layout);  // the same at every variant of one level
+    s.prefetch = kv[0].prefetch;
+    s.prefetch_l2 = kv[0].prefetch_l2;
     const int64_t nb = s.p->nblocks, pairs = s.p->kp / 2;
     // memory-resident, m = 1
     {

@@ -2,7 +2,7 @@
 // machine's limits (memory read bandwidth, FMA peaks, AMX bf16 tile peak) measured in the same run.
 //
 //   cpu_moe_bench [--quick] [--json PATH] [--threads N] [--only SHAPE,...] [--m 1,64,...] [--compare-v1]
-//                 [--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE] [--budget S]
+//                 [--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE[,...]] [--budget S]
 //                 [--stream-sweep 4,8,16,...] [--formats LABEL,...] [--no-onednn]
 //
 // --formats LABEL,...: only the rows of these formats, labelled as in the output ("bf16", "mxfp4",
@@ -19,8 +19,9 @@
 // default two (rows "cpu-amx1" and "cpu", cpu_speedup_vs_amx1); it replaces --compare-v1.
 // --compare-down1 likewise with one call's N-blocks per down-GEMM work item (MOERUN_CPU_DOWN_GROUP=1)
 // against the automatic down groups (rows "cpu-down1", cpu_speedup_vs_down1); it replaces both.
-// --compare-env VAR=VALUE likewise with any cpu-backend environment setting read when a runner is
-// created (rows "cpu-alt" with variant "VAR=VALUE", cpu_speedup_vs_alt); it replaces all three.
+// --compare-env VAR=VALUE[,VAR2=VALUE2...] likewise with any cpu-backend environment settings read when
+// a runner is created (rows "cpu-alt" with variant "VAR=VALUE...", cpu_speedup_vs_alt); it replaces all
+// three.
 //
 // The oneDNN baseline runs every activated expert (and the shared experts) as two bf16 matmuls
 // (f32 where oneDNN has no bf16 matmul for the ISA) with weights reordered once to format_tag::any,
@@ -587,15 +588,25 @@ struct Bench {
   // The cpu backend with the current kernels and with v1 (env = value: MOERUN_CPU_KERNELS=v1 or
   // MOERUN_CPU_AMX_NBLOCKS=1), calls alternating so that load from other processes hits both alike.
   // Returns {current, v1} median seconds.
-  std::pair<double, double> run_cpu_vs_v1(const Model& m, int64_t M, int th, const char* env, const char* value) {
+  // settings: "VAR=VALUE" or several joined by commas, all set while the alternative runners are created.
+  std::pair<double, double> run_cpu_vs_v1(const Model& m, int64_t M, int th, const std::string& settings) {
     RunnerOptions ro;
     ro.threads = th;
-    const char* prev = std::getenv(env);
-    const std::string keep = prev ? prev : "";
-    setenv(env, value, 1);
+    struct Saved { std::string name, value; bool was_set; };
+    std::vector<Saved> saved;
+    std::stringstream ss(settings);
+    for (std::string kv; std::getline(ss, kv, ',');) {
+      const size_t eq = kv.find('=');
+      const std::string name = kv.substr(0, eq);
+      const char* prev = std::getenv(name.c_str());
+      saved.push_back({name, prev ? prev : "", prev != nullptr});
+      setenv(name.c_str(), kv.substr(eq + 1).c_str(), 1);
+    }
     auto r1 = cpu_runners(m, ro.threads);
-    if (prev) setenv(env, keep.c_str(), 1);
-    else unsetenv(env);
+    for (const Saved& v : saved) {
+      if (v.was_set) setenv(v.name.c_str(), v.value.c_str(), 1);
+      else unsetenv(v.name.c_str());
+    }
     auto r2 = cpu_runners(m, ro.threads);
     HostTensor out(DType::kBF16, {M, m.spec.hidden});
     std::vector<double> t1, t2;
@@ -642,18 +653,16 @@ struct Bench {
       double t;
       if (opt.compare_v1 || opt.compare_amx1 || opt.compare_down1 || !opt.compare_env.empty()) {
         // (environment variable, value, row name, JSON speedup key) of the alternative timed call by call
-        struct Alt { std::string env, value; const char *row, *key; };
-        const size_t eq = opt.compare_env.find('=');
-        const Alt alt = !opt.compare_env.empty()
-                            ? Alt{opt.compare_env.substr(0, eq), opt.compare_env.substr(eq + 1), "cpu-alt", "cpu_speedup_vs_alt"}
-                        : opt.compare_down1 ? Alt{"MOERUN_CPU_DOWN_GROUP", "1", "cpu-down1", "cpu_speedup_vs_down1"}
-                        : opt.compare_amx1  ? Alt{"MOERUN_CPU_AMX_NBLOCKS", "1", "cpu-amx1", "cpu_speedup_vs_amx1"}
-                                            : Alt{"MOERUN_CPU_KERNELS", "v1", "cpu-v1", "cpu_speedup_vs_v1"};
-        const auto [t2, t1] = run_cpu_vs_v1(m, M, threads, alt.env.c_str(), alt.value.c_str());
+        struct Alt { std::string settings; const char *row, *key; };
+        const Alt alt = !opt.compare_env.empty() ? Alt{opt.compare_env, "cpu-alt", "cpu_speedup_vs_alt"}
+                        : opt.compare_down1      ? Alt{"MOERUN_CPU_DOWN_GROUP=1", "cpu-down1", "cpu_speedup_vs_down1"}
+                        : opt.compare_amx1       ? Alt{"MOERUN_CPU_AMX_NBLOCKS=1", "cpu-amx1", "cpu_speedup_vs_amx1"}
+                                                 : Alt{"MOERUN_CPU_KERNELS=v1", "cpu-v1", "cpu_speedup_vs_v1"};
+        const auto [t2, t1] = run_cpu_vs_v1(m, M, threads, alt.settings);
         t = t2;
         RunnerOptions ro;
         variant = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro)->variant_for(M);
-        row(m, alt.row, M, threads, t1, alt.env + "=" + alt.value, 0, variant);
+        row(m, alt.row, M, threads, t1, alt.settings, 0, variant);
         rows.back()[alt.key] = t1 / t2;
       } else {
         t = run_cpu(m, M, threads, &variant);
@@ -710,6 +719,18 @@ struct Bench {
   }
 };
 
+// --compare-env's argument: VAR=VALUE settings joined by commas, each with a name; not the ISA cap,
+// which is read once per process and so cannot differ between the two sets of runners.
+bool valid_settings(const std::string& s) {
+  std::stringstream ss(s);
+  int n = 0;
+  for (std::string kv; std::getline(ss, kv, ','); ++n) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0 || kv.substr(0, eq) == "MOERUN_CPU_ISA") return false;
+  }
+  return n > 0 && s.back() != ',';
+}
+
 std::vector<int64_t> parse_list(const std::string& s) {
   std::vector<int64_t> v;
   for (std::string l = s; !l.empty();) {
@@ -752,9 +773,8 @@ int main(int argc, char** argv) {
     else if (a == "--no-onednn") b.opt.no_onednn = true;
     else if (a == "--compare-amx1") b.opt.compare_amx1 = true;
     else if (a == "--compare-down1") b.opt.compare_down1 = true;
-    else if (a == "--compare-env" && i + 1 < argc && std::strchr(argv[i + 1], '=') != nullptr &&
-             argv[i + 1][0] != '=' && std::strncmp(argv[i + 1], "MOERUN_CPU_ISA=", 15) != 0)
-      b.opt.compare_env = argv[++i];  // (the ISA cap is read once per process: not comparable here)
+    else if (a == "--compare-env" && i + 1 < argc && valid_settings(argv[i + 1]))
+      b.opt.compare_env = argv[++i];
     else if (a == "--m" && i + 1 < argc) b.opt.ms = parse_list(argv[++i]);
     else if (a == "--formats" && i + 1 < argc) {
       std::stringstream ss(argv[++i]);
@@ -767,7 +787,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE,...] [--m 1,64,...] [--compare-v1] "
-                   "[--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE] [--budget S] [--stream-sweep 4,8,16,...] "
+                   "[--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE[,...]] [--budget S] [--stream-sweep 4,8,16,...] "
                    "[--formats bf16,mxfp4+int8-token-group,...] [--no-onednn]\n",
                    argv[0]);
       return 2;

@@ -608,25 +608,49 @@ TEST(CpuBackend, Q15MatchesReference) {
   }
 }
 
-// The software prefetch distance: kPrefetchBytes at every level; MOERUN_CPU_PREFETCH overrides it
-// (0 = off) and invalid values leave the default.
+// The streaming kernels' two prefetch distances by level (isa.hpp): L1 only (kPrefetchBytes) at AVX2
+// and AVX-512, L1 and L2 (kPrefetchBytesBf16Levels, kPrefetchL2Bytes) at AVX512-BF16 and AMX; the AMX
+// tiles keep kPrefetchBytes. MOERUN_CPU_PREFETCH sets the L1 distance of streams and tiles at every
+// level, MOERUN_CPU_PREFETCH_L2 the L2 distance alone; an invalid value leaves the default.
 TEST(CpuBackend, PrefetchKnob) {
   struct EnvGuard {
-    ~EnvGuard() { unsetenv("MOERUN_CPU_PREFETCH"); }
+    ~EnvGuard() {
+      unsetenv("MOERUN_CPU_PREFETCH");
+      unsetenv("MOERUN_CPU_PREFETCH_L2");
+    }
   } guard;
   unsetenv("MOERUN_CPU_PREFETCH");
-  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).prefetch, cpu::kPrefetchBytes);
-  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512).prefetch, cpu::kPrefetchBytes);
-  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512Bf16).prefetch, cpu::kPrefetchBytes);
-  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch, cpu::kPrefetchBytes);
-  setenv("MOERUN_CPU_PREFETCH", "0", 1);
-  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch, 0);
-  setenv("MOERUN_CPU_PREFETCH", "1024", 1);
-  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512Bf16).prefetch, 1024);
+  unsetenv("MOERUN_CPU_PREFETCH_L2");
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    const cpu::KernelSet k = cpu::kernels_for(isa);
+    EXPECT_EQ(k.prefetch, cpu::kPrefetchBytes) << to_string(isa);
+    EXPECT_EQ(k.prefetch_l2, 0) << to_string(isa);
+    EXPECT_EQ(k.amx_prefetch, cpu::kPrefetchBytes) << to_string(isa);
+  }
+  for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
+    const cpu::KernelSet k = cpu::kernels_for(isa);
+    EXPECT_EQ(k.prefetch, cpu::kPrefetchBytesBf16Levels) << to_string(isa);
+    EXPECT_EQ(k.prefetch_l2, cpu::kPrefetchL2Bytes) << to_string(isa);
+    EXPECT_EQ(k.amx_prefetch, cpu::kPrefetchBytes) << to_string(isa);
+  }
+  setenv("MOERUN_CPU_PREFETCH", "2048", 1);
+  setenv("MOERUN_CPU_PREFETCH_L2", "0", 1);
+  EXPECT_EQ(cpu::prefetch_l2_override(), 0);
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAmx}) {
+    const cpu::KernelSet k = cpu::kernels_for(isa);
+    EXPECT_EQ(k.prefetch, 2048) << to_string(isa);
+    EXPECT_EQ(k.amx_prefetch, 2048) << to_string(isa);
+    EXPECT_EQ(k.prefetch_l2, 0) << to_string(isa);
+  }
+  setenv("MOERUN_CPU_PREFETCH_L2", "8192", 1);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).prefetch_l2, 8192);  // the knob reaches every level
   for (const char* bad : {"", "-5", "x", "65537"}) {
     setenv("MOERUN_CPU_PREFETCH", bad, 1);
+    setenv("MOERUN_CPU_PREFETCH_L2", bad, 1);
     EXPECT_EQ(cpu::prefetch_override(), -1) << bad;
-    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch, cpu::kPrefetchBytes) << bad;
+    EXPECT_EQ(cpu::prefetch_l2_override(), -1) << bad;
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch, cpu::kPrefetchBytesBf16Levels) << bad;
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch_l2, cpu::kPrefetchL2Bytes) << bad;
   }
 }
 
@@ -857,7 +881,7 @@ TEST(CpuBackend, AmxStreamPrefetchKnob) {
   unsetenv("MOERUN_CPU_PREFETCH");
   const cpu::KernelSet k = cpu::kernels_for(CpuIsa::kAmx);
   EXPECT_EQ(k.amx_stream_prefetch, cpu::kAmxStreamPrefetchBytes);
-  EXPECT_EQ(k.prefetch, cpu::kPrefetchBytes);
+  EXPECT_EQ(k.prefetch, cpu::kPrefetchBytesBf16Levels);
   setenv("MOERUN_CPU_PREFETCH", "2048", 1);
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_stream_prefetch, cpu::kAmxStreamPrefetchBytes);
   setenv("MOERUN_CPU_AMX_STREAM_PREFETCH", "0", 1);

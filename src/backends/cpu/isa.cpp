@@ -127,6 +127,8 @@ int avx512bf16_stream_max(double bf16_dot_rate) noexcept {
 
 int prefetch_override() { return env_count("MOERUN_CPU_PREFETCH", 65536); }
 
+int prefetch_l2_override() { return env_count("MOERUN_CPU_PREFETCH_L2", 65536); }
+
 int amx_prefetch_override() { return env_count("MOERUN_CPU_AMX_PREFETCH", 65536); }
 
 int amx_stream_prefetch_override() { return env_count("MOERUN_CPU_AMX_STREAM_PREFETCH", 65536); }
@@ -245,9 +247,12 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   if (const int n = stream_max_tokens_override(); n >= 0)
     k.stream_max_m = k.stream_max_m_cheap = k.stream_max_m_bf16 = k.stream_max_m_amx = k.stream_max_m_amx_bf16 =
         k.stream_max_m_q8 = n;
-  k.prefetch = kPrefetchBytes;
-  if (const int n = prefetch_override(); n >= 0) k.prefetch = n;
-  k.amx_prefetch = k.prefetch;
+  const bool bf16_level = isa >= CpuIsa::kAvx512Bf16;
+  k.prefetch = bf16_level ? kPrefetchBytesBf16Levels : kPrefetchBytes;
+  k.prefetch_l2 = bf16_level ? kPrefetchL2Bytes : 0;
+  k.amx_prefetch = kPrefetchBytes;
+  if (const int n = prefetch_override(); n >= 0) k.prefetch = k.amx_prefetch = n;
+  if (const int n = prefetch_l2_override(); n >= 0) k.prefetch_l2 = n;
   if (const int n = amx_prefetch_override(); n >= 0) k.amx_prefetch = n;
   k.amx_stream_prefetch = kAmxStreamPrefetchBytes;
   if (const int n = amx_stream_prefetch_override(); n >= 0) k.amx_stream_prefetch = n;

@@ -172,9 +172,14 @@ struct KernelSet {
   }
   std::string variant = "v2";
   // Software prefetch distance (bytes) the runner puts in BlockRef::prefetch for the streaming kernels:
-  // kPrefetchBytes, or MOERUN_CPU_PREFETCH=<bytes> (0 = off; measurement).
+  // kPrefetchBytes at the AVX2 and AVX-512 levels, kPrefetchBytesBf16Levels at AVX512-BF16 and AMX, or
+  // MOERUN_CPU_PREFETCH=<bytes> (0 = off; measurement).
   int prefetch = 0;
-  // The same distance for the AMX tiles' weight panels: `prefetch`, or MOERUN_CPU_AMX_PREFETCH=<bytes>
+  // The streaming kernels' second distance, into L2 (BlockRef::prefetch_l2): kPrefetchL2Bytes at
+  // AVX512-BF16 and AMX, none below, or MOERUN_CPU_PREFETCH_L2=<bytes> (0 = off; measurement).
+  int prefetch_l2 = 0;
+  // The distance for the AMX tiles' weight panels: kPrefetchBytes (or MOERUN_CPU_PREFETCH where that is
+  // set), or MOERUN_CPU_AMX_PREFETCH=<bytes>
   // (measurement: a tile call consumes its panels in bursts, not at the streaming kernels' pace).
   int amx_prefetch = 0;
   // The distance for calls of 2 or more tokens on the AMX decode stream (kernels::stream_amx_bf16):
@@ -215,6 +220,24 @@ struct KernelSet {
 inline constexpr int kPrefetchBytes = 4096;
 // MOERUN_CPU_PREFETCH parsed: bytes in [0, 65536], or -1 when unset or invalid.
 int prefetch_override();
+
+// Two distances at the AVX512-BF16 and AMX levels: into L1 1 KiB ahead and into L2 (PREFETCHT2) 4 KiB
+// ahead. A core has about 16 fill buffers for L1 misses, which at this machine's ~110 ns latency carry
+// about 9 GB/s; only the L2 streamer goes beyond, and it runs a short way ahead within a 4 KiB page. A
+// prefetch into L1 far ahead therefore holds a fill buffer for a whole memory latency, and a kernel that
+// decodes between its loads leaves the memory idle meanwhile: time = memory + decode instead of the
+// larger of the two. With the L2 prefetch ahead, the L1 prefetch finds its line in L2 and frees its fill
+// buffer within ~20 cycles. A probe (2 lines a step, 6 dependent ops on each, 2 GiB, one thread) read
+// 8.7 GB/s with no prefetch, 10.5 with L1 4 KiB ahead, 15.8 with L1 1 KiB and 17.7 with L1 1 KiB + L2
+// 4 KiB; a plain read 15-17. In the layer (qwen3-30b-a3b, 2 threads, this development machine's Xeon,
+// bench/results/2026-12-02_s16_dev-xeon/NOTES.md): one token bf16 2.44-2.64 -> 2.32-2.51 ms, fp8-block
+// 1.70-1.75 -> 1.54-1.68, mxfp4 0.88-0.95 -> 0.78-0.87; M = 16 (AMX decode stream, whose L1 distance
+// stays kAmxStreamPrefetchBytes) fp8-block 19.4-20.3 -> 16.9-18.3. At the AVX-512 level here the pair
+// was mixed (bf16 1.1x faster, mxfp4 up to 0.92x), so the levels below keep kPrefetchBytes alone.
+inline constexpr int kPrefetchBytesBf16Levels = 1024;
+inline constexpr int kPrefetchL2Bytes = 4096;
+// MOERUN_CPU_PREFETCH_L2 parsed: bytes in [0, 65536], or -1 when unset or invalid.
+int prefetch_l2_override();
 
 // The AMX decode stream prefetches one bf16 B tile (1 KiB) ahead instead of kPrefetchBytes. Each of
 // its steps copies or decodes 16 k pairs into an L1 tile image and tile-loads it, so all of a step's

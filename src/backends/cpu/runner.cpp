@@ -291,6 +291,7 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
                           const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc) const {
   kernels::BlockRef ref = w.block(e, b);
   ref.prefetch = ks_.prefetch;
+  ref.prefetch_l2 = ks_.prefetch_l2;
   ref.e8m0_fold = ref.e8m0_fold && ks_.e8m0_fold;
   const int mi = static_cast<int>(m);
   const CallPath path = call_path(ref.fmt, m, q8 != nullptr, xb != nullptr);

@@ -109,19 +109,28 @@ struct BlockRef {
   // and the AMX B tiles (0 = none). Blocks are short (16 to 64 KiB) and each starts a new stream, so the hardware
   // prefetcher ramps up late; the runner sets it (MOERUN_CPU_PREFETCH overrides it for measurement).
   int prefetch = 0;
+  // A second, longer distance into L2 (0 = none; only with prefetch > 0): see isa.hpp kPrefetchL2Bytes.
+  int prefetch_l2 = 0;
 };
 
-// Software prefetch for the streaming kernels: at k pair p, the weight lines of pair p + prefetch /
-// kPairBytes (each line once per pass over the block; a no-op with prefetch 0). Past the block's end
-// it reaches into the next block, usually the next work item (prefetches never fault).
+// Software prefetch for the streaming kernels, at k pair p: the weight lines of pair p + prefetch /
+// kPairBytes into L1 (PREFETCHT0) and, with prefetch_l2 > 0, those of pair p + prefetch_l2 / kPairBytes
+// into L2 (PREFETCHT2); each line once per pass over the block, nothing with prefetch 0. Past the
+// block's end it reaches into the next block, usually the next work item (prefetches never fault).
+// Always inlined: out of line, GCC treats a void function whose only effect is __builtin_prefetch as
+// side-effect free and deletes the calls (it did so in every non-inlined dot_t of gemm_avx512bf16.cpp
+// when this function grew by the L2 prefetch).
 template <int kPairBytes>
-inline void prefetch_pair(const BlockRef& b, int64_t p) {
+[[gnu::always_inline]] inline void prefetch_pair(const BlockRef& b, int64_t p) {
   if (b.prefetch <= 0) return;
   const int64_t off = p * kPairBytes;
-  if (kPairBytes >= 64 || (off & 63) == 0)
-    for (int q = 0; q < (kPairBytes + 63) / 64; ++q)  // address arithmetic on integers: it may leave the block
-      __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(b.data) + b.prefetch + off + q * 64),
-                         0, 3);
+  if (kPairBytes < 64 && (off & 63) != 0) return;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(b.data) + static_cast<uintptr_t>(off);  // may leave the block
+  for (int q = 0; q < (kPairBytes + 63) / 64; ++q)
+    __builtin_prefetch(reinterpret_cast<const void*>(base + b.prefetch + q * 64), 0, 3);
+  if (b.prefetch_l2 > 0)
+    for (int q = 0; q < (kPairBytes + 63) / 64; ++q)
+      __builtin_prefetch(reinterpret_cast<const void*>(base + b.prefetch_l2 + q * 64), 0, 1);
 }
 
 // ---- AVX2 + FMA + F16C (gemm_avx2.cpp) ----
