@@ -44,14 +44,18 @@ float dec_f16(uint16_t h) {
   return s ? -mag : mag;
 }
 
-// A canonical stack in `f` with random contents, plus its dense f32 values [E][N][K].
+// A canonical stack in `f` with random contents, plus its dense f32 values [E][N][K]. e4m3 codes are
+// uniform bytes (NaN aside: a zero or subnormal code every 16 codes on average), or with
+// `sparse_e4m3_specials` normal codes with a zero or subnormal one in about 1 of 256 places, as in
+// quantized weights: then some 128-code quads of a block hold such a code and most do not, so both of
+// the fp8 decoders' paths run (bf16_decode.hpp).
 struct Stack {
   ExpertMatrix m;
   std::vector<float> dense;
   std::vector<std::shared_ptr<HostTensor>> own;
 };
 
-Stack make_stack(WeightFormat f, int64_t E, int64_t N, int64_t K, uint32_t seed) {
+Stack make_stack(WeightFormat f, int64_t E, int64_t N, int64_t K, uint32_t seed, bool sparse_e4m3_specials = false) {
   std::mt19937 g(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -68,7 +72,12 @@ Stack make_stack(WeightFormat f, int64_t E, int64_t N, int64_t K, uint32_t seed)
   };
   auto e4m3_byte = [&]() {
     int v;
-    do v = byte(g); while ((v & 0x7F) == 0x7F);
+    if (sparse_e4m3_specials) {
+      const bool special = byte(g) == 0;
+      do v = byte(g); while ((v & 0x7F) == 0x7F || ((v & 0x78) == 0) != special);
+    } else {
+      do v = byte(g); while ((v & 0x7F) == 0x7F);
+    }
     return static_cast<uint8_t>(v);
   };
   const int64_t n = E * N * K;
@@ -503,46 +512,64 @@ TEST(CpuKernels, Avx512Bf16StreamMatchesF32StreamOnBf16Activations) {
 void stream_bf16_matches_f32_stream(const KernelSet& ks) {
   ASSERT_NE(ks.stream_bf16, nullptr);
   for (WeightFormat f : kAllFormats) {
-    const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
-    const int64_t E = 1, N = 40, K = fp4 ? 352 : 331;  // kp 352: fp8 blocks 128 + 128 + 75 (padded to 96)
-    Stack s = make_stack(f, E, N, K, 4242u + static_cast<uint32_t>(f));
-    auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
-    ASSERT_EQ(p->kp, 352);
-    std::mt19937 g(11);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    // 16-100: the AMX decode stream's passes of 2-4 row groups (64 tokens each, then the rest)
-    for (int m : {1, 2, 3, 5, 8, 13, 16, 17, 31, 33, 48, 64, 65, 100}) {
-      const int64_t ldx = p->kp + 32;
-      std::vector<float> x(static_cast<size_t>(m * ldx), 0.0f);
-      for (int i = 0; i < m; ++i)
-        for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(i * ldx + k)] = u(g);
-      std::vector<uint16_t> xb(x.size());
-      for (int i = 0; i < m; ++i) kernels::f32_to_bf16_row(x.data() + i * ldx, ldx, xb.data() + i * ldx);
-      for (size_t j = 0; j < x.size(); ++j) x[j] = dec_bf16(xb[j]);  // the f32 kernel sees the same values
-      const std::string what = "format " + std::string(to_string(f)) + " m " + std::to_string(m);
-      std::vector<float> want(static_cast<size_t>(m * 16)), got(want.size());
-      for (int64_t b = 0; b < p->nblocks; ++b) {
-        kernels::BlockRef ref = p->block(0, b);
-        ks.stream(ref, x.data(), ldx, m, want.data());
-        ref.prefetch = b % 2 ? 4096 : 0;  // results must not depend on the software prefetch
-        ks.stream_bf16(ref, xb.data(), ldx, m, got.data());
-        for (int i = 0; i < m; ++i)
-          for (int l = 0; l < 16; ++l) {
-            const int32_t r = p->lane_row[static_cast<size_t>(b * 16 + l)];
-            double mag = 0;  // sum of |x w| (the packed scale of the lane is not applied to acc)
-            if (r >= 0)
-              for (int64_t k = 0; k < K; ++k)
-                mag += std::fabs(static_cast<double>(x[static_cast<size_t>(i * ldx + k)]) *
-                                 s.dense[static_cast<size_t>(r * K + k)]);
-            const float* ls = p->lane_scales(0, b);
-            if (ls && ls[l] != 0.0f) mag /= ls[l];  // padding lanes: scale 0, mag 0
-            ASSERT_NEAR(got[static_cast<size_t>(i * 16 + l)], want[static_cast<size_t>(i * 16 + l)], 4e-6 * mag + 1e-30)
-                << what << " block " << b << " token " << i << " lane " << l;
+    for (bool sparse : {false, true}) {  // fp8 also with sparse zero / subnormal codes (make_stack)
+      const bool fp8 = f == WeightFormat::kFp8PerTensor || f == WeightFormat::kFp8PerChannel || f == WeightFormat::kFp8Block;
+      if (sparse && !fp8) continue;
+      const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
+      const int64_t E = 1, N = 40, K = fp4 ? 352 : 331;  // kp 352: fp8 blocks 128 + 128 + 75 (padded to 96)
+      Stack s = make_stack(f, E, N, K, 4242u + static_cast<uint32_t>(f), sparse);
+      auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
+      ASSERT_EQ(p->kp, 352);
+      if (sparse) {  // both decoder paths: quads (128 codes, two VNNI-word loads) with and without a zero / subnormal
+        int with = 0, without = 0;
+        for (int64_t b = 0; b < p->nblocks; ++b)
+          for (int64_t q = 0; q < p->kp / 8; ++q) {
+            const uint8_t* c = p->block(0, b).data + q * 2 * kernels::kVnniWordBytes;
+            bool special = false;
+            for (int j = 0; j < 2 * kernels::kVnniWordBytes; ++j) special = special || (c[j] & 0x78) == 0;
+            ++(special ? with : without);
           }
+        ASSERT_GT(with, 0);
+        ASSERT_GT(without, 0);
       }
-      check_against_dense(s, *p, x, ldx, m, what + " bf16 stream", [&](const kernels::BlockRef& b, float* acc) {
-        ks.stream_bf16(b, xb.data(), ldx, m, acc);
-      });
+      std::mt19937 g(11);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      // 16-100: the AMX decode stream's passes of 2-4 row groups (64 tokens each, then the rest)
+      for (int m : {1, 2, 3, 5, 8, 13, 16, 17, 31, 33, 48, 64, 65, 100}) {
+        const int64_t ldx = p->kp + 32;
+        std::vector<float> x(static_cast<size_t>(m * ldx), 0.0f);
+        for (int i = 0; i < m; ++i)
+          for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(i * ldx + k)] = u(g);
+        std::vector<uint16_t> xb(x.size());
+        for (int i = 0; i < m; ++i) kernels::f32_to_bf16_row(x.data() + i * ldx, ldx, xb.data() + i * ldx);
+        for (size_t j = 0; j < x.size(); ++j) x[j] = dec_bf16(xb[j]);  // the f32 kernel sees the same values
+        const std::string what = "format " + std::string(to_string(f)) + (sparse ? " (sparse specials)" : "") + " m " +
+                                 std::to_string(m);
+        std::vector<float> want(static_cast<size_t>(m * 16)), got(want.size());
+        for (int64_t b = 0; b < p->nblocks; ++b) {
+          kernels::BlockRef ref = p->block(0, b);
+          ks.stream(ref, x.data(), ldx, m, want.data());
+          ref.prefetch = b % 2 ? 4096 : 0;  // results must not depend on the software prefetch
+          ref.prefetch_l2 = b % 4 == 1 ? 16384 : 0;
+          ks.stream_bf16(ref, xb.data(), ldx, m, got.data());
+          for (int i = 0; i < m; ++i)
+            for (int l = 0; l < 16; ++l) {
+              const int32_t r = p->lane_row[static_cast<size_t>(b * 16 + l)];
+              double mag = 0;  // sum of |x w| (the packed scale of the lane is not applied to acc)
+              if (r >= 0)
+                for (int64_t k = 0; k < K; ++k)
+                  mag += std::fabs(static_cast<double>(x[static_cast<size_t>(i * ldx + k)]) *
+                                   s.dense[static_cast<size_t>(r * K + k)]);
+              const float* ls = p->lane_scales(0, b);
+              if (ls && ls[l] != 0.0f) mag /= ls[l];  // padding lanes: scale 0, mag 0
+              ASSERT_NEAR(got[static_cast<size_t>(i * 16 + l)], want[static_cast<size_t>(i * 16 + l)], 4e-6 * mag + 1e-30)
+                  << what << " block " << b << " token " << i << " lane " << l;
+            }
+        }
+        check_against_dense(s, *p, x, ldx, m, what + " bf16 stream", [&](const kernels::BlockRef& b, float* acc) {
+          ks.stream_bf16(b, xb.data(), ldx, m, acc);
+        });
+      }
     }
   }
 }

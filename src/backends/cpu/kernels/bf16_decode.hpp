@@ -30,11 +30,20 @@ template <> struct Dec<PackFmt::kBF16> {
 
 template <> struct Dec<PackFmt::kFp8> {
   // Two 64-byte loads hold four pairs' codes as the low and high bytes of VNNI words (kernels.hpp);
-  // fp8_word_bf16 (avx512_decode.hpp) turns either byte of every word into bf16 in place.
+  // fp8_word_bf16 (avx512_decode.hpp) turns either byte of every word into bf16 in place. Where all
+  // 128 codes are normal, the table lookup for zero and subnormal codes is left out (bitwise the same
+  // words, 14 instead of 24 ops per quad with the check; NOTES in gemm_avx512bf16.cpp).
   const __m512i sub = ld512(kFp8Sub.v);
   void quad(const uint8_t* d, int64_t p, __m512i& w0, __m512i& w1, __m512i& w2, __m512i& w3) const {
     const __m512i a = _mm512_loadu_si512(d + (p / 2) * kVnniWordBytes);
     const __m512i b = _mm512_loadu_si512(d + (p / 2 + 1) * kVnniWordBytes);
+    if (fp8_codes_normal(a, b)) [[likely]] {
+      w0 = fp8_word_bf16_normal<false>(a);
+      w1 = fp8_word_bf16_normal<true>(a);
+      w2 = fp8_word_bf16_normal<false>(b);
+      w3 = fp8_word_bf16_normal<true>(b);
+      return;
+    }
     w0 = fp8_word_bf16<false>(a, sub);
     w1 = fp8_word_bf16<true>(a, sub);
     w2 = fp8_word_bf16<false>(b, sub);
