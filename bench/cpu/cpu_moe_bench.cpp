@@ -585,10 +585,9 @@ struct Bench {
                        budget, 3, 200, n);
   }
 
-  // The cpu backend with the current kernels and with v1 (env = value: MOERUN_CPU_KERNELS=v1 or
-  // MOERUN_CPU_AMX_NBLOCKS=1), calls alternating so that load from other processes hits both alike.
-  // Returns {current, v1} median seconds.
-  // settings: "VAR=VALUE" or several joined by commas, all set while the alternative runners are created.
+  // The cpu backend as it is and under other settings ("VAR=VALUE" or several joined by commas, e.g.
+  // MOERUN_CPU_KERNELS=v1; all set while the alternative runners are created), calls alternating so
+  // that load from other processes hits both alike. Returns {current, alternative} median seconds.
   std::pair<double, double> run_cpu_vs_v1(const Model& m, int64_t M, int th, const std::string& settings) {
     RunnerOptions ro;
     ro.threads = th;
@@ -652,7 +651,7 @@ struct Bench {
       std::string variant;
       double t;
       if (opt.compare_v1 || opt.compare_amx1 || opt.compare_down1 || !opt.compare_env.empty()) {
-        // (environment variable, value, row name, JSON speedup key) of the alternative timed call by call
+        // (settings, row name, JSON speedup key) of the alternative timed call by call
         struct Alt { std::string settings; const char *row, *key; };
         const Alt alt = !opt.compare_env.empty() ? Alt{opt.compare_env, "cpu-alt", "cpu_speedup_vs_alt"}
                         : opt.compare_down1      ? Alt{"MOERUN_CPU_DOWN_GROUP=1", "cpu-down1", "cpu_speedup_vs_down1"}

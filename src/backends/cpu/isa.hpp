@@ -221,14 +221,14 @@ inline constexpr int kPrefetchBytes = 4096;
 int prefetch_override();
 
 // Two distances at the AVX512-BF16 and AMX levels: into L1 1 KiB ahead and into L2 (PREFETCHT2) 4 KiB
-// ahead. A core has about 16 fill buffers for L1 misses, which at this machine's ~110 ns latency carry
-// about 9 GB/s; only the L2 streamer goes beyond, and it runs a short way ahead within a 4 KiB page. A
+// ahead. A core has about 16 fill buffers for L1 misses, which at a memory latency of ~100 ns carry
+// about 10 GB/s; only the L2 streamer goes beyond, and it runs a short way ahead within a 4 KiB page. A
 // prefetch into L1 far ahead therefore holds a fill buffer for a whole memory latency, and a kernel that
 // decodes between its loads leaves the memory idle meanwhile: time = memory + decode instead of the
 // larger of the two. With the L2 prefetch ahead, the L1 prefetch finds its line in L2 and frees its fill
-// buffer within ~20 cycles. A probe (2 lines a step, 6 dependent ops on each, 2 GiB, one thread) read
-// 8.7 GB/s with no prefetch, 10.5 with L1 4 KiB ahead, 15.8 with L1 1 KiB and 17.7 with L1 1 KiB + L2
-// 4 KiB; a plain read 15-17. In the layer (qwen3-30b-a3b, 2 threads, this development machine's Xeon,
+// buffer within ~20 cycles. A probe (bench/results/2026-12-02_s16_dev-xeon/prefetch_probe.cpp: 2 lines
+// a step, 6 dependent ops on each, 1 GiB, one thread) read 8.7 GB/s with no prefetch, 10.5 with L1
+// 4 KiB ahead, 15.8 with L1 1 KiB and 17.7 with L1 1 KiB + L2 4 KiB; a plain read 15-17. In the layer (qwen3-30b-a3b, 2 threads, this development machine's Xeon,
 // bench/results/2026-12-02_s16_dev-xeon/NOTES.md): one token bf16 2.44-2.64 -> 2.32-2.51 ms, fp8-block
 // 1.70-1.75 -> 1.54-1.68, mxfp4 0.88-0.95 -> 0.78-0.87; M = 16 (AMX decode stream, whose L1 distance
 // stays kAmxStreamPrefetchBytes) fp8-block 19.4-20.3 -> 16.9-18.3. At the AVX-512 level here the pair
