@@ -43,6 +43,10 @@ void pack_q8_row(const float* x, int64_t kp, const Q8Slots& out, float* fake = n
 inline constexpr int kQ15Max = 16383;
 void pack_q15_rows(const float* x, int64_t kp, const Q8Slots& out);
 
+// Copies rows [from, from + n) of `all` (codes of the first kp columns, their scales and bias sums) to
+// rows [to, to + n): the rows of a token that another row already packed.
+void copy_q8_rows(const Q8Slots& all, int64_t from, int64_t to, int64_t n, int64_t kp);
+
 // Owner of rows of int8 activations; grows only (the steady-state forward allocates nothing).
 class Q8Buffer {
  public:

@@ -584,6 +584,28 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // Grown either way, so that a later call that needs it does not allocate; null where not written.
   float* X = ws.x.get(static_cast<size_t>((rows_cap + 16) * ldx));
   if (!x_f32) X = nullptr;
+  // A token's 15-bit rows (rpt 2) are the same for each of its rows unless the router weight scales
+  // them first: the gather packs a token's first q8 row and copies its codes to the token's other q8
+  // rows (q8_next links them, -1 ends a list; q8_row 2 marks a copy), so a one-token forward packs once
+  // instead of k times (a 2048-wide row costs ~4 us). Not for the spec's int8 codes (rpt 1), whose
+  // packing also rounds the row's f32 and bf16 copies in place.
+  int32_t* q8_next = ws.q8_next.get(static_cast<size_t>(rows_cap));
+  int32_t* q8_tail = ws.q8_tail.get(static_cast<size_t>(M));
+  if (q8 && !on_input && rpt == 2) {
+    std::fill(q8_tail, q8_tail + M, -1);
+    for (int64_t row = 0; row < rows; ++row) {
+      if (!q8_row[row]) continue;
+      const int64_t t = row < R ? static_cast<int64_t>(ws.disp.token[static_cast<size_t>(row)]) : row - R;
+      q8_next[row] = -1;
+      if (q8_tail[t] >= 0) {
+        q8_next[q8_tail[t]] = static_cast<int32_t>(row);
+        q8_row[row] = 2;
+      }
+      q8_tail[t] = static_cast<int32_t>(row);
+    }
+  } else {
+    q8_next = nullptr;
+  }
   float* Hb = ws.hbuf.get(static_cast<size_t>((rows_cap + 16) * ldh));
   for (int t = 0; t < threads; ++t)  // the gather's f32 row where X is not kept
     ws.scratch[static_cast<size_t>(t)].xrow.get(static_cast<size_t>(hp_));
@@ -627,8 +649,13 @@ void CpuRunner::forward(const ForwardArgs& args) {
       } else {
         std::memcpy(d, hid + (row - R) * hp_, static_cast<size_t>(hp_) * sizeof(float));
       }
-      if (q8 && q8_row[row]) pack_q8(d, hp_, xq, row);
-      else fake_quantize_act(aq, d, 1, H);
+      if (q8 && q8_row[row] == 1) {
+        pack_q8(d, hp_, xq, row);
+        if (q8_next)
+          for (int32_t r = q8_next[row]; r >= 0; r = q8_next[r]) copy_q8_rows(xq, row * rpt, r * rpt, rpt, hp_);
+      } else if (!(q8 && q8_row[row])) {
+        fake_quantize_act(aq, d, 1, H);
+      }
       if (Xb) kernels::f32_to_bf16_row(d, hp_, Xb + row * ldx);
     }
 

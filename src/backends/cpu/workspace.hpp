@@ -65,6 +65,7 @@ struct Workspace {
   dispatch::Dispatch disp;
   Grow<float> hid, logits, topw, x, hbuf, lora1, lora2, lora_t, gate;
   Grow<int32_t> topi, row_expert;
+  Grow<int32_t> q8_next, q8_tail;  // the gather's lists of a token's q8 rows (runner.cpp)
   Grow<uint8_t> q8_row;  // per activation row: 1 where its job's calls take the q8 kernel
   Grow<uint16_t> xb, hb;
   Q8Buffer xq, hq;  // q8 rows of X and H (the q8 kernel's jobs only)
