@@ -1136,6 +1136,29 @@ TEST(CpuBackend, StreamRunsAgreeBitwise) {
   }
 }
 
+// Job rows (runner.cpp NOTES): an expert's rows, and the shared expert's, split into jobs of at most
+// MOERUN_CPU_JOB_ROWS rows give bitwise the same output at every level and thread count, as long as no
+// part falls to a streaming kernel (parts of at least 130 / 2 rows here: above every stream cut).
+TEST(CpuBackend, JobRowsAgreeBitwise) {
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  const Top2 r = top2_from_counts({0, 300, 141, 7, 263, 1, 0, 520}, 0.35f, 0.3f, 0.003f);  // M = 616
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kMxfp4}) {
+    MoeSpec s = base_spec();
+    s.hidden = f == WeightFormat::kMxfp4 ? 96 : 104;
+    s.intermediate = f == WeightFormat::kMxfp4 ? 64 : 40;
+    s.act_dtype = DType::kBF16;
+    s.weight_format = f;
+    s.shared.count = 1;
+    s.shared.intermediate = 32;
+    s.validate();
+    const MoeWeights w = random_weights(s, 31);
+    const std::vector<float> want = run_given_topk(*ref, s, w, r.ids, r.tw, 0);
+    expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_JOB_ROWS", {"0", "", "130", "200"},
+                          std::string(to_string(f)));
+  }
+}
+
 // MOERUN_CPU_PROFILE=1: the runner times its stages and prints one report when destroyed; the output
 // is the same as without it. Unset, nothing is printed.
 TEST(CpuBackend, ProfileReportOnDestruction) {

@@ -133,6 +133,11 @@ int amx_prefetch_override() { return env_count("MOERUN_CPU_AMX_PREFETCH", 65536)
 
 int amx_stream_prefetch_override() { return env_count("MOERUN_CPU_AMX_STREAM_PREFETCH", 65536); }
 
+int job_rows_override() {
+  const int n = env_count("MOERUN_CPU_JOB_ROWS", 65536);
+  return n == 0 || n >= 32 ? n : -1;
+}
+
 int amx_nblocks_override() {
   const int n = env_count("MOERUN_CPU_AMX_NBLOCKS", 2);
   return n >= 1 ? n : -1;
@@ -261,6 +266,8 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   if (const int n = down_group_override(); n > 0) k.down_group = n;
   if (const int n = stream_run_override(); n > 0) k.stream_run = n;
   k.e8m0_fold = e8m0_fold_enabled();
+  k.job_rows = kJobRows;
+  if (const int n = job_rows_override(); n >= 0) k.job_rows = n;
   k.row_pad = kRowPad;
   if (const int n = row_pad_override(); n >= 0) k.row_pad = n;
   return k;

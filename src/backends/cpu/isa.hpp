@@ -208,6 +208,9 @@ struct KernelSet {
   // Whether decoders may multiply mxfp4 scales into the weights where the stack allows it
   // (BlockRef::e8m0_fold); MOERUN_CPU_E8M0_FOLD=0 (measurement) keeps the per-group fold everywhere.
   bool e8m0_fold = true;
+  // Rows per job (runner.cpp NOTES: job rows): an expert's rows, and the shared experts', in jobs of at
+  // most kJobRows, or MOERUN_CPU_JOB_ROWS=<n> (measurement; 0 = one job per expert).
+  int job_rows = 0;
   // Elements added to the row stride of the runner's activation and intermediate buffers: kRowPad, or
   // MOERUN_CPU_ROW_PAD=<n> (measurement; 0 = the unpadded stride).
   int row_pad = 0;
@@ -258,6 +261,12 @@ int amx_stream_prefetch_override();
 inline constexpr int kAmxNBlocks = 2;
 // MOERUN_CPU_AMX_NBLOCKS parsed: 1 or 2, or -1 when unset or anything else.
 int amx_nblocks_override();
+
+// Rows per job (runner.cpp NOTES: job rows): 256 bf16 rows of K = 2048 are 1 MiB, half this machine's
+// L2 per core.
+inline constexpr int kJobRows = 256;
+// MOERUN_CPU_JOB_ROWS parsed: 0 or 32..65536, or -1 when unset or anything else.
+int job_rows_override();
 
 // Row padding (runner.cpp NOTES): a K of 2048 bf16 puts the 16 rows of an A tile 4 KiB apart, all in
 // one L1 set (64 sets of 64 bytes, 12 ways), so every tile load misses. 32 more elements per row move

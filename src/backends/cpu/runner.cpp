@@ -36,6 +36,18 @@
 // least twice the threads (so pairs still give every thread an item), and not with
 // MOERUN_CPU_AMX_NBLOCKS=1. The epilogues run per block on the accumulators one block gets alone, and
 // tile_amx2 gives bitwise tile_amx's accumulators, so results do not depend on the pairing either.
+// Job rows: a gemm1 item multiplies its N-blocks with all of its job's rows, in passes of 32 or 64,
+// so the job's activation rows are read once per item and stay in L2 only while they fit: deepseek-
+// v2-lite's shared experts at M = 1024 hold 1024 rows of 4 KiB (4 MiB, twice this machine's L2 per
+// core), re-read from L3 by each of their 176 items. Jobs therefore hold at most KernelSet::job_rows
+// (kJobRows = 256: 1 MiB at K = 2048) rows, an expert's rows split into balanced parts; the weights
+// of a split expert are read once per part instead (a gemm1 item's panels, from memory each time).
+// Parts of 128 or more rows take the same kernels as the whole (every stream cut is below), each
+// row's result does not depend on the rows beside it in a tile pass, and a token meets each expert
+// once, so results are bitwise the same (tests: JobRowsAgreeBitwise). Side by side on this
+// development machine (2 threads, bf16): deepseek-v2-lite M = 1024 1.02-1.08x over five runs;
+// gpt-oss-20b M = 256 / 1024 and deepseek-v2-lite M = 256 tie (few experts hold more than 256 rows).
+// 128 rows lost 0.89x on gpt-oss-20b M = 1024 (128 rows per expert: its weights read twice).
 // Row padding: X / Xb and Hb / Hbb rows are KernelSet::row_pad (kRowPad = 32) elements longer than
 // their padded K. With K = 2048 (qwen3-30b-a3b, deepseek-v2-lite) bf16 rows lie 4 KiB apart, so the 16
 // rows an AMX tile load (or a register group of the streaming kernels) reads share one L1 set of 12
@@ -196,11 +208,6 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
   router_w_ = copy_f32(w.router_weight);
   if (spec.router_bias) router_b_ = copy_f32(w.router_bias);
   if (spec.routing.correction_bias) corr_b_ = copy_f32(w.correction_bias);
-  // Their sizes follow the routing, not M: room for every local expert and the shared one, each at its
-  // most items (one block each), so that no forward grows them.
-  jobs_.reserve(static_cast<size_t>(el_) + 1);
-  items1_.reserve((static_cast<size_t>(el_) + 1) *
-                  static_cast<size_t>(std::max<int64_t>(w13_->nblocks, sw13_ ? sw13_->nblocks : 0)));
   if (ForwardProfile::requested()) prof_ = std::make_unique<ForwardProfile>();
 }
 
@@ -443,30 +450,50 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // ---- dispatch and jobs ----
   dispatch::build_dispatch(spec_, ids, tw, M, ws.disp);
   const int64_t R = ws.disp.rows();
-  jobs_.clear();
+  // An expert's rows in jobs of at most job_rows (NOTES: job rows), so that the rows one gemm1 item
+  // multiplies stay in L2 across its passes. The bound on their count follows M, not the routing:
+  // growing here once for M, no later call of up to M tokens allocates.
+  const int64_t job_rows = ks_.job_rows > 0 ? ks_.job_rows : rows_cap + 1;
+  std::vector<Job>& jobs = ws.jobs;
+  std::vector<Item>& items1 = ws.items1;
+  {
+    const size_t max_jobs = static_cast<size_t>(el_ + 1 + rows_cap / job_rows + 1);
+    if (jobs.capacity() < max_jobs) jobs.reserve(max_jobs);
+    const size_t max_items = max_jobs * static_cast<size_t>(std::max<int64_t>(w13_->nblocks, sw13_ ? sw13_->nblocks : 0));
+    if (items1.capacity() < max_items) items1.reserve(max_items);
+  }
+  jobs.clear();
+  auto add_jobs = [&](bool shared, int e, int64_t row0, int64_t m) {
+    const int64_t n = std::max<int64_t>(1, (m + job_rows - 1) / job_rows);  // balanced parts
+    for (int64_t p = 0, r = row0; p < n; ++p) {
+      const int64_t mp = m / n + (p < m % n ? 1 : 0);
+      jobs.push_back(Job{shared, e, r, mp});
+      r += mp;
+    }
+  };
   for (int e = 0; e < el_; ++e)
-    if (ws.disp.count(e) > 0) jobs_.push_back(Job{false, e, ws.disp.offsets[static_cast<size_t>(e)], ws.disp.count(e)});
+    if (ws.disp.count(e) > 0) add_jobs(false, e, ws.disp.offsets[static_cast<size_t>(e)], ws.disp.count(e));
   const bool has_shared = sw13_ != nullptr;
-  if (has_shared) jobs_.push_back(Job{true, 0, R, M});
+  if (has_shared) add_jobs(true, 0, R, M);
   const int64_t rows = R + (has_shared ? M : 0);
   const int64_t ipmax = std::max(ilp_, isp_);
 
   // Work items (see NOTES: AMX pairs). Pairing needs at least two single-block items per thread.
   int64_t singles1 = 0;
-  for (const Job& j : jobs_) singles1 += j.shared ? sw13_->nblocks : w13_->nblocks;
+  for (const Job& j : jobs) singles1 += j.shared ? sw13_->nblocks : w13_->nblocks;
   const bool pair1 = ks_.amx_nblocks == 2 && singles1 >= 2 * static_cast<int64_t>(threads);
   const int64_t run1 = ks_.stream_run > 0 ? ks_.stream_run
                                           : std::clamp<int64_t>(singles1 / (4 * threads), 1, kStreamRunMax);
-  items1_.clear();
-  for (size_t j = 0; j < jobs_.size(); ++j) {
-    const PackedStack& w = jobs_[j].shared ? *sw13_ : *w13_;
+  items1.clear();
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const PackedStack& w = jobs[j].shared ? *sw13_ : *w13_;
     const int64_t nb = w.nblocks;
-    const int64_t step = jobs_[j].m <= ks_.stream_max(w.fmt) ? run1 : pair1 && takes_amx(w.fmt, jobs_[j].m) ? 2 : 1;
+    const int64_t step = jobs[j].m <= ks_.stream_max(w.fmt) ? run1 : pair1 && takes_amx(w.fmt, jobs[j].m) ? 2 : 1;
     for (int64_t b = 0; b < nb; b += step)
-      items1_.push_back(Item{static_cast<int32_t>(j), static_cast<int32_t>(b), static_cast<int32_t>(std::min(step, nb - b))});
+      items1.push_back(Item{static_cast<int32_t>(j), static_cast<int32_t>(b), static_cast<int32_t>(std::min(step, nb - b))});
   }
   bool amx2 = false, tiled2 = false;  // some job's down GEMM takes AMX tiles / any tiles (not streaming)
-  for (const Job& j : jobs_) {
+  for (const Job& j : jobs) {
     const kernels::PackFmt f = j.shared ? sw2_->fmt : w2_->fmt;
     amx2 = amx2 || takes_amx(f, j.m);
     tiled2 = tiled2 || j.m > ks_.stream_max(f);
@@ -521,7 +548,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   uint8_t* q8_row = nullptr;
   if (ks_.stream_q8 != nullptr) {
     uint8_t* qr = ws.q8_row.get(static_cast<size_t>(rows_cap));  // (grown on every call: see xq below)
-    for (const Job& j : jobs_) {
+    for (const Job& j : jobs) {
       const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
       if (j.m > ks_.stream_max_m_q8 || !(ks_.uses_q8_stream(f1) || ks_.uses_q8_stream(f2))) continue;
       if (!q8) {
@@ -574,7 +601,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // those. (The intermediate keeps its f32 rows: the activation writes 8 or 16 columns of a row per
   // block, and in bf16 four blocks of two work items would share each cache line.)
   bool x_f32 = Xb == nullptr || lw != nullptr || aq != ActQuant::kNone;
-  for (const Job& j : jobs_)
+  for (const Job& j : jobs)
     x_f32 = x_f32 || reads_f32(call_path(j.shared ? sw13_->fmt : w13_->fmt, j.m, q8 && q8_row[j.row0], true));
   const bool direct_x = !x_f32 && adt == DType::kBF16 && !on_input;
   if (!own_logits && (!direct_x || q8 || gate != nullptr)) {
@@ -688,9 +715,9 @@ void CpuRunner::forward(const ForwardArgs& args) {
 
     // ---- GEMM1 + bias + LoRA + activation ----
 #pragma omp for schedule(dynamic, 1)
-    for (size_t it = 0; it < items1_.size(); ++it) {
-      const Item& item = items1_[it];
-      const Job& job = jobs_[static_cast<size_t>(item.job)];
+    for (size_t it = 0; it < items1.size(); ++it) {
+      const Item& item = items1[it];
+      const Job& job = jobs[static_cast<size_t>(item.job)];
       const PackedStack& w = job.shared ? *sw13_ : w13;
       const int64_t e = job.shared ? 0 : job.expert;
       // An AMX pair in one call; a stream run (NOTES) block by block, each with its epilogue.
@@ -785,8 +812,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const int nb_item = static_cast<int>(std::min(blocks_per_item2, nb2 - b_item));
       std::memset(s.out.v.data(), 0, static_cast<size_t>(nb_item) * static_cast<size_t>(M) * 16 * sizeof(float));
       const int64_t calls = (nb_item + per2 - 1) / per2;
-      for (int64_t jc = 0; jc < static_cast<int64_t>(jobs_.size()) * calls; ++jc) {  // one expert at a time
-        const Job& job = jobs_[static_cast<size_t>(jc / calls)];
+      for (int64_t jc = 0; jc < static_cast<int64_t>(jobs.size()) * calls; ++jc) {  // one expert at a time
+        const Job& job = jobs[static_cast<size_t>(jc / calls)];
         const int64_t b0 = b_item + (jc % calls) * per2;
         const int nbi = static_cast<int>(std::min(per2, b_item + nb_item - b0));
         const PackedStack& w = job.shared ? *sw2_ : w2;
@@ -810,8 +837,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
             int64_t t;
             float wgt;
             if (job.shared) {
-              t = i;
-              wgt = gate ? gate[i] : 1.0f;
+              t = row - R;
+              wgt = gate ? gate[t] : 1.0f;
             } else {
               t = ws.disp.token[static_cast<size_t>(row)];
               wgt = on_input ? 1.0f : ws.disp.weight[static_cast<size_t>(row)];

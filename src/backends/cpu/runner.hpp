@@ -34,18 +34,9 @@ class CpuRunner final : public Runner {
   const KernelSet& kernel_set() const noexcept { return ks_; }
 
  private:
-  struct Job {
-    bool shared = false;
-    int expert = 0;     // local expert (routed jobs)
-    int64_t row0 = 0;   // first row in the X / H buffers
-    int64_t m = 0;      // rows
-  };
+  using Job = RunnerJob;    // workspace.hpp
+  using Item = RunnerItem;
   using Scratch = ThreadScratch;  // one per thread of a forward (workspace.hpp)
-
-  // A GEMM1 work item: N-blocks b .. b + nb - 1 (nb = 1, or 2 for calls that take AMX tiles) of job `job`.
-  struct Item {
-    int32_t job = 0, b = 0, nb = 1;
-  };
 
   // Whether a call of m tokens on blocks of format f takes AMX tiles (bf16 activations at hand).
   bool takes_amx(kernels::PackFmt f, int64_t m) const noexcept;
@@ -75,11 +66,9 @@ class CpuRunner final : public Runner {
   std::vector<float> w13_bias_, w2_bias_, router_w_, router_b_, corr_b_, shared_gate_;
   bool add_w2_bias_ = false;
 
-  std::mutex mu_;  // one forward at a time per runner (jobs_ and items1_ are the runner's)
+  std::mutex mu_;  // one forward at a time per runner
   // Sized by the routing, not M, and reserved at construction for every local expert (the buffers
   // that grow with M are the workspace's: WorkspacePool).
-  std::vector<Job> jobs_;
-  std::vector<Item> items1_;
   std::unique_ptr<ForwardProfile> prof_;  // MOERUN_CPU_PROFILE set when the runner was created
 };
 

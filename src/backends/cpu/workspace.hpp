@@ -59,12 +59,27 @@ struct ThreadScratch {
   routing::TopkScratch topk;
 };
 
+// A runner's job: rows [row0, row0 + m) of the X / H buffers, all of one expert (runner.cpp NOTES:
+// job rows).
+struct RunnerJob {
+  bool shared = false;
+  int expert = 0;     // local expert (routed jobs)
+  int64_t row0 = 0;   // first row in the X / H buffers
+  int64_t m = 0;      // rows
+};
+// A GEMM1 work item: N-blocks b .. b + nb - 1 (nb = 1, or 2 for calls that take AMX tiles) of job `job`.
+struct RunnerItem {
+  int32_t job = 0, b = 0, nb = 1;
+};
+
 // One forward's buffers (runner.cpp says what each holds).
 struct Workspace {
   Workspace();  // a ThreadScratch for every processor
   dispatch::Dispatch disp;
   Grow<float> hid, logits, topw, x, hbuf, lora1, lora2, lora_t, gate;
   Grow<int32_t> topi, row_expert;
+  std::vector<RunnerJob> jobs;     // grow only, like the rest: reserved by M (runner.cpp)
+  std::vector<RunnerItem> items1;
   Grow<int32_t> q8_next, q8_tail;  // the gather's lists of a token's q8 rows (runner.cpp)
   Grow<uint8_t> q8_row;  // per activation row: 1 where its job's calls take the q8 kernel
   Grow<uint16_t> xb, hb;
