@@ -19,6 +19,9 @@
 #include "moerun/formats.hpp"
 
 namespace moerun::cpu {
+namespace kernels {
+int64_t fp8_word_decode_mismatches();  // fp8_word_decode_check.cpp (AVX-512 flags)
+}
 namespace {
 
 using kernels::PackFmt;
@@ -586,6 +589,13 @@ TEST(CpuKernels, Avx512Bf16StreamDecodesEveryCodeExactly) {
     stream_bf16_decodes_every_code(kernels_for(isa), isa == CpuIsa::kAmx ? 2 : 1);
     if (isa == CpuIsa::kAmx) kernels::amx_release();
   }
+}
+
+// The fp8 decoders' fast path (all codes normal) gives the table path's words on every 16-bit word
+// whose code is normal: both bytes of all 65536 words.
+TEST(CpuKernels, Fp8WordDecodeAllWords) {
+  if (detected_isa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512 here";
+  EXPECT_EQ(kernels::fp8_word_decode_mismatches(), 0);
 }
 
 void stream_bf16_decodes_every_code(const KernelSet& ks, int m) {

@@ -85,19 +85,17 @@ template <bool kHigh>
 }
 
 // fp8_word_bf16 for words whose code in that byte is normal (exponent field not 0): the same words
-// without the table lookup (four ops for the low byte, three for the high one, none on the shuffle
-// port). Zero and subnormal codes would come out wrong, so callers check first (fp8_codes_normal).
+// without the table lookup. An arithmetic shift right by 4 of a word whose high byte is the code puts
+// its 7 magnitude bits at 4-10 and copies its sign into bits 11-15, so one vpternlog keeping bits 4-10
+// and 15 and OR-ing the bias finishes the word: two ops for the high byte, three for the low one
+// (shifted up by 8 first), none on the shuffle port. Checked against fp8_word_bf16 on all 65536 words
+// (tests: Fp8WordDecodeAllWords). Zero and subnormal codes would come out wrong, so callers check
+// first (fp8_codes_normal).
 template <bool kHigh>
 [[gnu::always_inline]] inline __m512i fp8_word_bf16_normal(__m512i w) {
-  const __m512i em = _mm512_set1_epi16(0x07F0), bias = _mm512_set1_epi16(0x3800);
-  const __m512i sign = _mm512_set1_epi16(static_cast<short>(0x8000));
-  if constexpr (!kHigh) {
-    const __m512i r = _mm512_ternarylogic_epi32(_mm512_slli_epi16(w, 4), em, bias, 0xEA);
-    return _mm512_ternarylogic_epi32(r, _mm512_slli_epi16(w, 8), sign, 0xF8);
-  } else {
-    const __m512i r = _mm512_ternarylogic_epi32(_mm512_srli_epi16(w, 4), em, bias, 0xEA);
-    return _mm512_ternarylogic_epi32(r, w, sign, 0xF8);
-  }
+  const __m512i keep = _mm512_set1_epi16(static_cast<short>(0x87F0)), bias = _mm512_set1_epi16(0x3800);
+  const __m512i s = kHigh ? _mm512_srai_epi16(w, 4) : _mm512_srai_epi16(_mm512_slli_epi16(w, 8), 4);
+  return _mm512_ternarylogic_epi32(s, keep, bias, 0xEA);  // (s & keep) | bias
 }
 // Whether every e4m3 byte of a (and b) is a normal code (exponent field, bits 3-6, not 0).
 [[gnu::always_inline]] inline bool fp8_codes_normal(__m512i a) {

@@ -32,7 +32,7 @@ template <> struct Dec<PackFmt::kFp8> {
   // Two 64-byte loads hold four pairs' codes as the low and high bytes of VNNI words (kernels.hpp);
   // fp8_word_bf16 (avx512_decode.hpp) turns either byte of every word into bf16 in place. Where all
   // 128 codes are normal, the table lookup for zero and subnormal codes is left out (bitwise the same
-  // words, 14 instead of 24 ops per quad with the check; NOTES in gemm_avx512bf16.cpp).
+  // words, 10 instead of 24 ops per quad with the check; NOTES in gemm_avx512bf16.cpp).
   const __m512i sub = ld512(kFp8Sub.v);
   void quad(const uint8_t* d, int64_t p, __m512i& w0, __m512i& w1, __m512i& w2, __m512i& w3) const {
     const __m512i a = _mm512_loadu_si512(d + (p / 2) * kVnniWordBytes);

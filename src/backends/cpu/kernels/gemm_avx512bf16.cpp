@@ -21,10 +21,16 @@
 //   pair on the H200 host's Xeon (one thread, one token, in L2; the session-8 probe).
 //   Only zero and subnormal codes (exponent field 0) need the table. Quantized weights rarely have
 //   them (a code is subnormal below 2^-6 of its scale unit, about 1 weight in 10^4), so a quad whose
-//   128 codes are all normal, tested with two vptestnmb, takes fp8_word_bf16_normal: 3.5 ops per pair,
-//   none on the shuffle port, bitwise the same words. On this development machine's Xeon (one token,
-//   cached, one thread) 1.47 -> 1.17 ns per pair; in the layer, qwen3-30b-a3b fp8-block at 2 threads,
-//   M = 1 1.47-1.54 -> 1.34-1.44 ms and M = 4 1.08x.
+//   128 codes are all normal, tested with two vptestnmb, takes fp8_word_bf16_normal: bitwise the same
+//   words without the table. First 3.5 ops per pair (a logical shift to put the magnitude at bits 4-10,
+//   a vpternlog for mask and bias, a second shift and vpternlog for the sign): on this development
+//   machine's Xeon (one token, cached, one thread) 1.47 -> 1.17 ns per pair; in the layer,
+//   qwen3-30b-a3b fp8-block at 2 threads, M = 1 1.47-1.54 -> 1.34-1.44 ms and M = 4 1.08x. Now 2.5
+//   (session 18): an arithmetic shift right by 4 of a word whose high byte is the code puts the
+//   magnitude at 4-10 and copies the sign into 11-15, so one vpternlog keeps 4-10 and 15 and ORs the
+//   bias (the low byte is shifted up by 8 first). Cached 1.24-1.35 -> 1.16-1.20 ns per pair; in the
+//   layer at one token it ties (1.42-1.51 ms either way, A/B): the stream reads 13.2 GB/s a thread
+//   against bf16's 15.2 there, with the decode now about half of a pair's read time.
 // - e2m1, per 4 k pairs (7 ops): one 64-byte load of the quad (kernels.hpp), then per pair a vpsrlw by 0,
 //   4, 8 or 12 and a vpermw mapping each word's low nibble to bf16 (every e2m1 value is a bf16 value;
 //   the 32-entry table repeats the 16, so bit 4 of the index does not matter). The pair-major layout
