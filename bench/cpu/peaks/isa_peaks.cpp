@@ -253,16 +253,18 @@ constexpr const char* kPlaceNames[] = {"A L1, B L1", "A L2, B L2", "A L1, B L2",
 constexpr int kPlaceCount = 7;
 
 // 64 tokens per expert with the weights streamed from memory: the kernel design, and how it prefetches.
-enum class Design { kTwoPass, kOneBlock, kOneBlockDB, kInterleaved };
+enum class Design { kTwoPass, kOneBlock, kOneBlockDB, kInterleaved, kChunked4A };
 enum class Next { kNone, kT0, kT2 };  // prefetch of the next data (next chunk / block / pair), and its hint
 struct Tokens64 {
   const char* name;
   Design design;
   int ahead;  // bytes of the current panel(s) prefetched ahead with T0 (0: none)
   Next next;
+  int64_t chunk = 8;  // kInterleaved: k steps per K chunk
 };
 constexpr Tokens64 kTokens64[] = {
-    {"64 tok: 2 passes of 32 (now)", Design::kTwoPass, 4096, Next::kNone},
+    {"64 tok: 2 passes of 32, pf 4K", Design::kTwoPass, 4096, Next::kNone},
+    {"64 tok: 2 passes of 32, pf 1K (now)", Design::kTwoPass, 1024, Next::kNone},
     {"64 tok: 2 passes, pass 2 pf next pair T2", Design::kTwoPass, 4096, Next::kT2},
     {"64 tok: 1 block x 4 A, pf 4K", Design::kOneBlock, 4096, Next::kNone},
     {"64 tok: 1 block x 4 A, no pf", Design::kOneBlock, 0, Next::kNone},
@@ -277,6 +279,19 @@ constexpr Tokens64 kTokens64[] = {
     {"64 tok: groups alternate / 8", Design::kInterleaved, 4096, Next::kNone},
     {"64 tok: groups alternate, g1 pf next T0", Design::kInterleaved, 4096, Next::kT0},
     {"64 tok: groups alternate, g1 pf next T2", Design::kInterleaved, 4096, Next::kT2},
+    {"64 tok: groups alternate / 8, pf 1K", Design::kInterleaved, 1024, Next::kNone},
+    {"64 tok: groups alternate / 4, pf 1K", Design::kInterleaved, 1024, Next::kNone, 4},
+    {"64 tok: groups alternate / 16, pf 1K", Design::kInterleaved, 1024, Next::kNone, 16},
+    {"64 tok: groups alternate / 8, pf 1K, g1 next T2", Design::kInterleaved, 1024, Next::kT2},
+    {"64 tok: groups alternate / 4, pf 1K, g1 next T2", Design::kInterleaved, 1024, Next::kT2, 4},
+    {"64 tok: groups alternate / 8, pf 1K, g1 next T0", Design::kInterleaved, 1024, Next::kT0},
+    // Two blocks, per K chunk: block 0 then block 1, each 4 A tiles (all 64 tokens) x its B tile, C tiles
+    // stored and reloaded around its chunk; the chunk's A rows come from L2 for block 0 and L1 for block 1.
+    {"64 tok: 4 A x 1 B chunked / 4, 2 blocks, pf 1K", Design::kChunked4A, 1024, Next::kNone, 4},
+    {"64 tok: 4 A x 1 B chunked / 8, 2 blocks, pf 1K", Design::kChunked4A, 1024, Next::kNone, 8},
+    {"64 tok: 4 A x 1 B chunked / 4, 2 blocks, no pf", Design::kChunked4A, 0, Next::kNone, 4},
+    {"64 tok: 4 A x 1 B chunked / 4, 2 blocks, pf 2K", Design::kChunked4A, 2048, Next::kNone, 4},
+    {"64 tok: 4 A x 1 B chunked / 2, 2 blocks, pf 1K", Design::kChunked4A, 1024, Next::kNone, 2},
 };
 constexpr int kTokens64Count = sizeof(kTokens64) / sizeof(kTokens64[0]);
 constexpr int64_t kSteps = 64;                     // k steps of 32 in one pass over K = 2048
@@ -405,6 +420,36 @@ int64_t sixty_four_tokens(const Tokens64& v, PlaceBuffers& buf) {
   const uint16_t* b0 = next_mem(buf, 2);
   const uint16_t* b1 = b0 + kPanelBytes / 2;
   const uint16_t* np = b0 + kPanelBytes;  // the next pair
+  if (v.design == Design::kChunked4A) {
+    const uint16_t* r1 = buf.a + 16 * (kStridedLd / 2);
+    const uint16_t* r3 = a1 + 16 * (kStridedLd / 2);
+    for (int64_t c0 = 0; c0 < kSteps; c0 += v.chunk)
+      for (int j = 0; j < 2; ++j) {
+        const uint16_t* b = j ? b1 : b0;
+        if (c0 == 0) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        } else {
+          load_c(buf.c + j * 1024);
+        }
+        for (int64_t s = c0; s < c0 + v.chunk; ++s) {
+          prefetch_ahead(b, s, v.ahead);
+          _tile_loadd(6, b + s * 512, 64);
+          _tile_loadd(4, buf.a + s * 32, kStridedLd);
+          _tile_loadd(5, r1 + s * 32, kStridedLd);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 5, 6);
+          _tile_loadd(4, a1 + s * 32, kStridedLd);
+          _tile_loadd(5, r3 + s * 32, kStridedLd);
+          _tile_dpbf16ps(2, 4, 6);
+          _tile_dpbf16ps(3, 5, 6);
+        }
+        store_c(buf.c + j * 1024);
+      }
+    return 2 * kSteps * 4;
+  }
   if (v.design == Design::kTwoPass) {  // tile_amx2: tokens 0-31 over all of K (B from memory), then 32-63 (B from L2)
     for (int g = 0; g < 2; ++g) {
       const uint16_t* a = g ? a1 : buf.a;
@@ -420,7 +465,7 @@ int64_t sixty_four_tokens(const Tokens64& v, PlaceBuffers& buf) {
   }
   // kInterleaved: per K chunk of 8 steps, tokens 0-31 (B from memory) then 32-63 (B from L1), each
   // group's C tiles stored and reloaded around its chunk; group 1 may prefetch the next chunk's B.
-  for (int64_t c0 = 0; c0 < kSteps; c0 += kChunkSteps)
+  for (int64_t c0 = 0; c0 < kSteps; c0 += v.chunk)
     for (int g = 0; g < 2; ++g) {
       const uint16_t* a = g ? a1 : buf.a;
       if (c0 == 0) {
@@ -431,12 +476,12 @@ int64_t sixty_four_tokens(const Tokens64& v, PlaceBuffers& buf) {
       } else {
         load_c(buf.c + g * 1024);
       }
-      for (int64_t s = c0; s < c0 + kChunkSteps; ++s) {
+      for (int64_t s = c0; s < c0 + v.chunk; ++s) {
         if (g == 0) {
           prefetch_ahead(b0, s, v.ahead);
           prefetch_ahead(b1, s, v.ahead);
-        } else {  // step s's share (2 x 16 lines) of the next chunk: both panels' tiles kChunkSteps ahead
-          const int64_t ns = s + kChunkSteps;
+        } else {  // step s's share (2 x 16 lines) of the next chunk: both panels' tiles v.chunk ahead
+          const int64_t ns = s + v.chunk;
           const uint16_t* p0 = ns < kSteps ? b0 + ns * 512 : np + (ns - kSteps) * 512;
           const uint16_t* p1 = ns < kSteps ? b1 + ns * 512 : np + kPanelBytes / 2 + (ns - kSteps) * 512;
           prefetch_lines(p0, 16, v.next);
