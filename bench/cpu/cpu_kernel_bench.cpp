@@ -35,10 +35,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <random>
 #include <sstream>
 #include <string>
@@ -100,6 +102,27 @@ struct Set {
     return r;
   }
 };
+
+// 64-byte aligned vectors, as the runner's workspaces and packed stacks are: a tile load of a 64-byte
+// row that straddles two cache lines costs twice the loads (unaligned buffers made --amx-probe read
+// tile_amx2 at 0.72 instead of 1.5-1.7 TFLOP/s in L2 before session 18).
+template <typename T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <typename U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) {
+    void* q = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
+    if (q == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(q);
+  }
+  void deallocate(T* q, size_t) { std::free(q); }
+  template <typename U>
+  bool operator==(const Aligned64<U>&) const { return true; }
+};
+template <typename T>
+using AlignedVec = std::vector<T, Aligned64<T>>;
 
 std::shared_ptr<uint8_t> alloc(size_t n) {
   void* q = std::aligned_alloc(64, (n + 63) / 64 * 64);
@@ -215,7 +238,7 @@ int main(int argc, char** argv) {
   std::mt19937 g(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (float& v : x) v = nd(g);
-  std::vector<uint16_t> xb(x.size());  // the same activations in bf16, for the AVX512-BF16 kernel
+  AlignedVec<uint16_t> xb(x.size());  // the same activations in bf16, for the AVX512-BF16 kernel
   for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
   Q8Buffer q8buf;  // the same activations as int8 rows, for the q8 kernel
   const Q8Slots xq = q8buf.reserve(64, K);
@@ -357,10 +380,10 @@ int amx_probe(const std::vector<int>& ms, int reps) {
   const Variant variants[] = {{"pf4k", kPrefetchBytes}, {"pf0", 0}};
   for (int m : ms) {
     const int rows = (m + 15) / 16 * 16;
-    std::vector<float> acc(static_cast<size_t>(2 * rows * 16));
+    AlignedVec<float> acc(static_cast<size_t>(2 * rows * 16));
     for (const int64_t K : {int64_t{256}, int64_t{2048}}) {
       const int64_t ldx = K + 32;
-      std::vector<uint16_t> xb(static_cast<size_t>(rows * ldx), 0x3F80), panels(static_cast<size_t>(2 * K * 16), 0x3C00);
+      AlignedVec<uint16_t> xb(static_cast<size_t>(rows * ldx), 0x3F80), panels(static_cast<size_t>(2 * K * 16), 0x3C00);
       std::printf("m=%-4d K=%-5lld (%s) ", m, static_cast<long long>(K), K == 256 ? "L1" : "L2");
       for (const Variant& v : variants) {
         const double tf = tflops(reps, 2.0 * m * 32 * static_cast<double>(K), [&](int) {
@@ -374,7 +397,7 @@ int amx_probe(const std::vector<int>& ms, int reps) {
     // Weights from memory: qwen3-30b-a3b gate_up blocks, pair after pair through many copies.
     const int64_t N = 1536, K = 2048, ldx = K + 32;
     static const Set w = make_set(WeightFormat::kBF16, N, K, 256u << 20, kernels::CodeLayout::kVnniWords);
-    std::vector<uint16_t> xb(static_cast<size_t>(rows * ldx), 0x3F80);
+    AlignedVec<uint16_t> xb(static_cast<size_t>(rows * ldx), 0x3F80);
     const int64_t pairs = w.p->nblocks / 2;
     std::printf("m=%-4d K=%-5lld (mem)", m, static_cast<long long>(K));
     for (const Variant& v : variants) {
