@@ -440,7 +440,7 @@ TEST(CpuKernels, AmxTwoBlockTilesMatchOneBlockTilesAndScalarLoop) {
       }
     ASSERT_NE(std::memcmp(panel[0], panel[1], pn * 2), 0);  // distinct panels
     const std::pair<int, int> pairs[] = {{0, 1}, {1, 2}, {2, 3}, {5, 0}};  // block index e * 3 + b
-    for (int m : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1024}) {
+    for (int m : {1, 15, 16, 17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 81, 100, 1024}) {
       const int64_t ldx = kp + 32;
       const int rows = (m + 15) / 16 * 16;
       std::mt19937 g(static_cast<uint32_t>(m));

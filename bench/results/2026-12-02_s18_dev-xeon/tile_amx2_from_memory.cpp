@@ -1,6 +1,6 @@
 // tile_amx2 alone, the weights from memory: each thread walks 1 GiB of 64-byte aligned panel pairs
 // (qwen3 / deepseek-v2-lite gate_up shape, K = 2048) with m token rows of 4160-byte stride in L2, one
-// call per pair, as a gemm1 item does. Session 18 (NOTES.md section 3).
+// call per pair, as a gemm1 item does. Session 18 (NOTES.md section 2).
 //   g++ -O2 -std=c++20 -fopenmp -I src -I include tile_amx2_from_memory.cpp build/src/libmoerun.a \
 //       -L/usr/local/cuda/lib64 -lcudart -lfmt -o /tmp/t3 && /tmp/t3 <threads> <prefetch bytes>
 #include <chrono>
