@@ -369,6 +369,15 @@ void load_c(const float* c) {
   _tile_loadd(3, c + 768, 64);
 }
 
+// A K chunk's C tiles: zero for the first chunk, else reloaded from where the last chunk stored them.
+void start_c(bool first, const float* c) {
+  if (!first) return load_c(c);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+
 // 64 tokens (A rows 0-63) times fresh weights from memory (kTokens64[v]); returns tdpbf16ps done. The
 // memory walk is laid out as the runner's panels: a block's panel is kPanelBytes contiguous, a pair's two
 // panels adjacent, the next pair after them.
@@ -426,14 +435,7 @@ int64_t sixty_four_tokens(const Tokens64& v, PlaceBuffers& buf) {
     for (int64_t c0 = 0; c0 < kSteps; c0 += v.chunk)
       for (int j = 0; j < 2; ++j) {
         const uint16_t* b = j ? b1 : b0;
-        if (c0 == 0) {
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-        } else {
-          load_c(buf.c + j * 1024);
-        }
+        start_c(c0 == 0, buf.c + j * 1024);
         for (int64_t s = c0; s < c0 + v.chunk; ++s) {
           prefetch_ahead(b, s, v.ahead);
           _tile_loadd(6, b + s * 512, 64);
@@ -468,14 +470,7 @@ int64_t sixty_four_tokens(const Tokens64& v, PlaceBuffers& buf) {
   for (int64_t c0 = 0; c0 < kSteps; c0 += v.chunk)
     for (int g = 0; g < 2; ++g) {
       const uint16_t* a = g ? a1 : buf.a;
-      if (c0 == 0) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-      } else {
-        load_c(buf.c + g * 1024);
-      }
+      start_c(c0 == 0, buf.c + g * 1024);
       for (int64_t s = c0; s < c0 + v.chunk; ++s) {
         if (g == 0) {
           prefetch_ahead(b0, s, v.ahead);
