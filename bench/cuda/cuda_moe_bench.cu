@@ -376,22 +376,28 @@ int main(int argc, char** argv) {
       CK(cudaGraphExecDestroy(gf));
       CK(cudaGraphExecDestroy(ge));
       // Every GEMM variant forced, expert stage as graph replay (the data behind the thresholds).
+      // "+unfused": the wgmma engine with its activation epilogue off (MOERUN_CUDA_FUSED_ACT=0).
       for (const char* cfg : {"mma-stream-m16", "mma-stream-m16-n32", "mma-stream-m32", "mma-tile-m64",
-                              "mma-tile-m128", "cutlass-sm90-grouped", "cutlass-sm90-swapab"}) {
+                              "mma-tile-m128", "cutlass-sm90-grouped", "cutlass-sm90-swapab", "sm90-wgmma-grouped",
+                              "sm90-wgmma-grouped+unfused"}) {
         if (!forced) break;
         const bool stream_cfg = std::strncmp(cfg, "mma-stream", 10) == 0;
         if (stream_cfg && double(M) * sd.k / sd.e > 64) continue;  // decode tiles at prefill: minutes, no news
-        setenv("MOERUN_CUDA_GEMM", cfg, 1);
+        const std::string name = cfg;
+        const bool unfused = name.size() > 8 && name.compare(name.size() - 8, 8, "+unfused") == 0;
+        setenv("MOERUN_CUDA_GEMM", unfused ? name.substr(0, name.size() - 8).c_str() : cfg, 1);
+        if (unfused) setenv("MOERUN_CUDA_FUSED_ACT", "0", 1);
         cudaGraphExec_t gx = graph_of(expert);
         vs.push_back({std::string("forced:") + cfg, timer.median_ms([&] { CK(cudaGraphLaunch(gx, s)); }, M >= 1024 ? 11 : 15)});
         CK(cudaGraphExecDestroy(gx));
         unsetenv("MOERUN_CUDA_GEMM");
+        unsetenv("MOERUN_CUDA_FUSED_ACT");
       }
       // Cross-check on model shapes: the CUTLASS engine (both schedules) against the mma tiles, same inputs.
       double cross = -1.0, cross_swap = -1.0;
       if (forced) {
         std::vector<std::vector<uint16_t>> outs;
-        for (const char* cfg : {"mma-tile-m64", "cutlass-sm90-grouped", "cutlass-sm90-swapab"}) {
+        for (const char* cfg : {"mma-tile-m64", "cutlass-sm90-grouped", "cutlass-sm90-swapab", "sm90-wgmma-grouped"}) {
           setenv("MOERUN_CUDA_GEMM", cfg, 1);
           CK(cudaMemsetAsync(dout, 0xFF, size_t(M) * sd.h * 2, s));
           cuda_runner->forward(expert);
@@ -412,6 +418,9 @@ int main(int argc, char** argv) {
         };
         cross = rel_diff(outs[1]);
         cross_swap = rel_diff(outs[2]);
+        const double cross_wgmma = rel_diff(outs[3]);
+        std::printf("check %-18s %5d sm90-wgmma vs mma-tile-m64: rel diff %.2e%s\n", sd.name.c_str(), M, cross_wgmma,
+                    cross_wgmma < 1e-2 ? "" : "  <-- MISMATCH");
         std::printf("check %-18s %5d cutlass vs mma-tile-m64: rel diff %.2e%s\n", sd.name.c_str(), M, cross,
                     cross < 1e-2 ? "" : "  <-- MISMATCH");
         std::printf("check %-18s %5d cutlass-swapab vs mma-tile-m64: rel diff %.2e%s\n", sd.name.c_str(), M,

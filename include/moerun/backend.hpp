@@ -27,7 +27,7 @@ struct FormatSupport {
 // Among the variants whose token range and CPU level fit, the one needing the highest CPU level wins
 // (ties: the first listed).
 struct KernelVariant {
-  std::string name;                    // "amx-bf16-tiles", "avx512-stream", "cutlass-sm90-grouped"
+  std::string name;                    // "amx-bf16-tiles", "avx512-stream", "sm90-wgmma-grouped"
   double max_tokens_per_expert = 0.0;  // serves calls with M*k/E <= this; 0 = no upper limit
   std::string why;                     // one line: what it is good at
   CpuIsa min_cpu_isa = CpuIsa::kScalar;  // cpu backends: the level this variant needs

@@ -156,6 +156,7 @@ class ForceGemm {
 };
 constexpr const char* kCutlass = "cutlass-sm90-grouped";
 constexpr const char* kCutlassSwap = "cutlass-sm90-swapab";
+constexpr const char* kWgmma = "sm90-wgmma-grouped";  // the own sm90 grouped GEMM (wgmma_grouped.cuh)
 
 void check_case(const std::string& backend, const MoeSpec& spec, int64_t m, uint64_t seed, Route route,
                 float nan_rate = 0.0f, const char* want_variant = nullptr) {
@@ -368,7 +369,7 @@ TEST_P(CutlassSchedule, SmallFormatsRoutingSharedForced) {
              Route::kHotExpert, 0.0f, v);
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, CutlassSchedule, ::testing::Values(kCutlass, kCutlassSwap));
+INSTANTIATE_TEST_SUITE_P(Schedules, CutlassSchedule, ::testing::Values(kCutlass, kCutlassSwap, kWgmma));
 
 // The 16 x 32 decode tiles (2 warps, 8 stages): gated split and interleaved, non-gated, biases, fp16,
 // shared experts, odd sizes, one and several tokens per expert.
@@ -423,7 +424,7 @@ cuda_kernels::CutlassGroupedParams grouped_params(int groups, const int32_t* seg
   return p;
 }
 
-// The grouped GEMM alone, both schedules: D must equal A_g · B_g^T on exactly rows [seg[g], seg[g+1])
+// The grouped GEMM alone, every sm90 engine: D must equal A_g · B_g^T on exactly rows [seg[g], seg[g+1])
 // x [0, n) and leave every other element of the buffer alone (empty groups first, between and last,
 // groups around the 64-token tile, rows past seg[E], n and k off the tile sizes), and the one-group
 // form (no seg_offsets) too. Operands are multiples of 1/8 in [-1, 1], so the fp32 sums are exact
@@ -485,40 +486,76 @@ TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
     EXPECT_EQ(untouched_bad, 0) << what << ": elements outside the groups' rows were written";
     EXPECT_EQ(value_bad, 0) << what << ": wrong values";
   };
-  for (CutlassTile tile : {CutlassTile::kTokens128x256, CutlassTile::kSwapAB}) {
-    const char* what = tile == CutlassTile::kSwapAB ? "swap-AB" : "128x256";
+  // Engines: CUTLASS 128x256, CUTLASS swap-AB, and the own wgmma GEMM with its dynamic scheduler,
+  // static striding, and 128-row tiles only (the last two: tuning modes, same results).
+  int32_t* counters;
+  CK(cudaMalloc(&counters, 8));
+  CK(cudaMemset(counters, 0, 8));
+  for (int engine = 0; engine < 5; ++engine) {
+    const char* names[] = {"128x256", "swap-AB", "wgmma", "wgmma static", "wgmma 128-row tiles"};
+    const char* what = names[engine];
+    const CutlassTile tile = engine == 1 ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256;
+    auto launch = [&](const CutlassGroupedParams& q) {
+      if (engine < 2) return launch_cutlass_grouped(Elem::kBF16, q, nullptr);
+      if (engine == 2) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr);
+      return launch_wgmma_grouped_bf16(q, engine == 3 ? nullptr : counters, engine == 3 ? 1 : 0, nullptr);
+    };
     CutlassGroupedParams p = grouped_params(groups, dseg, da, db, dd, n, k, dws, ws, sms);
     p.tile = tile;
-    CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
-    CK(launch_cutlass_grouped(Elem::kBF16, p, nullptr));
-    CK(cudaDeviceSynchronize());
-    std::vector<int> group_of_row(static_cast<size_t>(alloc_rows), -1);
-    for (int g = 0; g < groups; ++g)
-      for (int r = seg[static_cast<size_t>(g)]; r < seg[static_cast<size_t>(g) + 1]; ++r)
-        group_of_row[static_cast<size_t>(r)] = g;
-    check(group_of_row, what);
+    p.rows = alloc_rows;  // (the wgmma engine's tensor maps; CUTLASS ignores it with seg_offsets)
+    for (int rep = 0; rep < (engine == 2 ? 3 : 1); ++rep) {  // the counters are left zero for the next launch
+      CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
+      CK(launch(p));
+      CK(cudaDeviceSynchronize());
+      std::vector<int> group_of_row(static_cast<size_t>(alloc_rows), -1);
+      for (int g = 0; g < groups; ++g)
+        for (int r = seg[static_cast<size_t>(g)]; r < seg[static_cast<size_t>(g) + 1]; ++r)
+          group_of_row[static_cast<size_t>(r)] = g;
+      check(group_of_row, what);
+    }
     // One group of the first 97 rows with group 0's weights (the shared-expert form).
     CutlassGroupedParams one = p;
     one.groups = 1;
     one.seg_offsets = nullptr;
     one.rows = 97;
     CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
-    CK(launch_cutlass_grouped(Elem::kBF16, one, nullptr));
+    CK(launch(one));
     CK(cudaDeviceSynchronize());
     std::vector<int> first(static_cast<size_t>(alloc_rows), -1);
     std::fill(first.begin(), first.begin() + 97, 0);
     check(first, what);
-    // The argument checks are the same for both schedules.
+    // The argument checks are the same for all engines (the wgmma one needs no workspace).
     CutlassGroupedParams bad = p;
     bad.n = n + 4;
-    EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue) << what;
-    bad = p;
-    bad.workspace_bytes = 64;
-    EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue) << what;
+    EXPECT_EQ(launch(bad), cudaErrorInvalidValue) << what;
+    if (engine < 2) {
+      bad = p;
+      bad.workspace_bytes = 64;
+      EXPECT_EQ(launch(bad), cudaErrorInvalidValue) << what;
+    }
     bad = p;
     bad.seg_offsets = nullptr;
-    EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue) << what;
+    EXPECT_EQ(launch(bad), cudaErrorInvalidValue) << what;
   }
+  {  // What only the wgmma engine refuses: the swap-AB tile, a misaligned operand, too many groups.
+    CutlassGroupedParams p = grouped_params(groups, dseg, da, db, dd, n, k, dws, ws, sms);
+    p.rows = alloc_rows;
+    CutlassGroupedParams bad = p;
+    bad.tile = CutlassTile::kSwapAB;
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue);
+    bad = p;
+    bad.a = static_cast<const char*>(da) + 8;
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue);
+    bad = p;
+    bad.groups = 1025;
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue);
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kF32, p, counters, nullptr), cudaErrorInvalidValue);
+    int32_t left[2] = {-1, -1};
+    CK(cudaMemcpy(left, counters, 8, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(left[0], 0);
+    EXPECT_EQ(left[1], 0);
+  }
+  cudaFree(counters);
   CutlassGroupedParams unknown;
   unknown.tile = static_cast<CutlassTile>(7);
   EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, unknown, nullptr), cudaErrorInvalidValue);
@@ -536,12 +573,13 @@ class FusedAct {
   FusedAct& operator=(const FusedAct&) = delete;
 };
 
-// One runner and one set of inputs on the forced 128x256 CUTLASS path, once with the activation in
+// One runner and one set of inputs on a forced 128x256 path (CUTLASS or wgmma), once with the activation in
 // the gate_up GEMM's epilogue and once with the separate pass (MOERUN_CUDA_FUSED_ACT=0): both against
 // the reference, and against each other (the fused form skips gate_up's rounding to the element type,
 // so the two differ by rounding only).
-void check_fused_vs_unfused(const MoeSpec& spec, int64_t m, uint64_t seed, Route route) {
-  ForceGemm force(kCutlass);
+void check_fused_vs_unfused_on(const char* variant, const MoeSpec& spec, int64_t m, uint64_t seed, Route route) {
+  SCOPED_TRACE(variant);
+  ForceGemm force(variant);
   spec.validate();
   const Platform plat = sm90_platform();
   auto be = make_cuda_backend();
@@ -550,7 +588,7 @@ void check_fused_vs_unfused(const MoeSpec& spec, int64_t m, uint64_t seed, Route
   const MoeWeights w = random_weights(spec, seed);
   auto runner = be->create_runner(spec, w, plat, {});
   auto ref = make_reference_backend()->create_runner(spec, w, plat, {});
-  ASSERT_EQ(runner->variant_for(m), kCutlass);
+  ASSERT_EQ(runner->variant_for(m), variant);
   const Inputs in = make_inputs(spec, m, seed + 7, route);
   HostTensor fused(spec.act_dtype, {m, spec.hidden}), unfused(spec.act_dtype, {m, spec.hidden}),
       want(spec.act_dtype, {m, spec.hidden});
@@ -578,6 +616,11 @@ void check_fused_vs_unfused(const MoeSpec& spec, int64_t m, uint64_t seed, Route
   EXPECT_NE(std::memcmp(fused.data(), unfused.data(), fused.nbytes()), 0)
       << "MOERUN_CUDA_FUSED_ACT=1 gave the unfused output bit for bit: the fused kernel did not run, "
       << spec.summary() << " m=" << m;
+}
+// Both engines with a fused form: CUTLASS's 128x256 and the own wgmma grouped GEMM.
+void check_fused_vs_unfused(const MoeSpec& spec, int64_t m, uint64_t seed, Route route) {
+  check_fused_vs_unfused_on(kCutlass, spec, m, seed, route);
+  check_fused_vs_unfused_on(kWgmma, spec, m, seed, route);
 }
 
 // Every gated activation, with and without expert bias, bf16 and fp16; SwigluOai from interleaved
@@ -746,14 +789,23 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
   for (int g = 0; g < groups; ++g)
     for (int r = seg[static_cast<size_t>(g)]; r < seg[static_cast<size_t>(g) + 1]; ++r)
       group_of_row[static_cast<size_t>(r)] = g;
+  int32_t* counters;
+  CK(cudaMalloc(&counters, 8));
+  CK(cudaMemset(counters, 0, 8));
+  p.rows = alloc_rows;  // (the wgmma engine's tensor maps)
+  for (bool wgmma : {false, true})
   for (Act act : {Act::kSiluAndMul, Act::kSwigluOai}) {
+    auto launch = [&](const CutlassGroupedParams& x) {
+      return wgmma ? launch_wgmma_grouped(Elem::kBF16, x, counters, nullptr) : launch_cutlass_grouped(Elem::kBF16, x, nullptr);
+    };
     const bool with_bias = act == Act::kSwigluOai;
-    const char* what = with_bias ? "swiglu-oai + bias" : "silu-and-mul";
+    const std::string what_s = std::string(wgmma ? "wgmma " : "cutlass ") + (with_bias ? "swiglu-oai + bias" : "silu-and-mul");
+    const char* what = what_s.c_str();
     CutlassGroupedParams q = p;
     q.act = act;
     q.bias = with_bias ? dbias : nullptr;
     CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
-    CK(launch_cutlass_grouped(Elem::kBF16, q, nullptr));
+    CK(launch(q));
     CK(cudaDeviceSynchronize());
     check(group_of_row, act, with_bias, what);
     // One group of the first 97 rows with group 0's weights and bias (the shared-expert form).
@@ -762,12 +814,21 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
     one.seg_offsets = nullptr;
     one.rows = 97;
     CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
-    CK(launch_cutlass_grouped(Elem::kBF16, one, nullptr));
+    CK(launch(one));
     CK(cudaDeviceSynchronize());
     std::vector<int> first(static_cast<size_t>(alloc_rows), -1);
     std::fill(first.begin(), first.begin() + 97, 0);
     check(first, act, with_bias, what);
   }
+  // The wgmma engine refuses what the fused CUTLASS kernel refuses (the workspace aside).
+  for (const auto& [field, label] : std::vector<std::pair<int, const char*>>{{0, "n"}, {1, "act"}, {2, "layout"}}) {
+    CutlassGroupedParams bad = p;
+    if (field == 0) bad.n = n - 8;
+    if (field == 1) bad.act = Act::kRelu2;
+    if (field == 2) bad.layout = GateUpLayout::kHalves;
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue) << label;
+  }
+  cudaFree(counters);
   // What the fused kernel refuses: n not a multiple of 16, a non-gated activation, another layout.
   CutlassGroupedParams bad = p;
   bad.n = n - 8;
@@ -785,14 +846,14 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
 }
 
 // Enough tokens per expert that the backend picks the CUTLASS engine by itself.
-TEST(CudaCutlass, LargeTokensPerExpertChoosesCutlass) {
+TEST(CudaCutlass, LargeTokensPerExpertChoosesSm90Engines) {
   REQUIRE_GPU();
   const MoeSpec s = make_spec(8, 2, 512, 256);
-  check_case("cuda", s, 1024, 40, Route::kLogits, 0.0f, kCutlass);  // 256 tokens per expert
+  check_case("cuda", s, 1024, 40, Route::kLogits, 0.0f, kWgmma);  // 256 tokens per expert
   check_case("cuda", s, 48, 41, Route::kLogits, 0.0f, "mma-stream-m32");  // 12 per expert
-  check_case("cuda", s, 52, 42, Route::kLogits, 0.0f, "cutlass-sm90-swapab");  // 13 per expert
-  check_case("cuda", s, 192, 43, Route::kLogits, 0.0f, "cutlass-sm90-swapab");  // 48 per expert
-  check_case("cuda", s, 196, 44, Route::kLogits, 0.0f, kCutlass);  // 49 per expert
+  check_case("cuda", s, 52, 42, Route::kLogits, 0.0f, kWgmma);  // 13 per expert
+  check_case("cuda", s, 192, 43, Route::kLogits, 0.0f, kWgmma);  // 48 per expert
+  check_case("cuda", s, 196, 44, Route::kLogits, 0.0f, kWgmma);  // 49 per expert
 }
 
 // One token skips the alignment (direct mode: pair t is tile t). Every mma variant, gated split and
@@ -1107,12 +1168,14 @@ TEST(CudaRouting, SmallMatchesHostExactly) {
 // Device tensors on a stream: graph capture + replay equals the eager forward bit for bit.
 TEST(CudaBackend, GraphReplayEqualsEager) {
   REQUIRE_GPU();
-  for (int64_t m : {1, 40, 120, 300, -300}) {  // 120: swap-AB by the rule; -300: 300 tokens, 128x256 forced
+  // 120 and 300: the wgmma engine by the rule (its tile counters must be left zero by every replay);
+  // then CUTLASS's two schedules forced.
+  const std::pair<int64_t, const char*> cases[] = {{1, nullptr},   {40, nullptr},      {120, nullptr},
+                                                   {300, nullptr}, {300, kCutlass},    {120, kCutlassSwap}};
+  for (const auto& [m, forced] : cases) {
+    SCOPED_TRACE(forced ? forced : "rule");
     std::unique_ptr<ForceGemm> force;
-    if (m < 0) {
-      m = -m;
-      force = std::make_unique<ForceGemm>(kCutlass);
-    }
+    if (forced) force = std::make_unique<ForceGemm>(forced);
     MoeSpec s = make_spec(16, 4, 512, 256);
     s.routing.scoring = Scoring::kSigmoid;
     s.routing.correction_bias = true;
@@ -1122,7 +1185,8 @@ TEST(CudaBackend, GraphReplayEqualsEager) {
     const Platform plat = sm90_platform();
     const MoeWeights w = random_weights(s, 21);
     auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
-    if (force) EXPECT_EQ(runner->variant_for(m), kCutlass);
+    if (forced) EXPECT_EQ(runner->variant_for(m), forced);
+    if (!forced && m >= 120) EXPECT_EQ(runner->variant_for(m), kWgmma);
     const Inputs in = make_inputs(s, m, 22, Route::kLogits);
     void *dh, *dl, *d1, *d2;
     const size_t hb = in.hidden.nbytes();
@@ -1186,13 +1250,13 @@ TEST(CudaBackend, CapabilitiesAreHonest) {
   // The large-M engine is the last variant, taken above the mma tiles' tokens-per-expert limit.
   const auto& vs = be->capabilities().variants;
   ASSERT_FALSE(vs.empty());
-  EXPECT_EQ(vs.back().name, kCutlass);
+  EXPECT_EQ(vs.back().name, kWgmma);
   const MoeSpec big = make_spec(8, 2, 512, 256);
-  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 1024), kCutlass);
+  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 1024), kWgmma);
   EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 48), "mma-stream-m32");
-  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 52), "cutlass-sm90-swapab");
-  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 192), "cutlass-sm90-swapab");
-  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 196), kCutlass);
+  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 52), kWgmma);
+  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 192), kWgmma);
+  EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 196), kWgmma);
   EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 1), "mma-stream-m16-n32");
 }
 

@@ -3,6 +3,8 @@
 # TUNE_CONFIGS="0 6": only those schedules. TUNE_PASSES_ONLY=1: no CUTLASS schedule at all, only the
 # gather / activation / combine passes (a build of seconds). TUNE_PASSES_SRC=<file>: compile the passes
 # from that file instead of src/.../sorted_passes.cu (an older version, to time two side by side).
+# Schedules 11-14 are the own wgmma grouped GEMM (src/.../wgmma_grouped.cuh), one object for all; the
+# first schedule built is the reference the others' outputs are checked against.
 # TUNE_DECODE_PROBE=1: build decode_probe instead (the one-token chains, bench/cuda/tune/decode_probe.cu).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
@@ -26,10 +28,16 @@ main_flags=""
 if [ "${TUNE_PASSES_ONLY:-0}" = 1 ]; then
   main_flags="-DTUNE_PASSES_ONLY"
 else
-  for n in ${TUNE_CONFIGS:-0 1 2 3 4 5 6 7 8 9 10}; do
+  own=0
+  for n in ${TUNE_CONFIGS:-0 1 2 3 4 5 6 7 8 9 10 11}; do
+    if [ "$n" -ge 11 ]; then own=1; continue; fi
     nvcc $flags -DTUNE_CONFIG=$n -c "$root/bench/cuda/tune/tune_kernel.cu" -o "$out/tune_kernel_$n.o" &
     pids+=($!)
   done
+  if [ "$own" = 1 ]; then  # schedules 11-14: the own wgmma grouped GEMM
+    nvcc $flags -Xptxas -v -c "$root/bench/cuda/tune/wgmma_grouped.cu" -o "$out/wgmma_grouped.o" 2> "$out/wgmma_grouped.ptxas" &
+    pids+=($!)
+  fi
 fi
 passes=${TUNE_PASSES_SRC:-$root/src/backends/cuda/kernels/sorted_passes.cu}
 nvcc $flags -I"$root/src/backends/cuda/kernels" -c "$passes" -o "$out/sorted_passes.o" &

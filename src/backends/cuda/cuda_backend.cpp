@@ -37,32 +37,49 @@ using namespace cuda_kernels;
 // M=1024), 1.62 vs 1.67 ms (gpt-oss M=1024); at 64 a tie (qwen3 M=1024, 0.403 vs 0.400 ms); at 256
 // it loses 1.3-1.7x (mixtral M=1024 1.83 vs 1.38 ms), where the 64x64 wgmma's shared-memory traffic
 // caps it.
+// Since 2026-12-02 the own sm90 grouped GEMM (wgmma_grouped.cuh: 128x256 tiles, 64-row last tiles
+// whose two warpgroups split the weight rows, a dynamic tile scheduler, the activation fused) takes
+// every token count above the stream tiles' 12 per expert, in place of both CUTLASS schedules
+// (bench/results/2026-12-02_s19_h200/NOTES.md):
+//   - GEMMs alone (cutlass_tune, two alternated rounds) against CUTLASS's 128x256: deepseek-v3 M=8192
+//     11.0-11.3 vs 11.7-11.9 ms, gpt-oss-120b M=8192 3.02-3.12 vs 3.04-3.37 ms, qwen3 M=1024 0.340 vs
+//     0.357 ms; mixtral (M=1024 and 8192) and qwen3 M=8192 tie;
+//   - whole expert stage, every variant forced in one sweep, at 32 tokens per expert against swap-AB:
+//     deepseek-v3 M=1024 5.53 vs 5.74 ms, gpt-oss-120b M=1024 1.57 vs 1.67, mixtral M=128 0.690 vs
+//     0.731.
+// Both CUTLASS schedules stay reachable through MOERUN_CUDA_GEMM (cutlass-sm90-grouped,
+// cutlass-sm90-swapab); so does the rest of the comment above, which still describes them.
 constexpr double kStreamMaxTpe = 8.0;
 constexpr double kStream32MaxTpe = 12.0;
-constexpr double kSwapMaxTpe = 48.0;
 constexpr const char* kCutlassVariant = "cutlass-sm90-grouped";
 constexpr const char* kCutlassSwapVariant = "cutlass-sm90-swapab";
+constexpr const char* kWgmmaVariant = "sm90-wgmma-grouped";
 
-// One GEMM path: an own mma.sync tile configuration, or the CUTLASS engine (either schedule).
+// One GEMM path: an own mma.sync tile configuration, or the expert-sorted path (gather, two sm90
+// grouped GEMMs, activation and combine passes) on CUTLASS (either schedule) or the own wgmma engine.
 struct Path {
-  bool cutlass = false;
+  bool cutlass = false;  // the expert-sorted path
   GemmConfig cfg = GemmConfig::kTileM64;
   bool swap_ab = false;  // with cutlass: CutlassTile::kSwapAB
+  bool wgmma = false;    // with cutlass: the own grouped GEMM (wgmma_grouped.cuh) instead of CUTLASS
   const char* name() const {
-    return cutlass ? (swap_ab ? kCutlassSwapVariant : kCutlassVariant) : gemm_config_name(cfg);
+    if (!cutlass) return gemm_config_name(cfg);
+    return wgmma ? kWgmmaVariant : swap_ab ? kCutlassSwapVariant : kCutlassVariant;
   }
 };
 
 // MOERUN_CUDA_GEMM=<variant name> forces one GEMM variant (benchmarks, tests and tuning only). An
-// unknown name is ignored; "cutlass-sm90-grouped" and "cutlass-sm90-swapab" fall back to the rule for f32.
+// unknown name is ignored; "cutlass-sm90-grouped", "cutlass-sm90-swapab" and "sm90-wgmma-grouped" fall
+// back to the rule for f32.
 Path forced_path(bool cutlass_ok, bool* forced) {
   *forced = false;
   const char* v = std::getenv("MOERUN_CUDA_GEMM");
   if (!v || !*v) return {};
-  const bool swap = std::strcmp(v, kCutlassSwapVariant) == 0;
-  if (swap || std::strcmp(v, kCutlassVariant) == 0) {
+  const bool swap = std::strcmp(v, kCutlassSwapVariant) == 0, wgmma = std::strcmp(v, kWgmmaVariant) == 0;
+  // (forcing the wgmma engine on a layer with more than kWgmmaMaxGroups local experts: its launch refuses)
+  if (swap || wgmma || std::strcmp(v, kCutlassVariant) == 0) {
     *forced = cutlass_ok;
-    return {cutlass_ok, GemmConfig::kTileM64, swap && cutlass_ok};
+    return {cutlass_ok, GemmConfig::kTileM64, swap && cutlass_ok, wgmma && cutlass_ok};
   }
   for (int c = 0; c < kNumGemmConfigs; ++c)
     if (std::strcmp(v, gemm_config_name(static_cast<GemmConfig>(c))) == 0) {
@@ -79,7 +96,7 @@ Path path_for_tpe(double tpe, bool cutlass_ok) {
   if (tpe <= kStreamMaxTpe) return {false, GemmConfig::kStreamM16N32};
   if (tpe <= kStream32MaxTpe) return {false, GemmConfig::kStreamM32};
   if (!cutlass_ok) return {false, GemmConfig::kTileM64};
-  return {true, GemmConfig::kTileM64, tpe <= kSwapMaxTpe};
+  return {true, GemmConfig::kTileM64, false, true};
 }
 
 bool direct_enabled() {
@@ -95,9 +112,13 @@ bool direct_enabled() {
 // 11.98-12.00 ms; gpt-oss-120b M=8192 4.14-4.16 vs 3.59-3.64 ms. Its register-direct 4-byte stores
 // hold both consumer warpgroups off the tensor cores far longer than the TMA-store epilogue saves in
 // pass traffic (bench/results/2026-11-30_2ce71f6_h200/NOTES.md). Read per call like the above.
-bool fused_act_enabled() {
+// The own wgmma engine stages its activation epilogue through shared memory and stores whole rows, so
+// there the fused form is the default; MOERUN_CUDA_FUSED_ACT=0 turns it off (and =1 on) for either.
+bool fused_act_enabled(bool wgmma) {
   const char* v = std::getenv("MOERUN_CUDA_FUSED_ACT");
-  return v && v[0] == '1' && v[1] == '\0';
+  if (v && v[0] == '1' && v[1] == '\0') return true;
+  if (v && v[0] == '0' && v[1] == '\0') return false;
+  return wgmma;
 }
 
 // MOERUN_CUDA_DOWN_PREFETCH: where in its main loop a one-token gate_up block asks the L2 for its
@@ -134,7 +155,11 @@ class CudaRunner final : public Runner {
       : d_(spec, w, o.device_index, true, GateUpLayout::kBlocks8), sm_count_(device_sm_count(o.device_index)) {
     MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes_, cudaDevAttrL2CacheSize, o.device_index));
     cutlass_ok_ = d_.elem() == Elem::kBF16 || d_.elem() == Elem::kF16;
-    if (cutlass_ok_) cutlass_ws_.reserve(cutlass_grouped_workspace_bytes(d_.elem(), d_.experts(), sm_count_));
+    if (cutlass_ok_) {
+      cutlass_ws_.reserve(cutlass_grouped_workspace_bytes(d_.elem(), d_.experts(), sm_count_));
+      const int32_t zero[2] = {0, 0};  // the wgmma engine's tile counters: zero, and left zero by each launch
+      wgmma_counters_.upload(zero, sizeof(zero));
+    }
     tune_stream(o.device_index);
   }
 
@@ -150,7 +175,7 @@ class CudaRunner final : public Runner {
   // The forward on a given path (the stream tune times both stream tilings through it).
   void forward_on(const ForwardArgs& args, int64_t m, const Path& path) {
     if (path.cutlass) {
-      forward_cutlass(args, m, path.swap_ab ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256);
+      forward_cutlass(args, m, path.swap_ab ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256, path.wgmma);
       return;
     }
     const GemmConfig cfg = path.cfg;
@@ -271,6 +296,7 @@ class CudaRunner final : public Runner {
     if (forced) return f;
     Path p = path_for_tpe(static_cast<double>(m) * d_.top_k() / d_.experts(), cutlass_ok_);
     if (!p.cutlass && p.cfg == GemmConfig::kStreamM16N32) p.cfg = cuda_detail::stream_pick_for(picks_, m, p.cfg);
+    if (p.wgmma && d_.experts() > kWgmmaMaxGroups) p.wgmma = false;  // CUTLASS's 128x256 takes any count
     return p;
   }
 
@@ -407,13 +433,14 @@ class CudaRunner final : public Runner {
     return picks;
   }
 
-  // The large-M path: gather the tokens expert-sorted, CUTLASS grouped GEMM (gate_up), activation,
-  // CUTLASS grouped GEMM (down), weighted combine, all in the schedule `tile` the rule chose. With
-  // MOERUN_CUDA_FUSED_ACT=1, a gated activation and the 128x256 schedule, the activation runs in the
-  // gate_up GEMM's epilogue instead (CutlassTile::kTokens128x256Act: w13 is in kBlocks8 order) and
-  // gate_up is never stored (measured slower: fused_act_enabled). Shared experts take the same engine
-  // as one group, unfused (their w13 is kHalves).
-  void forward_cutlass(const ForwardArgs& args, int64_t m, CutlassTile tile) {
+  // The expert-sorted path: gather the tokens expert-sorted, grouped GEMM (gate_up), activation,
+  // grouped GEMM (down), weighted combine. The GEMMs run on the own wgmma engine (wgmma: tile is
+  // kTokens128x256) or on CUTLASS in the schedule `tile`. With a gated activation and 128x256 tiles
+  // the activation runs in the gate_up GEMM's epilogue (CutlassTile::kTokens128x256Act: w13 is in
+  // kBlocks8 order) and gate_up is never stored: by default on the wgmma engine, only with
+  // MOERUN_CUDA_FUSED_ACT=1 on CUTLASS (fused_act_enabled). Shared experts take the same engine as
+  // one group, unfused (their w13 is kHalves).
+  void forward_cutlass(const ForwardArgs& args, int64_t m, CutlassTile tile, bool wgmma) {
     const MoeSpec& sp = d_.spec();
     const Elem el = d_.elem();
     const size_t es = cuda_detail::elem_size(el);
@@ -422,7 +449,10 @@ class CudaRunner final : public Runner {
     const size_t rows = static_cast<size_t>(m) * K;
     const Act act = cuda_detail::act_of(sp.activation.kind);
     const bool fused = tile == CutlassTile::kTokens128x256 && sp.activation.gated() &&
-                       d_.gate_up_layout() == GateUpLayout::kBlocks8 && fused_act_enabled();
+                       d_.gate_up_layout() == GateUpLayout::kBlocks8 && fused_act_enabled(wgmma);
+    auto gemm = [&](const CutlassGroupedParams& p, cudaStream_t st) {
+      return wgmma ? launch_wgmma_grouped(el, p, wgmma_counters_.as<int>(), st) : launch_cutlass_grouped(el, p, st);
+    };
     // scratch: sorted tokens, later the down output [rows, H] | gate_up [rows, R] (unfused only)
     //          | row_of_slot [rows] | shared gate_up [m, Rs] | shared down [m, H]
     const size_t off_gu = align256(rows * H * es);
@@ -448,6 +478,7 @@ class CudaRunner final : public Runner {
     g.workspace_bytes = cutlass_ws_.capacity();
     g.sm_count = sm_count_;
     g.tile = tile;  // the shared experts' GEMMs below copy it
+    g.rows = static_cast<int64_t>(rows);  // (the wgmma engine's tensor maps; CUTLASS reads seg_offsets)
     g.a = xs;
     g.b = d_.w13.get();
     g.b_group_stride = static_cast<int64_t>(R) * H;
@@ -464,9 +495,9 @@ class CudaRunner final : public Runner {
       ga.limit = sp.activation.swiglu_limit;
       ga.bias = b13;
       ga.layout = d_.gate_up_layout();
-      MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, ga, s));
+      MOERUN_CUDA_CHECK(gemm(ga, s));
     } else {
-      MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, g, s));
+      MOERUN_CUDA_CHECK(gemm(g, s));
       MOERUN_CUDA_CHECK(launch_activation_sorted(el, gu, R, al.seg_offsets, E, b13, act, sp.activation.swiglu_alpha,
                                                  sp.activation.swiglu_limit, d_.gate_up_layout(), total,
                                                  static_cast<int64_t>(rows), d_.inter_buf.get(), s));
@@ -477,7 +508,7 @@ class CudaRunner final : public Runner {
     g.d = xs;
     g.n = H;
     g.k = I;
-    MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, g, s));
+    MOERUN_CUDA_CHECK(gemm(g, s));
 
     const void* shared = nullptr;
     if (Is > 0) {
@@ -500,7 +531,7 @@ class CudaRunner final : public Runner {
                                           cudaMemcpyDeviceToDevice, s));
         sg.a = sd;
       }
-      MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, sg, s));
+      MOERUN_CUDA_CHECK(gemm(sg, s));
       MOERUN_CUDA_CHECK(launch_activation_sorted(el, sgu, Rs, nullptr, 1, nullptr, act, sp.activation.swiglu_alpha,
                                                  sp.activation.swiglu_limit, GateUpLayout::kHalves, nullptr, m,
                                                  d_.sinter.get(), s));
@@ -509,7 +540,7 @@ class CudaRunner final : public Runner {
       sg.d = sd;
       sg.n = H;
       sg.k = Is;
-      MOERUN_CUDA_CHECK(launch_cutlass_grouped(el, sg, s));
+      MOERUN_CUDA_CHECK(gemm(sg, s));
       shared = sd;
     }
     MOERUN_CUDA_CHECK(launch_combine_sorted(el, xs, H, m, K, row_of_slot, al.weight_of_row, al.seg_offsets, E,
@@ -524,6 +555,7 @@ class CudaRunner final : public Runner {
   int l2_bytes_ = 0;
   bool cutlass_ok_ = false;
   cuda_detail::DeviceBuffer cutlass_ws_;
+  cuda_detail::DeviceBuffer wgmma_counters_;  // int[2] for launch_wgmma_grouped
   std::vector<cuda_detail::StreamPick> picks_;  // tune_stream's, ascending m_hi; empty: the rule's 16x32
 };
 
@@ -546,21 +578,20 @@ class CudaBackend final : public cuda_detail::GpuBackendBase {
         {gemm_config_name(GemmConfig::kStreamM32), kStream32MaxTpe,
          "32x64 tiles, 5-stage cp.async: a few tokens per expert, weights still streamed once", CpuIsa::kScalar,
          kStreamMaxTpe, {}},
-        {kCutlassSwapVariant, kSwapMaxTpe,
-         "tens of tokens per expert: the CUTLASS sm90 grouped GEMM transposed (128 weight rows x 64 "
-         "tokens per tile, column-major output), so few-token experts pad the MMA work little",
+        {kWgmmaVariant, 0.0,
+         "more than 12 tokens per expert: the own sm90 grouped GEMM (TMA, warp-specialized wgmma, "
+         "128x256 tiles, 64-row last tiles whose warpgroups split the weight rows, a dynamic tile "
+         "scheduler, device-side group sizes, the gated activation in gate_up's epilogue) between gather "
+         "and combine passes; bf16 and fp16 (CUTLASS's schedules, cutlass-sm90-grouped and "
+         "cutlass-sm90-swapab, stay reachable through MOERUN_CUDA_GEMM)",
          CpuIsa::kScalar, kStream32MaxTpe, {}},
-        {kCutlassVariant, 0.0,
-         "large M: CUTLASS sm90 grouped GEMM (TMA, warp-specialized wgmma, 128x256 tiles, device-side "
-         "group sizes) between gather, activation and combine passes; bf16 and fp16",
-         CpuIsa::kScalar, kSwapMaxTpe, {}},
     };
   }
   std::string_view name() const override { return "cuda"; }
   std::string_view description() const override {
     return "whole forward on one Hopper GPU: device routing and alignment, grouped tensor-core GEMMs "
-           "(own mma.sync tiles with fused gather, activation and scatter for decode; CUTLASS sm90 "
-           "wgmma/TMA grouped GEMM for large M); CUDA-graph capturable";
+           "(own mma.sync tiles with fused gather, activation and scatter for decode; sm90 wgmma/TMA "
+           "grouped GEMMs, own and CUTLASS's, for large M); CUDA-graph capturable";
   }
   std::unique_ptr<Runner> create_runner(const MoeSpec& spec, const MoeWeights& weights,
                                         const Platform& platform, const RunnerOptions& options) const override {

@@ -206,7 +206,8 @@ enum class CutlassTile : int {
 struct CutlassGroupedParams {
   int groups = 0;                        // group count: an upper bound (empty groups have M = 0)
   const int32_t* seg_offsets = nullptr;  // [groups + 1], device: group g = rows [seg[g], seg[g+1])
-  int64_t rows = 0;                      // with seg_offsets null: one group (groups == 1) of `rows` rows
+  int64_t rows = 0;                      // with seg_offsets null: one group (groups == 1) of `rows` rows;
+                                         // the own wgmma engine also needs it with seg_offsets (rows of a, d)
   const void* a = nullptr;               // [rows, k] row-major, rows of group g contiguous
   const void* b = nullptr;               // group g's [n, k] (K contiguous) at b + g * b_group_stride
   int64_t b_group_stride = 0;            // elements
@@ -272,6 +273,30 @@ inline cudaError_t launch_cutlass_grouped(Elem elem, const CutlassGroupedParams&
     case CutlassTile::kTokens128x256Act:
       return bf16 ? launch_cutlass_grouped_act_bf16(p, stream) : launch_cutlass_grouped_act_f16(p, stream);
   }
+  return cudaErrorInvalidValue;
+}
+
+// ---- the own sm90 grouped GEMM (kernels/wgmma_grouped.cuh) ------------------------------------------
+//
+// The same D (or, with p.tile == kTokens128x256Act, the same activation) as the CUTLASS 128x256
+// schedule from the same parameters, with 64-row last tiles and a dynamic tile scheduler: no
+// workspace, one launch, capturable in a CUDA graph. p.rows must be the row count of p.a and p.d,
+// also with seg_offsets; p.a, p.b and p.d 16-byte aligned; at most 1024 groups. counters: two device
+// ints that are zero before the first launch; every launch that completes leaves them zero again, so
+// one pair serves all launches on one stream in sequence (not two launches in flight at once). Null
+// counters stride the tiles statically, and half_tiles = 0 runs every tile with 128 rows: both for the
+// tuning harness only. cudaErrorInvalidValue for a bad argument (kSwapAB, k or n not a multiple of 8,
+// misaligned pointers; for the act tile also n % 16, a non-gated activation, a layout other than
+// kBlocks8); cudaErrorNotSupported when the driver has no tensor-map encoder.
+inline constexpr int kWgmmaMaxGroups = 1024;  // groups per launch (the runner falls back to CUTLASS above)
+cudaError_t launch_wgmma_grouped_bf16(const CutlassGroupedParams& p, int* counters, int half_tiles,
+                                      cudaStream_t stream);
+cudaError_t launch_wgmma_grouped_f16(const CutlassGroupedParams& p, int* counters, int half_tiles,
+                                     cudaStream_t stream);
+inline cudaError_t launch_wgmma_grouped(Elem elem, const CutlassGroupedParams& p, int* counters,
+                                        cudaStream_t stream) {
+  if (elem == Elem::kBF16) return launch_wgmma_grouped_bf16(p, counters, 1, stream);
+  if (elem == Elem::kF16) return launch_wgmma_grouped_f16(p, counters, 1, stream);
   return cudaErrorInvalidValue;
 }
 

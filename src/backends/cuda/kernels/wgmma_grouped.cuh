@@ -1,0 +1,569 @@
+// cuda/kernels/wgmma_grouped.cuh — the own sm90 grouped GEMM: D[rows, n] = A[rows, k] . B_g[n, k]^T per
+// expert g over expert-sorted rows (bf16 or fp16, fp32 accumulation), TMA loads into an mbarrier
+// ring, warp-specialized wgmma, and an epilogue that writes D or, for a gated w13, the activation.
+// Included by wgmma_grouped_{bf16,f16}.cu (one kernel type each).
+//
+// WHY (the measurements are in bench/results/2026-12-02_s19_h200/NOTES.md):
+//   At about 256 rows per expert (deepseek-v3 and gpt-oss-120b at M = 8192, mixtral at M = 1024) half
+//   the experts have a few rows more than two 128-row tiles hold, and CUTLASS's 128 x 256 schedule
+//   runs a third, nearly empty tile for them. Wider swap-AB token tiles and a second launch for the
+//   tails were slower (docs/performance.md). Here the tile is chosen per tile inside one persistent
+//   launch: an expert's last tile is 64 rows when at most 64 rows are left, and then both consumer
+//   warpgroups run the same 64 rows, each on half of the 256 weight rows (m64n128k16), in half a full
+//   tile's MMA time. The epilogue also fuses the gated activation with whole-row stores, which the
+//   CUTLASS register-direct epilogue could not do without losing (cuda_backend.cpp, fused_act).
+//
+// NOTES:
+//   CTA: 384 threads. Warpgroup 0 produces (one thread issues the bulk tensor copies and takes the
+//   tiles), warpgroups 1 and 2 consume; setmaxnreg moves registers from the first to the others.
+//   A stage is the A tile [128 (or 64) rows x 64 k] and the B tile [256 weight rows x 64 k], 128-byte
+//   rows in the 128-byte swizzle: 48 KiB, four stages. Full tile: consumer c takes token rows
+//   64c..64c+63 against all 256 weight rows (m64n256k16, 128 fp32 accumulators a thread).
+//   Tiles: expert g has ceil(count_g / 128) M tiles times ceil(n / 256) N blocks, numbered expert by
+//   expert, N block by N block, M tile fastest, so the CTAs running at the same time share one weight
+//   tile (one DRAM read, the rest L2 hits). Each CTA computes the per-expert tile prefix from the
+//   device-side segment offsets itself (a warp scan): no host-side counts, capturable in a CUDA graph.
+//   Scheduling: a CTA's first tile is its index; after that its producer takes the next tile number
+//   from a device counter as it starts loading the next tile, and hands each number to the consumers
+//   through a two-slot mbarrier ring. Static striding (tile c + i * grid) measured up to 1.36x slower
+//   with 64-row tiles: CTAs that ran short tiles ran ahead of their neighbours into other weight
+//   panels, and the tiles of one panel stopped sharing its DRAM reads. The last producer to finish
+//   resets the counter pair, so no launch needs a memset before it.
+//   Operands: A is the expert-sorted token rows, one 2-D tensor map [rows, k] (two: 128- and 64-row
+//   boxes); a tile's rows past its expert's end are loaded and computed but never stored. B is one
+//   3-D tensor map [groups, n, k], so the copy engine clips each expert's weight rows at n and fills
+//   zeros; k past the end is zero-filled too.
+//   Pipeline: a full and an empty mbarrier per stage. The producer waits for a stage's empty phase,
+//   arms the full barrier with the stage's bytes and issues both copies; a consumer waits for full,
+//   issues four wgmma (k16 each), commits, and once the group before it has retired (wait_group 1)
+//   releases that group's stage. The wgmma calls of the two tile shapes sit in two instantiations of
+//   one loop, chosen outside it: ptxas serializes every wgmma when they sit in a branch inside it.
+//   Epilogue: each consumer stages 64-column chunks of its 64 rows in a padded shared buffer (144-byte
+//   rows: the pair writes are free of bank conflicts) and stores 16-byte pieces, a warp instruction
+//   four whole 128-byte row pieces, with row and column masks. Storing the bf16 pairs straight from
+//   the accumulators (a warp instruction writes 16 bytes in each of 8 rows) was 2.5 ms slower than no
+//   stores at all on deepseek-v3 M = 8192's gate_up (10.0 against 7.6 ms) and read the weights from
+//   DRAM twice (31 against 17 GB, ncu).
+//   With the activation (CutlassTile::kTokens128x256Act): B is a gated w13 in GateUpLayout::kBlocks8,
+//   where a thread's accumulator block j (even) holds gate columns and block j + 1 their up columns, so
+//   act(gate + bias, up + bias) is computed in registers and D is the intermediate [rows, n / 2]. One
+//   kernel per activation (kAct), so each epilogue holds one activation's code.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "common.cuh"
+#include "launch.hpp"
+
+namespace moerun::cuda_kernels::wgmma {
+
+inline constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4;
+inline constexpr int kThreads = 384;
+inline constexpr int kStageA = kBM * kBK * 2;      // 16 KiB
+inline constexpr int kStageB = kBN * kBK * 2;      // 32 KiB
+inline constexpr int kMaxGroups = kWgmmaMaxGroups;  // experts per launch (the prefix lives in shared memory)
+inline constexpr int kTileSlots = 2;               // tile numbers in flight from producer to consumers
+inline constexpr int kOutPitch = 144;              // bytes per staged output row: 64 elements + 16
+inline constexpr int kOutBuf = 64 * kOutPitch;     // one consumer's 64 x 64 chunk
+inline constexpr size_t kSmemBytes = 1024 /* alignment slack */ + size_t(kStages) * (kStageA + kStageB) +
+                                     2 * kOutBuf + 2 * kStages * 8 + 2 * kTileSlots * 8 + kTileSlots * 4 +
+                                     2 * (kMaxGroups + 1) * 4;
+
+struct KernelArgs {
+  const int32_t* seg = nullptr;  // [groups + 1], device; null: one group of `rows` rows
+  int64_t rows = 0;              // rows of A and D
+  int groups = 0;
+  int n = 0, k = 0;
+  void* d = nullptr;             // [rows, ld_d]
+  int ld_d = 0;                  // n, or n / 2 with the activation
+  int half_tiles = 1;            // 0: every tile 128 rows (tuning only)
+  int* counters = nullptr;       // [2], zero: the tile counter and the finished-producer count; null: static striding
+  float alpha = 1.702f, limit = 7.0f;  // kSwigluOai (the kernel's kAct names the activation)
+  const float* bias = nullptr;   // with act: expert g's [n] at bias + g * n (w13's column order), or null
+};
+
+// ---- PTX wrappers ---------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+      "[%2];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+// A K-major operand in the 128-byte swizzle: rows of 128 bytes, 8-row atoms 1024 bytes apart (the
+// stride byte offset); the leading byte offset is unused for this layout (1 by convention). The k16
+// steps inside a 64-k tile advance the start address by 32 bytes.
+__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {
+  return (uint64_t((addr & 0x3FFFF) >> 4)) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Keeps the compiler from moving reads or writes of the accumulators across a wgmma wait.
+__device__ __forceinline__ void fence_acc(float (&d)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D[64 x N] (+)= A[64 x 16] . B[N x 16]^T, both K-major in shared memory (descriptors); accumulate = 0
+// overwrites D. One function per shape and element type (TY, the PTX type name), all with the 128
+// accumulators as operands (N = 128 writes the first 64), so the descriptors are always %128 and %129.
+#define MOERUN_WGMMA_REGS_0_63 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define MOERUN_WGMMA_REGS_64_127 \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95," \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define MOERUN_WGMMA_ACC128 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+  "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+  "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+  "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+  "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define MOERUN_WGMMA_FN(NAME, SHAPE, TY, REGS)                                                          \
+  __device__ __forceinline__ void NAME(float(&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                          \
+                 "wgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " {" REGS "}, %128, %129, p, 1, 1, 0, 0;\n}\n" \
+                 : MOERUN_WGMMA_ACC128                                                                      \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                             \
+  }
+#else  // (the host pass and older targets: never called there)
+#define MOERUN_WGMMA_FN(NAME, SHAPE, TY, REGS) \
+  __device__ __forceinline__ void NAME(float(&)[128], uint64_t, uint64_t, int) {}
+#endif
+MOERUN_WGMMA_FN(wgmma_m64n256k16_bf16, "m64n256k16", "bf16", MOERUN_WGMMA_REGS_0_63 "," MOERUN_WGMMA_REGS_64_127)
+MOERUN_WGMMA_FN(wgmma_m64n128k16_bf16, "m64n128k16", "bf16", MOERUN_WGMMA_REGS_0_63)
+MOERUN_WGMMA_FN(wgmma_m64n256k16_f16, "m64n256k16", "f16", MOERUN_WGMMA_REGS_0_63 "," MOERUN_WGMMA_REGS_64_127)
+MOERUN_WGMMA_FN(wgmma_m64n128k16_f16, "m64n128k16", "f16", MOERUN_WGMMA_REGS_0_63)
+#undef MOERUN_WGMMA_FN
+#undef MOERUN_WGMMA_ACC128
+#undef MOERUN_WGMMA_REGS_64_127
+#undef MOERUN_WGMMA_REGS_0_63
+
+
+// The full tile's (kHalf = false: m64n256k16) or the 64-row tile's (m64n128k16) MMA for element T.
+template <typename T, bool kHalf>
+__device__ __forceinline__ void wgmma_k16(float (&d)[128], uint64_t a, uint64_t b, int accumulate) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if constexpr (kHalf) wgmma_m64n128k16_bf16(d, a, b, accumulate);
+    else wgmma_m64n256k16_bf16(d, a, b, accumulate);
+  } else {
+    if constexpr (kHalf) wgmma_m64n128k16_f16(d, a, b, accumulate);
+    else wgmma_m64n256k16_f16(d, a, b, accumulate);
+  }
+}
+
+// ---- the tile schedule ----------------------------------------------------------------------------
+struct Tile {
+  int g, row0, rows, n0;
+  bool half;
+};
+
+// prefix[g] = tiles of the experts before g (prefix[groups] = all tiles); seg in shared memory.
+__device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int* seg, int groups, int half_tiles) {
+  int lo = 0, hi = groups;  // prefix[lo] <= t < prefix[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (prefix[mid] <= t) lo = mid;
+    else hi = mid;
+  }
+  const int count = seg[lo + 1] - seg[lo];
+  const int m_tiles = (count + kBM - 1) / kBM;
+  const int local = t - prefix[lo];
+  const int nb = local / m_tiles, mt = local - nb * m_tiles;
+  Tile tl;
+  tl.g = lo;
+  tl.row0 = seg[lo] + mt * kBM;
+  tl.rows = min(kBM, count - mt * kBM);
+  tl.n0 = nb * kBN;
+  tl.half = half_tiles && tl.rows <= kBM / 2;
+  return tl;
+}
+
+// One tile's main loop for one consumer warpgroup: k_tiles stages from (s, phase) on, each released
+// once the wgmma group after it was issued (wait_group 1). Returns the last stage, still to be released.
+template <typename T, bool kHalf>
+__device__ __forceinline__ int mainloop(float (&acc)[128], uint32_t a_base, uint32_t b_base, uint64_t* full,
+                                        uint64_t* empty, int k_tiles, int& s, uint32_t& phase, int tid) {
+  int prev = -1;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    mbar_wait(&full[s], phase);
+    const uint32_t a = a_base + s * kStageA, b = b_base + s * kStageB;
+    fence_acc(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_k16<T, kHalf>(acc, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), kt | kk);
+    wgmma_commit();
+    fence_acc(acc);
+    if (prev >= 0) {
+      wgmma_wait<1>();
+      if (tid == 0) mbar_arrive(&empty[prev]);
+    }
+    prev = s;
+    if (++s == kStages) {
+      s = 0;
+      phase ^= 1;
+    }
+  }
+  return prev;
+}
+
+// Two elements (x in the low half) as one 32-bit word, rounded to nearest.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float x, float y) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(x, y);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// ---- the kernel -----------------------------------------------------------------------------------
+// kAct: -1 writes D; otherwise the Act whose gated form the epilogue applies (a template argument: one
+// kernel with the activation chosen at run time ran 12-23% slower than the unfused GEMM plus pass,
+// deepseek-v3, mixtral and qwen3 at M = 1024 / 8192, because its epilogue unrolled every activation's
+// code 64 times and the instruction cache could not hold it).
+inline constexpr int kNoAct = -1;
+template <typename T, int kAct>
+__global__ void __launch_bounds__(kThreads, 1)
+    grouped_kernel(const __grid_constant__ CUtensorMap map_a128, const __grid_constant__ CUtensorMap map_a64,
+                   const __grid_constant__ CUtensorMap map_b, const KernelArgs args) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* sa = smem;                              // kStages x 16 KiB
+  uint8_t* sb = smem + kStages * kStageA;          // kStages x 32 KiB
+  uint8_t* out_buf = sb + kStages * kStageB;       // 2 x kOutBuf
+  uint64_t* full = reinterpret_cast<uint64_t*>(out_buf + 2 * kOutBuf);
+  uint64_t* empty = full + kStages;
+  uint64_t* tile_full = empty + kStages;
+  uint64_t* tile_empty = tile_full + kTileSlots;
+  int* tile_slot = reinterpret_cast<int*>(tile_empty + kTileSlots);
+  int* seg = tile_slot + kTileSlots;               // [groups + 1]
+  int* prefix = seg + kMaxGroups + 1;              // [groups + 1]
+
+  const int groups = args.groups;
+  const int n_blocks = (args.n + kBN - 1) / kBN;
+  const int k_tiles = (args.k + kBK - 1) / kBK;
+  if (args.seg) {
+    for (int i = threadIdx.x; i <= groups; i += blockDim.x) seg[i] = args.seg[i];
+  } else if (threadIdx.x == 0) {
+    seg[0] = 0;
+    seg[1] = static_cast<int>(args.rows);
+  }
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 2);  // one arrival from each consumer warpgroup
+    }
+    for (int i = 0; i < kTileSlots; ++i) {
+      mbar_init(&tile_full[i], 1);
+      mbar_init(&tile_empty[i], 256);  // every consumer thread has read the slot
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {  // prefix[g] over the experts' tile counts, 32 experts a step
+    const int lane = threadIdx.x;
+    int carry = 0;
+    if (lane == 0) prefix[0] = 0;
+    for (int base = 0; base < groups; base += 32) {
+      const int g = base + lane;
+      int v = 0;
+      if (g < groups) v = (seg[g + 1] - seg[g] + kBM - 1) / kBM * n_blocks;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += u;
+      }
+      if (g < groups) prefix[g + 1] = carry + v;
+      carry += __shfl_sync(0xffffffffu, v, 31);
+    }
+  }
+  __syncthreads();
+  const int total = prefix[groups];
+  const int wg = threadIdx.x / 128;
+  const bool dynamic = args.counters != nullptr;
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      tma_prefetch_map(&map_a128);
+      tma_prefetch_map(&map_a64);
+      tma_prefetch_map(&map_b);
+      int s = 0;
+      uint32_t phase = 0;
+      for (int t = blockIdx.x, i = 0;; ++i) {
+        if (dynamic) {  // hand t to the consumers (slot i % 2), the end marker (t >= total) too
+          mbar_wait(&tile_empty[i % kTileSlots], ((i / kTileSlots) & 1) ^ 1);
+          tile_slot[i % kTileSlots] = t;
+          mbar_arrive(&tile_full[i % kTileSlots]);
+        }
+        if (t >= total) break;
+        const Tile tl = decode_tile(t, prefix, seg, groups, args.half_tiles);
+        const uint32_t bytes = (tl.half ? kStageA / 2 : kStageA) + kStageB;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          mbar_wait(&empty[s], phase ^ 1);
+          mbar_expect_tx(&full[s], bytes);
+          tma_load_2d(sa + s * kStageA, tl.half ? &map_a64 : &map_a128, &full[s], kt * kBK, tl.row0);
+          tma_load_3d(sb + s * kStageB, &map_b, &full[s], kt * kBK, tl.n0, tl.g);
+          if (++s == kStages) {
+            s = 0;
+            phase ^= 1;
+          }
+        }
+        t = dynamic ? static_cast<int>(gridDim.x) + atomicAdd(&args.counters[0], 1) : t + static_cast<int>(gridDim.x);
+      }
+      if (dynamic) {
+        // The last producer to finish resets the pair: every other one has taken its last number.
+        __threadfence();
+        if (atomicAdd(&args.counters[1], 1) == gridDim.x - 1) {
+          atomicExch(&args.counters[0], 0);
+          atomicExch(&args.counters[1], 0);
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int c = wg - 1;  // consumer 0 or 1
+    const int tid = threadIdx.x - 128 * wg;
+    const int warp = tid / 32, lane = tid % 32;
+    uint8_t* buf = out_buf + c * kOutBuf;
+    T* d = static_cast<T*>(args.d);
+    float acc[128];
+    int s = 0;
+    uint32_t phase = 0;
+    for (int t = blockIdx.x, i = 0;; ++i) {
+      if (dynamic) {
+        mbar_wait(&tile_full[i % kTileSlots], (i / kTileSlots) & 1);
+        t = tile_slot[i % kTileSlots];
+        mbar_arrive(&tile_empty[i % kTileSlots]);
+      } else if (i > 0) {
+        t += gridDim.x;
+      }
+      if (t >= total) break;
+      const Tile tl = decode_tile(t, prefix, seg, groups, args.half_tiles);
+      // 128-byte rows: token row r of a stage at r * 128, weight row j at j * 128.
+      const uint32_t a_base = smem_u32(sa) + (tl.half ? 0u : uint32_t(c * 64 * 128));
+      const uint32_t b_base = smem_u32(sb) + (tl.half ? uint32_t(c * 128 * 128) : 0u);
+      const int prev = tl.half ? mainloop<T, true>(acc, a_base, b_base, full, empty, k_tiles, s, phase, tid)
+                               : mainloop<T, false>(acc, a_base, b_base, full, empty, k_tiles, s, phase, tid);
+      wgmma_wait<0>();
+      fence_acc(acc);
+      if (prev >= 0 && tid == 0) mbar_arrive(&empty[prev]);
+
+      // Epilogue. Accumulator block j of m64nNk16 holds rows 16 warp + lane / 4 (+ 8 in its second
+      // pair) and columns 8j + 2 (lane % 4) + {0, 1}.
+      const int row_base = tl.half ? 0 : c * 64;              // this consumer's first tile row
+      const int col_base = tl.n0 + (tl.half ? c * 128 : 0);  // and its first column of the product
+      const int rl = 16 * warp + lane / 4, q2 = 2 * (lane % 4);
+      // Output chunks of 64 columns: 4 (2 for a 64-row tile) of D, or half that many of the activation.
+      constexpr bool kFused = kAct != kNoAct;
+      const int chunks = (tl.half ? 2 : 4) / (kFused ? 2 : 1);
+      const int out_col0 = kFused ? col_base / 2 : col_base;
+      const int out_cols = kFused ? args.n / 2 : args.n;
+      const float* bias = kFused && args.bias ? args.bias + int64_t(tl.g) * args.n : nullptr;
+#pragma unroll
+      for (int ch = 0; ch < 4; ++ch) {
+        if (ch < chunks) {
+          named_barrier_sync(1 + c, 128);  // the previous chunk has been read out of the buffer
+          if constexpr (!kFused) {
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+              const int j = ch * 8 + jj;
+              const int cb = (jj * 8 + q2) * 2;
+              *reinterpret_cast<uint32_t*>(buf + rl * kOutPitch + cb) = pack2<T>(acc[4 * j], acc[4 * j + 1]);
+              *reinterpret_cast<uint32_t*>(buf + (rl + 8) * kOutPitch + cb) = pack2<T>(acc[4 * j + 2], acc[4 * j + 3]);
+            }
+          } else if (ch < 2) {  // (the act form has at most two chunks: keep the indices in range)
+            constexpr Act k = static_cast<Act>(kFused ? kAct : 0);
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+              const int j = ch * 16 + 2 * jj;  // gate block j, up block j + 1
+              const int cb = (jj * 8 + q2) * 2;
+              float bg0 = 0.f, bg1 = 0.f, bu0 = 0.f, bu1 = 0.f;
+              if (bias) {
+                const int gc = col_base + 8 * j + q2;
+                if (gc < args.n) {
+                  bg0 = bias[gc];
+                  bg1 = bias[gc + 1];
+                  bu0 = bias[gc + 8];
+                  bu1 = bias[gc + 9];
+                }
+              }
+              const float a = args.alpha, l = args.limit;
+              *reinterpret_cast<uint32_t*>(buf + rl * kOutPitch + cb) =
+                  pack2<T>(apply_act(k, acc[4 * j] + bg0, acc[4 * j + 4] + bu0, a, l),
+                           apply_act(k, acc[4 * j + 1] + bg1, acc[4 * j + 5] + bu1, a, l));
+              *reinterpret_cast<uint32_t*>(buf + (rl + 8) * kOutPitch + cb) =
+                  pack2<T>(apply_act(k, acc[4 * j + 2] + bg0, acc[4 * j + 6] + bu0, a, l),
+                           apply_act(k, acc[4 * j + 3] + bg1, acc[4 * j + 7] + bu1, a, l));
+            }
+          }
+          named_barrier_sync(1 + c, 128);
+#pragma unroll
+          for (int i2 = 0; i2 < 4; ++i2) {
+            const int qi = tid + 128 * i2, row = qi >> 3, c16 = qi & 7;
+            const int col = out_col0 + ch * 64 + c16 * 8;
+            if (row_base + row < tl.rows && col < out_cols)
+              *reinterpret_cast<uint4*>(d + int64_t(tl.row0 + row_base + row) * args.ld_d + col) =
+                  *reinterpret_cast<const uint4*>(buf + row * kOutPitch + c16 * 16);
+          }
+        }
+      }
+    }
+  }
+#endif
+}
+
+// ---- host side ------------------------------------------------------------------------------------
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+template <typename T>
+inline CUresult encode_map(CUtensorMap* m, int rank, const void* base, const cuuint64_t* dims, const cuuint64_t* strides,
+                           const cuuint32_t* box) {
+  const cuuint32_t es[3] = {1, 1, 1};
+  const auto type = std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return tensor_map_encoder()(m, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims, strides, box, es,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
+// p: as for launch_cutlass_grouped (p.tile kTokens128x256 or kTokens128x256Act; p.rows = the rows of
+// p.a and p.d, also with seg_offsets), counters as launch_wgmma_grouped (launch.hpp) says.
+template <typename T, int kAct>
+struct KernelTag {};  // one dynamic shared-memory record per instantiation (ensure_max_dynamic_smem)
+
+template <typename T, int kAct>
+cudaError_t launch_kernel(const CUtensorMap& ma128, const CUtensorMap& ma64, const CUtensorMap& mb, const KernelArgs& a,
+                          int grid, cudaStream_t stream) {
+  if (const cudaError_t e =
+          ensure_max_dynamic_smem<KernelTag<T, kAct>>(grouped_kernel<T, kAct>, static_cast<int>(kSmemBytes));
+      e != cudaSuccess)
+    return e;
+  grouped_kernel<T, kAct><<<grid, kThreads, kSmemBytes, stream>>>(ma128, ma64, mb, a);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, int half_tiles, cudaStream_t stream) {
+  const bool act = p.tile == CutlassTile::kTokens128x256Act;
+  if (p.groups <= 0 || p.n <= 0 || p.k <= 0 || p.rows <= 0) return cudaSuccess;
+  if (p.tile == CutlassTile::kSwapAB || p.groups > kMaxGroups || p.n % 8 != 0 || p.k % 8 != 0 ||
+      p.b_group_stride % 8 != 0 || p.sm_count <= 0 || p.rows > 0x7fffffff || (!p.seg_offsets && p.groups != 1) ||
+      reinterpret_cast<uintptr_t>(p.a) % 16 != 0 || reinterpret_cast<uintptr_t>(p.b) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.d) % 16 != 0 ||
+      (act && (p.n % 16 != 0 || !act_gated(p.act) || p.layout != GateUpLayout::kBlocks8)))
+    return cudaErrorInvalidValue;
+  if (!tensor_map_encoder()) return cudaErrorNotSupported;
+  CUtensorMap ma128, ma64, mb;
+  const cuuint64_t a_dims[2] = {cuuint64_t(p.k), cuuint64_t(p.rows)};
+  const cuuint64_t a_strides[1] = {cuuint64_t(p.k) * sizeof(T)};
+  const cuuint32_t box128[2] = {kBK, kBM}, box64[2] = {kBK, kBM / 2};
+  const cuuint64_t b_dims[3] = {cuuint64_t(p.k), cuuint64_t(p.n), cuuint64_t(p.groups)};
+  const cuuint64_t b_strides[2] = {cuuint64_t(p.k) * sizeof(T), cuuint64_t(p.b_group_stride > 0 ? p.b_group_stride : int64_t(p.n) * p.k) * sizeof(T)};
+  const cuuint32_t b_box[3] = {kBK, kBN, 1};
+  if (encode_map<T>(&ma128, 2, p.a, a_dims, a_strides, box128) != CUDA_SUCCESS ||
+      encode_map<T>(&ma64, 2, p.a, a_dims, a_strides, box64) != CUDA_SUCCESS ||
+      encode_map<T>(&mb, 3, p.b, b_dims, b_strides, b_box) != CUDA_SUCCESS)
+    return cudaErrorInvalidValue;
+  KernelArgs a;
+  a.seg = p.seg_offsets;
+  a.rows = p.rows;
+  a.groups = p.groups;
+  a.n = p.n;
+  a.k = p.k;
+  a.d = p.d;
+  a.ld_d = act ? p.n / 2 : p.n;
+  a.half_tiles = half_tiles;
+  a.counters = counters;
+  a.alpha = p.alpha;
+  a.limit = p.limit;
+  a.bias = act ? p.bias : nullptr;
+  if (!act) return launch_kernel<T, kNoAct>(ma128, ma64, mb, a, p.sm_count, stream);
+  switch (p.act) {
+    case Act::kSiluAndMul: return launch_kernel<T, static_cast<int>(Act::kSiluAndMul)>(ma128, ma64, mb, a, p.sm_count, stream);
+    case Act::kGeluAndMul: return launch_kernel<T, static_cast<int>(Act::kGeluAndMul)>(ma128, ma64, mb, a, p.sm_count, stream);
+    case Act::kGeluTanhAndMul:
+      return launch_kernel<T, static_cast<int>(Act::kGeluTanhAndMul)>(ma128, ma64, mb, a, p.sm_count, stream);
+    case Act::kSwigluOai: return launch_kernel<T, static_cast<int>(Act::kSwigluOai)>(ma128, ma64, mb, a, p.sm_count, stream);
+    default: return cudaErrorInvalidValue;  // (act_gated refused the others above)
+  }
+}
+
+}  // namespace moerun::cuda_kernels::wgmma
