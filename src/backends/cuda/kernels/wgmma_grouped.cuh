@@ -1,7 +1,8 @@
 // cuda/kernels/wgmma_grouped.cuh — the own sm90 grouped GEMM: D[rows, n] = A[rows, k] . B_g[n, k]^T per
 // expert g over expert-sorted rows (bf16 or fp16, fp32 accumulation), TMA loads into an mbarrier
 // ring, warp-specialized wgmma, and an epilogue that writes D or, for a gated w13, the activation.
-// Included by wgmma_grouped_{bf16,f16}.cu (one kernel type each).
+// Included by wgmma_grouped_{bf16,f16}.cu, one element type each (five kernels: D, and D through each
+// of the four gated activations).
 //
 // WHY (the measurements are in bench/results/2026-12-02_s19_h200/NOTES.md):
 //   At about 256 rows per expert (deepseek-v3 and gpt-oss-120b at M = 8192, mixtral at M = 1024) half
