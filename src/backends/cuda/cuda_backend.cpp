@@ -104,8 +104,9 @@ bool direct_enabled() {
   return !(v && v[0] == '0');
 }
 
-// MOERUN_CUDA_FUSED_ACT=1 runs the 128x256 gate_up GEMM with the gated activation in its epilogue
-// (cutlass_grouped_act.cuh) instead of the GEMM and the separate activation pass. Off by default: on
+// Whether gate_up runs with the gated activation in its epilogue instead of the GEMM and the separate
+// activation pass. On CUTLASS's 128x256 schedule (cutlass_grouped_act.cuh) only with
+// MOERUN_CUDA_FUSED_ACT=1: on
 // the H200 (2026-11-30, same binary, alternated twice, graph replay) the fused form was slower on every
 // row that takes it: mixtral-8x7b M=1024 1.81-1.90 vs 1.37-1.39 ms, M=8192 11.27 vs 9.06-9.11 ms;
 // qwen3-30b-a3b M=1024 0.51-0.52 vs 0.41 ms, M=8192 1.75 vs 1.36-1.39 ms; deepseek-v3 M=8192 12.81 vs
@@ -113,7 +114,10 @@ bool direct_enabled() {
 // hold both consumer warpgroups off the tensor cores far longer than the TMA-store epilogue saves in
 // pass traffic (bench/results/2026-11-30_2ce71f6_h200/NOTES.md). Read per call like the above.
 // The own wgmma engine stages its activation epilogue through shared memory and stores whole rows, so
-// there the fused form is the default; MOERUN_CUDA_FUSED_ACT=0 turns it off (and =1 on) for either.
+// there the fused form is the default (H200, 2026-12-02, forced rows of one sweep: deepseek-v3 M=1024
+// 5.53 vs 5.63 ms, qwen3 M=1024 0.377 vs 0.384, gpt-oss M=8192 3.58 vs 3.62; one loss, deepseek-v3
+// M=8192 12.78 vs 12.26; bench/results/2026-12-02_s19_h200/NOTES.md); MOERUN_CUDA_FUSED_ACT=0 turns it
+// off (and =1 on) for either engine.
 bool fused_act_enabled(bool wgmma) {
   const char* v = std::getenv("MOERUN_CUDA_FUSED_ACT");
   if (v && v[0] == '1' && v[1] == '\0') return true;
