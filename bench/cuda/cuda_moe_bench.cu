@@ -373,25 +373,45 @@ int main(int argc, char** argv) {
       if (M <= read_flush_max_m)
         vs.push_back({"cuda-graph-expert-readflush",
                       timer.median_ms([&] { CK(cudaGraphLaunch(ge, s)); }, reps, 2, Flush::kRead)});
+      // Side by side where the rule takes the wgmma engine: the tokens gathered in gate_up's operand
+      // load (MOERUN_CUDA_GEMM_GATHER=1, cp.async) against the gather pass, the two graphs alternated
+      // call by call.
+      if (cuda_runner->variant_for(M) == "sm90-wgmma-grouped") {
+        setenv("MOERUN_CUDA_GEMM_GATHER", "1", 1);
+        cudaGraphExec_t gg = graph_of(expert);
+        setenv("MOERUN_CUDA_GEMM_GATHER", "0", 1);
+        cudaGraphExec_t gp = graph_of(expert);
+        unsetenv("MOERUN_CUDA_GEMM_GATHER");
+        const auto [in_gemm, by_pass] =
+            timer.median_pair([&] { CK(cudaGraphLaunch(gg, s)); }, [&] { CK(cudaGraphLaunch(gp, s)); }, reps);
+        vs.push_back({"ab:gather-in-gemm", in_gemm});
+        vs.push_back({"ab:gather-pass", by_pass});
+        CK(cudaGraphExecDestroy(gg));
+        CK(cudaGraphExecDestroy(gp));
+      }
       CK(cudaGraphExecDestroy(gf));
       CK(cudaGraphExecDestroy(ge));
       // Every GEMM variant forced, expert stage as graph replay (the data behind the thresholds).
-      // "+unfused": the wgmma engine with its activation epilogue off (MOERUN_CUDA_FUSED_ACT=0).
+      // "+unfused": the wgmma engine with its activation epilogue off (MOERUN_CUDA_FUSED_ACT=0);
+      // "+gather": with the tokens gathered in its operand load instead of by the pass (MOERUN_CUDA_GEMM_GATHER=1).
       for (const char* cfg : {"mma-stream-m16", "mma-stream-m16-n32", "mma-stream-m32", "mma-tile-m64",
                               "mma-tile-m128", "cutlass-sm90-grouped", "cutlass-sm90-swapab", "sm90-wgmma-grouped",
-                              "sm90-wgmma-grouped+unfused"}) {
+                              "sm90-wgmma-grouped+unfused", "sm90-wgmma-grouped+gather"}) {
         if (!forced) break;
         const bool stream_cfg = std::strncmp(cfg, "mma-stream", 10) == 0;
         if (stream_cfg && double(M) * sd.k / sd.e > 64) continue;  // decode tiles at prefill: minutes, no news
         const std::string name = cfg;
-        const bool unfused = name.size() > 8 && name.compare(name.size() - 8, 8, "+unfused") == 0;
-        setenv("MOERUN_CUDA_GEMM", unfused ? name.substr(0, name.size() - 8).c_str() : cfg, 1);
-        if (unfused) setenv("MOERUN_CUDA_FUSED_ACT", "0", 1);
+        const size_t plus = name.find('+');
+        const std::string suffix = plus == std::string::npos ? "" : name.substr(plus);
+        setenv("MOERUN_CUDA_GEMM", name.substr(0, plus).c_str(), 1);
+        if (suffix == "+unfused") setenv("MOERUN_CUDA_FUSED_ACT", "0", 1);
+        if (suffix == "+gather") setenv("MOERUN_CUDA_GEMM_GATHER", "1", 1);
         cudaGraphExec_t gx = graph_of(expert);
         vs.push_back({std::string("forced:") + cfg, timer.median_ms([&] { CK(cudaGraphLaunch(gx, s)); }, M >= 1024 ? 11 : 15)});
         CK(cudaGraphExecDestroy(gx));
         unsetenv("MOERUN_CUDA_GEMM");
         unsetenv("MOERUN_CUDA_FUSED_ACT");
+        unsetenv("MOERUN_CUDA_GEMM_GATHER");
       }
       // Cross-check on model shapes: the CUTLASS engine (both schedules) against the mma tiles, same inputs.
       double cross = -1.0, cross_swap = -1.0;
@@ -441,7 +461,7 @@ int main(int argc, char** argv) {
         const double ref_ms = read_row ? tms_read : tms;  // like against like
         const double speed = ref_ms > 0 ? ref_ms / v.ms : 0.0;
         const std::string kern = v.name.rfind("forced:", 0) == 0 ? v.name.substr(7)
-                                 : v.name.rfind("cuda", 0) == 0 ? cuda_runner->variant_for(M)
+                                 : v.name.rfind("cuda", 0) == 0 || v.name.rfind("ab:", 0) == 0 ? cuda_runner->variant_for(M)
                                  : v.name.rfind("cublas", 0) == 0 ? "cublas-grouped" : "torch._grouped_mm";
         std::printf("%-18s %5d %-22s %-16s %9.4f %8.2f %5.1f%% %8.1f %5.1f%% %5.1f%% %6.2fx\n", sd.name.c_str(), M,
                     v.name.c_str(), kern.c_str(), v.ms, tbps, 100.0 * tbps * 1e12 / copy_bw, tfl,

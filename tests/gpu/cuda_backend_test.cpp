@@ -486,24 +486,51 @@ TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
     EXPECT_EQ(untouched_bad, 0) << what << ": elements outside the groups' rows were written";
     EXPECT_EQ(value_bad, 0) << what << ": wrong values";
   };
+  // The gathered form reads row r of A as row idx[r] of src, a shuffled copy of a with extra rows
+  // (whose values no row may pick up).
+  const int src_rows = alloc_rows + 37;
+  std::vector<int32_t> idx(static_cast<size_t>(alloc_rows));
+  {
+    std::vector<int32_t> perm(static_cast<size_t>(src_rows));
+    for (int i = 0; i < src_rows; ++i) perm[static_cast<size_t>(i)] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::copy(perm.begin(), perm.begin() + alloc_rows, idx.begin());
+  }
+  std::vector<uint16_t> src = fill(static_cast<size_t>(src_rows) * k);
+  for (int r = 0; r < alloc_rows; ++r)
+    std::copy_n(a.begin() + static_cast<ptrdiff_t>(r) * k, k, src.begin() + static_cast<ptrdiff_t>(idx[static_cast<size_t>(r)]) * k);
+  void* dsrc;
+  int32_t* didx;
+  CK(cudaMalloc(&dsrc, src.size() * 2));
+  CK(cudaMalloc(&didx, idx.size() * 4));
+  CK(cudaMemcpy(dsrc, src.data(), src.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(didx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
   // Engines: CUTLASS 128x256, CUTLASS swap-AB, and the own wgmma GEMM with its dynamic scheduler,
-  // static striding, and 128-row tiles only (the last two: tuning modes, same results).
+  // static striding, and 128-row tiles only (the last two: tuning modes, same results); then the wgmma
+  // GEMM with A gathered (cp.async), dynamic with 64-row last tiles and static with 128-row tiles.
   int32_t* counters;
   CK(cudaMalloc(&counters, 8));
   CK(cudaMemset(counters, 0, 8));
-  for (int engine = 0; engine < 5; ++engine) {
-    const char* names[] = {"128x256", "swap-AB", "wgmma", "wgmma static", "wgmma 128-row tiles"};
+  for (int engine = 0; engine < 7; ++engine) {
+    const char* names[] = {"128x256", "swap-AB", "wgmma", "wgmma static", "wgmma 128-row tiles", "wgmma gathered",
+                           "wgmma gathered, static, 128-row tiles"};
     const char* what = names[engine];
     const CutlassTile tile = engine == 1 ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256;
-    auto launch = [&](const CutlassGroupedParams& q) {
+    auto launch = [&](const CutlassGroupedParams& q0) {
+      CutlassGroupedParams q = q0;
+      if (engine >= 5) {
+        q.a = dsrc;
+        q.a_row_index = didx;
+      }
       if (engine < 2) return launch_cutlass_grouped(Elem::kBF16, q, nullptr);
-      if (engine == 2) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr);
+      if (engine == 2 || engine == 5) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr);
+      if (engine == 6) return launch_wgmma_grouped_bf16(q, nullptr, 0, nullptr);
       return launch_wgmma_grouped_bf16(q, engine == 3 ? nullptr : counters, engine == 3 ? 1 : 0, nullptr);
     };
     CutlassGroupedParams p = grouped_params(groups, dseg, da, db, dd, n, k, dws, ws, sms);
     p.tile = tile;
     p.rows = alloc_rows;  // (the wgmma engine's tensor maps; CUTLASS ignores it with seg_offsets)
-    for (int rep = 0; rep < (engine == 2 ? 3 : 1); ++rep) {  // the counters are left zero for the next launch
+    for (int rep = 0; rep < (engine == 2 || engine == 5 ? 3 : 1); ++rep) {  // the counters are left zero for the next launch
       CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
       CK(launch(p));
       CK(cudaDeviceSynchronize());
@@ -550,12 +577,20 @@ TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
     bad.groups = 1025;
     EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue);
     EXPECT_EQ(launch_wgmma_grouped(Elem::kF32, p, counters, nullptr), cudaErrorInvalidValue);
+    bad = p;  // a misaligned gather source
+    bad.a = static_cast<const char*>(dsrc) + 8;
+    bad.a_row_index = didx;
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue);
+    bad.a = dsrc;  // CUTLASS gathers no rows
+    EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue);
     int32_t left[2] = {-1, -1};
     CK(cudaMemcpy(left, counters, 8, cudaMemcpyDeviceToHost));
     EXPECT_EQ(left[0], 0);
     EXPECT_EQ(left[1], 0);
   }
   cudaFree(counters);
+  cudaFree(dsrc);
+  cudaFree(didx);
   CutlassGroupedParams unknown;
   unknown.tile = static_cast<CutlassTile>(7);
   EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, unknown, nullptr), cudaErrorInvalidValue);
@@ -681,6 +716,100 @@ TEST(CudaFusedAct, SmallRoutingAndShapes) {
   check_case("cuda", split, 97, 1207, Route::kLogits, 0.0f, kCutlassSwap);
   split.activation.kind = ActivationKind::kSiluAndMul;
   check_case("cuda", split, 97, 1208, Route::kLogits, 0.0f, kCutlassSwap);
+}
+
+// With MOERUN_CUDA_GEMM_GATHER=1 the wgmma engine gathers the tokens in gate_up's operand load; by
+// default (=0 here) the gather pass runs first. The GEMM takes the same products in the same order either way (rows past
+// an expert's end are zero-filled in one and another expert's rows in the other, and never stored), so
+// the outputs must be equal bit for bit, fused and unfused, with shared experts and biases, one hot
+// expert, empty experts. A device input 2 bytes off 16-byte alignment must take the pass (the row
+// copies need 16-byte rows) and still agree with the reference.
+class GemmGather {
+ public:
+  explicit GemmGather(const char* mode) { setenv("MOERUN_CUDA_GEMM_GATHER", mode, 1); }
+  ~GemmGather() { unsetenv("MOERUN_CUDA_GEMM_GATHER"); }
+  GemmGather(const GemmGather&) = delete;
+  GemmGather& operator=(const GemmGather&) = delete;
+};
+
+void check_gather_in_gemm(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, bool fused) {
+  SCOPED_TRACE(spec.summary() + " m=" + std::to_string(m) + (fused ? " fused" : " unfused"));
+  ForceGemm force(kWgmma);
+  FusedAct act(fused);
+  spec.validate();
+  const Platform plat = sm90_platform();
+  const MoeWeights w = random_weights(spec, seed);
+  auto runner = make_cuda_backend()->create_runner(spec, w, plat, {});
+  ASSERT_EQ(runner->variant_for(m), kWgmma);
+  const Inputs in = make_inputs(spec, m, seed + 7, route);
+  HostTensor in_gemm(spec.act_dtype, {m, spec.hidden}), by_pass(spec.act_dtype, {m, spec.hidden}),
+      want(spec.act_dtype, {m, spec.hidden});
+  poison(in_gemm);
+  poison(by_pass);
+  {
+    GemmGather on("1");
+    runner->forward(host_args(in, in_gemm));
+  }
+  {
+    GemmGather off("0");
+    runner->forward(host_args(in, by_pass));
+  }
+  make_reference_backend()->create_runner(spec, w, plat, {})->forward(host_args(in, want));
+  int64_t bad = 0;
+  EXPECT_LT(rel_error(in_gemm, want, m * spec.hidden, &bad), tolerance_for(spec).rel_l2);
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(std::memcmp(in_gemm.data(), by_pass.data(), in_gemm.nbytes()), 0)
+      << "the gather in the GEMM and the gather pass gave different outputs";
+}
+
+TEST(CudaBackend, SmallGatherInGemmEqualsGatherPass) {
+  REQUIRE_GPU();
+  for (bool fused : {true, false}) {
+    check_gather_in_gemm(make_spec(8, 2, 264, 200), 257, 1300, Route::kLogits, fused);
+    check_gather_in_gemm(make_spec(16, 3, 136, 96, ActivationKind::kGeluAndMul, WeightFormat::kF16), 300, 1301,
+                         Route::kHotExpert, fused);
+    MoeSpec b = make_spec(64, 4, 200, 136, ActivationKind::kSwigluOai);
+    b.expert_bias = true;
+    b.activation.interleaved_gate_up = true;
+    b.shared.count = 1;
+    b.shared.intermediate = 200;
+    b.shared.gated_by_router = true;
+    check_gather_in_gemm(b, 161, 1302, Route::kLogits, fused);  // mostly 10 rows per expert: 64-row tiles
+  }
+  // Hidden states on the device, 2 bytes past a 16-byte boundary: the pass takes over.
+  MoeSpec s = make_spec(8, 2, 264, 200);
+  s.validate();
+  ForceGemm force(kWgmma);
+  GemmGather on("1");
+  const Platform plat = sm90_platform();
+  const MoeWeights w = random_weights(s, 1310);
+  auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+  const int64_t m = 150;
+  const Inputs in = make_inputs(s, m, 1311, Route::kLogits);
+  const size_t hb = in.hidden.nbytes();
+  char* dh;
+  void *dl, *dout;
+  CK(cudaMalloc(&dh, hb + 16));
+  CK(cudaMalloc(&dl, in.logits.nbytes()));
+  CK(cudaMalloc(&dout, hb));
+  CK(cudaMemcpy(dh + 2, in.hidden.data(), hb, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dl, in.logits.data(), in.logits.nbytes(), cudaMemcpyHostToDevice));
+  CK(cudaMemset(dout, 0xFF, hb));
+  ForwardArgs a;
+  a.hidden = {dh + 2, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+  a.router_logits = {dl, DType::kF32, {m, s.num_experts}, DeviceKind::kCuda, 0};
+  a.output = {dout, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+  runner->forward(a);
+  CK(cudaDeviceSynchronize());
+  HostTensor got(s.act_dtype, {m, s.hidden}), want(s.act_dtype, {m, s.hidden});
+  CK(cudaMemcpy(got.data(), dout, hb, cudaMemcpyDeviceToHost));
+  make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
+  int64_t bad = 0;
+  EXPECT_LT(rel_error(got, want, m * s.hidden, &bad), tolerance_for(s).rel_l2) << "misaligned device hidden";
+  EXPECT_EQ(bad, 0);
+  cudaFree(dh);
+  cudaFree(dl);
+  cudaFree(dout);
 }
 
 // The own mma.sync kernels read the routed w13 in kBlocks8 (uploaded from split or interleaved

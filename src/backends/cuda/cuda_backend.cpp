@@ -125,6 +125,18 @@ bool fused_act_enabled(bool wgmma) {
   return wgmma;
 }
 
+// Whether the wgmma engine gathers the tokens in gate_up's operand load (cp.async of each row from
+// the caller's hidden states) instead of a gather pass writing them expert-sorted first. The pass
+// writes and the GEMM re-reads rows * H * 2 bytes (qwen3-30b-a3b M = 8192: 268 MB, 0.11 ms), but on
+// the H200 the gathered GEMM lost more than that on every row that was timed (alternated with the
+// pass, graph replay: deepseek-v3 M = 8192 14.6 against 11.6 ms, qwen3-30b-a3b M = 8192 1.59 against
+// 1.38, mixtral-8x7b M = 1024 1.77 against 1.38; bench/results/2026-12-03_s20_h200/NOTES.md), so it
+// is off unless MOERUN_CUDA_GEMM_GATHER=1. Read per call, so one process can time both side by side.
+bool gemm_gather_enabled() {
+  const char* v = std::getenv("MOERUN_CUDA_GEMM_GATHER");
+  return v && v[0] == '1' && v[1] == '\0';
+}
+
 // MOERUN_CUDA_DOWN_PREFETCH: where in its main loop a one-token gate_up block asks the L2 for its
 // expert's down weights (GroupedGemmParams::l2_next): "end" (after the main loop; also unset or any
 // other value), "start", "mid" (half-way through K), or "0" / "off" (never). Returns the k-tile, or
@@ -457,11 +469,10 @@ class CudaRunner final : public Runner {
     auto gemm = [&](const CutlassGroupedParams& p, cudaStream_t st) {
       return wgmma ? launch_wgmma_grouped(el, p, wgmma_counters_.as<int>(), st) : launch_cutlass_grouped(el, p, st);
     };
-    // scratch: sorted tokens, later the down output [rows, H] | gate_up [rows, R] (unfused only)
-    //          | row_of_slot [rows] | shared gate_up [m, Rs] | shared down [m, H]
+    // scratch: sorted tokens (not with the gather in the GEMM), later the down output [rows, H]
+    //          | gate_up [rows, R] (unfused only) | shared gate_up [m, Rs] | shared down [m, H]
     const size_t off_gu = align256(rows * H * es);
-    const size_t off_ros = off_gu + (fused ? 0 : align256(rows * R * es));
-    const size_t off_sgu = off_ros + align256(rows * 4);
+    const size_t off_sgu = off_gu + (fused ? 0 : align256(rows * R * es));
     const size_t off_sd = off_sgu + align256(static_cast<size_t>(m) * Rs * es);
     const size_t scratch = off_sd + align256(Is > 0 ? static_cast<size_t>(m) * H * es : 0);
     const auto call = d_.begin(args, 128, scratch);
@@ -470,11 +481,14 @@ class CudaRunner final : public Runner {
     char* base = static_cast<char*>(d_.scratch.get());
     void* xs = base;  // sorted tokens, then (same bytes) the down output
     void* gu = base + off_gu;
-    int32_t* row_of_slot = reinterpret_cast<int32_t*>(base + off_ros);
     const int32_t* total = al.seg_offsets + E;
 
-    MOERUN_CUDA_CHECK(launch_gather_sorted(el, call.hidden, H, al.token_of_row, al.slot_of_row, total,
-                                           static_cast<int64_t>(rows), xs, row_of_slot, s));
+    // A pass gathers the tokens expert-sorted, unless the wgmma engine is to gather them in gate_up's
+    // operand load (MOERUN_CUDA_GEMM_GATHER=1, from 16-byte aligned rows; CUTLASS cannot).
+    const bool gather_in_gemm = wgmma && gemm_gather_enabled() && reinterpret_cast<uintptr_t>(call.hidden) % 16 == 0;
+    if (!gather_in_gemm)
+      MOERUN_CUDA_CHECK(launch_gather_sorted(el, call.hidden, H, al.token_of_row, al.slot_of_row, total,
+                                             static_cast<int64_t>(rows), xs, nullptr, s));
     CutlassGroupedParams g;
     g.groups = E;
     g.seg_offsets = al.seg_offsets;
@@ -483,7 +497,8 @@ class CudaRunner final : public Runner {
     g.sm_count = sm_count_;
     g.tile = tile;  // the shared experts' GEMMs below copy it
     g.rows = static_cast<int64_t>(rows);  // (the wgmma engine's tensor maps; CUTLASS reads seg_offsets)
-    g.a = xs;
+    g.a = gather_in_gemm ? call.hidden : xs;
+    g.a_row_index = gather_in_gemm ? al.token_of_row : nullptr;
     g.b = d_.w13.get();
     g.b_group_stride = static_cast<int64_t>(R) * H;
     g.d = gu;
@@ -507,6 +522,7 @@ class CudaRunner final : public Runner {
                                                  static_cast<int64_t>(rows), d_.inter_buf.get(), s));
     }
     g.a = d_.inter_buf.get();
+    g.a_row_index = nullptr;
     g.b = d_.w2.get();
     g.b_group_stride = static_cast<int64_t>(H) * I;
     g.d = xs;
@@ -547,7 +563,7 @@ class CudaRunner final : public Runner {
       MOERUN_CUDA_CHECK(gemm(sg, s));
       shared = sd;
     }
-    MOERUN_CUDA_CHECK(launch_combine_sorted(el, xs, H, m, K, row_of_slot, al.weight_of_row, al.seg_offsets, E,
+    MOERUN_CUDA_CHECK(launch_combine_sorted(el, xs, H, m, K, al.row_of_slot, al.weight_of_row, al.seg_offsets, E,
                                             sp.expert_bias ? d_.b2.as<float>() : nullptr, shared,
                                             sp.shared.gated_by_router ? d_.sgate.as<float>() : nullptr, call.hidden,
                                             call.out, s));

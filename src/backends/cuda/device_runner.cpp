@@ -182,6 +182,7 @@ cuda_kernels::AlignOutput DeviceMoe::align_out() const {
   a.seg_offsets = seg.as<int32_t>();
   a.token_of_row = token_of_row.as<int32_t>();
   a.slot_of_row = slot_of_row.as<int32_t>();
+  a.row_of_slot = row_of_slot.as<int32_t>();
   a.weight_of_row = weight_of_row.as<float>();
   a.tile_expert = tile_e.as<int32_t>();
   a.tile_row0 = tile_r.as<int32_t>();
@@ -210,6 +211,7 @@ void DeviceMoe::reserve(int64_t m, cudaStream_t s, size_t scratch_bytes) {
   out.reserve(cm * H_ * es);
   token_of_row.reserve(rows * 4);
   slot_of_row.reserve(rows * 4);
+  row_of_slot.reserve(rows * 4);
   weight_of_row.reserve(rows * 4);
   seg.reserve((E_ + 1) * 4);
   tile_e.reserve(cuda_kernels::max_tiles(rows, E_, 16) * 4);

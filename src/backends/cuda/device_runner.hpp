@@ -91,7 +91,7 @@ class DeviceMoe {
   // Weights.
   DeviceBuffer w13, w2, b13, b2, corr, router_w, router_b, sw13, sw2, sgate;
   // Workspaces (sized for capacity() tokens).
-  DeviceBuffer hidden_in, logits, ids, tw, out, token_of_row, slot_of_row, weight_of_row, seg, tile_e,
+  DeviceBuffer hidden_in, logits, ids, tw, out, token_of_row, slot_of_row, row_of_slot, weight_of_row, seg, tile_e,
       tile_r, ntiles, align_ws, inter_buf, rows_buf, sinter, sout, scratch;
   cuda_kernels::AlignOutput align_out() const;
   // Grows the workspaces for m tokens (throws when that would allocate during a capture).

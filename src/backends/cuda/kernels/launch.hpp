@@ -50,6 +50,7 @@ struct AlignOutput {
   int32_t* seg_offsets = nullptr;   // [E + 1]: rows of expert e are [seg_offsets[e], seg_offsets[e+1])
   int32_t* token_of_row = nullptr;  // [m*k]: the token row r reads
   int32_t* slot_of_row = nullptr;   // [m*k]: token*k + slot, where row r's result goes
+  int32_t* row_of_slot = nullptr;   // [m*k] or null: the inverse map, row_of_slot[slot_of_row[r]] = r
   float* weight_of_row = nullptr;   // [m*k]: its router weight
   int32_t* tile_expert = nullptr;   // [max_tiles(m*k, E, block_m)]
   int32_t* tile_row0 = nullptr;     // [max_tiles]: first row of the tile inside its expert's segment
@@ -223,6 +224,10 @@ struct CutlassGroupedParams {
   float alpha = 1.702f, limit = 7.0f;     // kSwigluOai
   const float* bias = nullptr;            // group g's [n] at bias + g * n (kBlocks8 order), or null
   GateUpLayout layout = GateUpLayout::kBlocks8;  // the only layout the fused epilogue pairs
+  // The own wgmma engine only (CUTLASS refuses it): row r of A is row a_row_index[r] of a ([*, k]),
+  // the tokens gathered in the operand load (cp.async) instead of by a pass. Indices are not
+  // range-checked.
+  const int32_t* a_row_index = nullptr;  // [rows], device
 };
 
 size_t cutlass_grouped_workspace_bytes_bf16(int groups, int sm_count);
@@ -264,7 +269,7 @@ inline size_t cutlass_grouped_workspace_bytes(Elem elem, int groups, int sm_coun
 // other than kBlocks8).
 inline cudaError_t launch_cutlass_grouped(Elem elem, const CutlassGroupedParams& p, cudaStream_t stream) {
   const bool bf16 = elem == Elem::kBF16;
-  if (!bf16 && elem != Elem::kF16) return cudaErrorInvalidValue;
+  if ((!bf16 && elem != Elem::kF16) || p.a_row_index) return cudaErrorInvalidValue;
   switch (p.tile) {
     case CutlassTile::kTokens128x256:
       return bf16 ? launch_cutlass_grouped_bf16(p, stream) : launch_cutlass_grouped_f16(p, stream);
@@ -301,7 +306,8 @@ inline cudaError_t launch_wgmma_grouped(Elem elem, const CutlassGroupedParams& p
 }
 
 // Passes around the CUTLASS GEMMs (16-byte vectors; h, n multiples of 8; 2-byte elements only).
-// gather: dst[r, :] = src[token_of_row[r], :] and row_of_slot[slot_of_row[r]] = r, r < *total_rows.
+// gather: dst[r, :] = src[token_of_row[r], :] and, unless row_of_slot is null,
+// row_of_slot[slot_of_row[r]] = r, r < *total_rows.
 cudaError_t launch_gather_sorted(Elem elem, const void* src, int h, const int32_t* token_of_row,
                                  const int32_t* slot_of_row, const int32_t* total_rows, int64_t rows_bound,
                                  void* dst, int32_t* row_of_slot, cudaStream_t stream);

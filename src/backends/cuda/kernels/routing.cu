@@ -243,6 +243,7 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* __r
     const int pos = offset[e] + atomicAdd(&cursor[e], 1);
     out.token_of_row[pos] = static_cast<int32_t>(i / top_k);
     out.slot_of_row[pos] = static_cast<int32_t>(i);
+    if (out.row_of_slot) out.row_of_slot[i] = pos;
     out.weight_of_row[pos] = weights[i];
   }
 }
@@ -304,6 +305,7 @@ __global__ void __launch_bounds__(kAlignThreads) align_fill_kernel(const int32_t
     const int pos = start[e] + atomicAdd(&cursor[e], 1);
     out.token_of_row[pos] = static_cast<int32_t>(i / top_k);
     out.slot_of_row[pos] = static_cast<int32_t>(i);
+    if (out.row_of_slot) out.row_of_slot[i] = pos;
     out.weight_of_row[pos] = weights[i];
   }
 }

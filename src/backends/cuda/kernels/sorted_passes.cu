@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kPassThreads)
                          V* __restrict__ dst, int32_t* __restrict__ row_of_slot) {
   const int64_t r = blockIdx.x;
   if (r >= *total) return;
-  if (blockIdx.y == 0 && threadIdx.x == 0) row_of_slot[slot[r]] = static_cast<int32_t>(r);
+  if (row_of_slot && blockIdx.y == 0 && threadIdx.x == 0) row_of_slot[slot[r]] = static_cast<int32_t>(r);
   const V* s = src + static_cast<int64_t>(token[r]) * vecs;
   V* d = dst + r * vecs;
   const int i0 = blockIdx.y * kGatherChunk + threadIdx.x;

@@ -45,6 +45,16 @@
 //   the accumulators (a warp instruction writes 16 bytes in each of 8 rows) was 2.5 ms slower than no
 //   stores at all on deepseek-v3 M = 8192's gate_up (10.0 against 7.6 ms) and read the weights from
 //   DRAM twice (31 against 17 GB, ncu).
+//   Gathered A (KernelArgs::a_index, opt-in: MOERUN_CUDA_GEMM_GATHER=1 in the runner): all 128
+//   producer threads copy A's rows with cp.async in the same swizzle, and each stage's full barrier
+//   also counts their 128 cp.async arrivals. It is correct (bitwise equal to the gather pass) but
+//   slower on the H200 (bench/results/2026-12-03_s20_h200/NOTES.md): deepseek-v3 M = 8192 14.8
+//   against 11.5 ms with the pass, qwen3-30b-a3b M = 8192 1.62 against 1.40. ncu on qwen3's gate_up:
+//   931 against 703 us with DRAM at 25 against 35% of peak and L2 at 61 against 78%: latency-bound,
+//   as if each SM kept too few row loads in flight, where one 2-D tensor copy brings the whole tile.
+//   One bulk tensor copy per row (1-row boxes; the 128-byte swizzle follows the shared address, so
+//   it was correct too) was slower still, 35.5 ms on deepseek-v3 M = 8192: per-row copies are bound
+//   by the copy engine's issue rate. Neither is kept as the default; the row copies were removed.
 //   With the activation (CutlassTile::kTokens128x256Act): B is a gated w13 in GateUpLayout::kBlocks8,
 //   where a thread's accumulator block j (even) holds gate columns and block j + 1 their up columns, so
 //   act(gate + bias, up + bias) is computed in registers and D is the intermediate [rows, n / 2]. One
@@ -66,6 +76,7 @@ namespace moerun::cuda_kernels::wgmma {
 
 inline constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4;
 inline constexpr int kThreads = 384;
+inline constexpr int kProducerThreads = 128;  // warpgroup 0
 inline constexpr int kStageA = kBM * kBK * 2;      // 16 KiB
 inline constexpr int kStageB = kBN * kBK * 2;      // 32 KiB
 inline constexpr int kMaxGroups = kWgmmaMaxGroups;  // experts per launch (the prefix lives in shared memory)
@@ -74,7 +85,8 @@ inline constexpr int kOutPitch = 144;              // bytes per staged output ro
 inline constexpr int kOutBuf = 64 * kOutPitch;     // one consumer's 64 x 64 chunk
 inline constexpr size_t kSmemBytes = 1024 /* alignment slack */ + size_t(kStages) * (kStageA + kStageB) +
                                      2 * kOutBuf + 2 * kStages * 8 + 2 * kTileSlots * 8 + kTileSlots * 4 +
-                                     2 * (kMaxGroups + 1) * 4;
+                                     2 * (kMaxGroups + 1) * 4 +
+                                     8 * kProducerThreads * 4 /* the gathered rows' tokens */;
 
 struct KernelArgs {
   const int32_t* seg = nullptr;  // [groups + 1], device; null: one group of `rows` rows
@@ -87,6 +99,10 @@ struct KernelArgs {
   int* counters = nullptr;       // [2], zero: the tile counter and the finished-producer count; null: static striding
   float alpha = 1.702f, limit = 7.0f;  // kSwigluOai (the kernel's kAct names the activation)
   const float* bias = nullptr;   // with act: expert g's [n] at bias + g * n (w13's column order), or null
+  // Gathered A: row r of A is row a_index[r] of a_src ([*, k], 16-byte aligned), loaded by the
+  // producer warpgroup's cp.async (the A tensor maps are then unused). Null: A through the maps.
+  const void* a_src = nullptr;
+  const int32_t* a_index = nullptr;
 };
 
 // ---- PTX wrappers ---------------------------------------------------------------------------------
@@ -130,6 +146,20 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
 }
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+// 16 bytes global -> shared, of which the first src_bytes (16 or 0) are read and the rest zero-filled.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+// One arrival on bar once every cp.async this thread issued before has landed (the barrier's count
+// includes it: noinc).
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Orders this thread's view of shared memory (the gathered A that cp.async wrote, acquired through
+// the full barrier) before its later async-proxy reads (wgmma's operand loads).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 // A K-major operand in the 128-byte swizzle: rows of 128 bytes, 8-row atoms 1024 bytes apart (the
 // stride byte offset); the leading byte offset is unused for this layout (1 by convention). The k16
@@ -247,10 +277,12 @@ __device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int*
 // once the wgmma group after it was issued (wait_group 1). Returns the last stage, still to be released.
 template <typename T, bool kHalf>
 __device__ __forceinline__ int mainloop(float (&acc)[128], uint32_t a_base, uint32_t b_base, uint64_t* full,
-                                        uint64_t* empty, int k_tiles, int& s, uint32_t& phase, int tid) {
+                                        uint64_t* empty, int k_tiles, int& s, uint32_t& phase, int tid,
+                                        int gathered) {
   int prev = -1;
   for (int kt = 0; kt < k_tiles; ++kt) {
     mbar_wait(&full[s], phase);
+    if (gathered) fence_proxy_async_shared();
     const uint32_t a = a_base + s * kStageA, b = b_base + s * kStageB;
     fence_acc(acc);
     wgmma_fence();
@@ -307,6 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int* tile_slot = reinterpret_cast<int*>(tile_empty + kTileSlots);
   int* seg = tile_slot + kTileSlots;               // [groups + 1]
   int* prefix = seg + kMaxGroups + 1;              // [groups + 1]
+  int* tok_s = prefix + kMaxGroups + 1;            // [8][128]: gathered row j of producer thread p at j * 128 + p
 
   const int groups = args.groups;
   const int n_blocks = (args.n + kBN - 1) / kBN;
@@ -317,9 +350,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     seg[0] = 0;
     seg[1] = static_cast<int>(args.rows);
   }
+  const bool gathered = args.a_index != nullptr;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
+      mbar_init(&full[s], gathered ? 1 + kProducerThreads : 1);  // + every producer thread's cp.async arrival
       mbar_init(&empty[s], 2);  // one arrival from each consumer warpgroup
     }
     for (int i = 0; i < kTileSlots; ++i) {
@@ -353,34 +387,85 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x == 0) {
-      tma_prefetch_map(&map_a128);
-      tma_prefetch_map(&map_a64);
-      tma_prefetch_map(&map_b);
+    if (gathered || threadIdx.x == 0) {
+      // Thread 0 takes the tiles and issues B's bulk tensor copies (and, without a gather, A's); with a
+      // gather every producer thread copies its share of A's rows with cp.async.
+      const int p = threadIdx.x;
+      if (p == 0) {
+        if (!gathered) {
+          tma_prefetch_map(&map_a128);
+          tma_prefetch_map(&map_a64);
+        }
+        tma_prefetch_map(&map_b);
+      }
+      const T* a_src = static_cast<const T*>(args.a_src);
       int s = 0;
       uint32_t phase = 0;
       for (int t = blockIdx.x, i = 0;; ++i) {
         if (dynamic) {  // hand t to the consumers (slot i % 2), the end marker (t >= total) too
-          mbar_wait(&tile_empty[i % kTileSlots], ((i / kTileSlots) & 1) ^ 1);
-          tile_slot[i % kTileSlots] = t;
-          mbar_arrive(&tile_full[i % kTileSlots]);
+          if (p == 0) {
+            mbar_wait(&tile_empty[i % kTileSlots], ((i / kTileSlots) & 1) ^ 1);
+            tile_slot[i % kTileSlots] = t;
+            mbar_arrive(&tile_full[i % kTileSlots]);
+          }
+          if (gathered) {  // and to the other producer threads (slot i % 2 is rewritten only after
+            named_barrier_sync(3, kProducerThreads);  // every one has passed the next barrier)
+            t = tile_slot[i % kTileSlots];
+          }
         }
         if (t >= total) break;
         const Tile tl = decode_tile(t, prefix, seg, groups, args.half_tiles);
-        const uint32_t bytes = (tl.half ? kStageA / 2 : kStageA) + kStageB;
+        // Gather: 8 lanes copy one 128-byte k row of a token (a whole cache line), so a warp
+        // instruction reads 4 lines. Thread p copies chunk p % 8 of rows 4 (p / 32) + (p % 32) / 8 +
+        // 16 j, j < 8 (4 for a 64-row tile).
+        const int chunk = p & 7, row_in = (p >> 5) * 4 + ((p & 31) >> 3);
+        const int nrows = tl.half ? 4 : 8;
+        // Each thread's tokens (or -1 past the expert's end: zero-filled) sit in shared memory, in
+        // slots only that thread uses: in registers the compiler kept eight 64-bit row addresses
+        // live across the k loop and spilled the 40-register producer to local memory.
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int r = row_in + 16 * j;
+          if (gathered) tok_s[j * kProducerThreads + p] = j < nrows && r < tl.rows ? args.a_index[tl.row0 + r] : -1;
+        }
+        const uint32_t bytes = gathered ? kStageB : (tl.half ? kStageA / 2 : kStageA) + kStageB;
         for (int kt = 0; kt < k_tiles; ++kt) {
           mbar_wait(&empty[s], phase ^ 1);
-          mbar_expect_tx(&full[s], bytes);
-          tma_load_2d(sa + s * kStageA, tl.half ? &map_a64 : &map_a128, &full[s], kt * kBK, tl.row0);
-          tma_load_3d(sb + s * kStageB, &map_b, &full[s], kt * kBK, tl.n0, tl.g);
+          if (p == 0) {
+            mbar_expect_tx(&full[s], bytes);
+            if (!gathered)
+              tma_load_2d(sa + s * kStageA, tl.half ? &map_a64 : &map_a128, &full[s], kt * kBK, tl.row0);
+            tma_load_3d(sb + s * kStageB, &map_b, &full[s], kt * kBK, tl.n0, tl.g);
+          }
+          if (gathered) {
+            // The 128-byte swizzle, as the tensor copy would write it: 16-byte chunk c of row r at
+            // r * 128 + ((c ^ (r % 8)) * 16) (the stage is 1024-byte aligned); r % 8 = row_in % 8.
+            const int col = kt * kBK + chunk * 8;
+            const uint32_t dst = smem_u32(sa + s * kStageA) + uint32_t(row_in) * 128u +
+                                 uint32_t((chunk ^ (row_in & 7)) << 4);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              if (j < nrows) {
+                const int tok = tok_s[j * kProducerThreads + p];
+                const bool in = tok >= 0 && col < args.k;
+                cp_async_16(dst + uint32_t(j) * 16u * 128u, in ? a_src + int64_t(tok) * args.k + col : a_src,
+                            in ? 16 : 0);
+              }
+            }
+            cp_async_arrive(&full[s]);
+          }
           if (++s == kStages) {
             s = 0;
             phase ^= 1;
           }
         }
-        t = dynamic ? static_cast<int>(gridDim.x) + atomicAdd(&args.counters[0], 1) : t + static_cast<int>(gridDim.x);
+        if (p == 0)
+          t = dynamic ? static_cast<int>(gridDim.x) + atomicAdd(&args.counters[0], 1) : t + static_cast<int>(gridDim.x);
+        else
+          t += static_cast<int>(gridDim.x);  // (static striding; with the scheduler the slot overrides it)
       }
-      if (dynamic) {
+      if (gathered) asm volatile("cp.async.wait_all;\n" ::: "memory");
+      if (dynamic && p == 0) {
         // The last producer to finish resets the pair: every other one has taken its last number.
         __threadfence();
         if (atomicAdd(&args.counters[1], 1) == gridDim.x - 1) {
@@ -412,8 +497,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // 128-byte rows: token row r of a stage at r * 128, weight row j at j * 128.
       const uint32_t a_base = smem_u32(sa) + (tl.half ? 0u : uint32_t(c * 64 * 128));
       const uint32_t b_base = smem_u32(sb) + (tl.half ? uint32_t(c * 128 * 128) : 0u);
-      const int prev = tl.half ? mainloop<T, true>(acc, a_base, b_base, full, empty, k_tiles, s, phase, tid)
-                               : mainloop<T, false>(acc, a_base, b_base, full, empty, k_tiles, s, phase, tid);
+      const int prev = tl.half ? mainloop<T, true>(acc, a_base, b_base, full, empty, k_tiles, s, phase, tid, gathered)
+                               : mainloop<T, false>(acc, a_base, b_base, full, empty, k_tiles, s, phase, tid, gathered);
       wgmma_wait<0>();
       fence_acc(acc);
       if (prev >= 0 && tid == 0) mbar_arrive(&empty[prev]);
@@ -532,15 +617,16 @@ cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, int half_tile
       (act && (p.n % 16 != 0 || !act_gated(p.act) || p.layout != GateUpLayout::kBlocks8)))
     return cudaErrorInvalidValue;
   if (!tensor_map_encoder()) return cudaErrorNotSupported;
-  CUtensorMap ma128, ma64, mb;
+  CUtensorMap ma128{}, ma64{}, mb{};  // (with a gather the A maps stay unused)
+  const bool gather = p.a_row_index != nullptr;
   const cuuint64_t a_dims[2] = {cuuint64_t(p.k), cuuint64_t(p.rows)};
   const cuuint64_t a_strides[1] = {cuuint64_t(p.k) * sizeof(T)};
   const cuuint32_t box128[2] = {kBK, kBM}, box64[2] = {kBK, kBM / 2};
   const cuuint64_t b_dims[3] = {cuuint64_t(p.k), cuuint64_t(p.n), cuuint64_t(p.groups)};
   const cuuint64_t b_strides[2] = {cuuint64_t(p.k) * sizeof(T), cuuint64_t(p.b_group_stride > 0 ? p.b_group_stride : int64_t(p.n) * p.k) * sizeof(T)};
   const cuuint32_t b_box[3] = {kBK, kBN, 1};
-  if (encode_map<T>(&ma128, 2, p.a, a_dims, a_strides, box128) != CUDA_SUCCESS ||
-      encode_map<T>(&ma64, 2, p.a, a_dims, a_strides, box64) != CUDA_SUCCESS ||
+  if ((!gather && (encode_map<T>(&ma128, 2, p.a, a_dims, a_strides, box128) != CUDA_SUCCESS ||
+                   encode_map<T>(&ma64, 2, p.a, a_dims, a_strides, box64) != CUDA_SUCCESS)) ||
       encode_map<T>(&mb, 3, p.b, b_dims, b_strides, b_box) != CUDA_SUCCESS)
     return cudaErrorInvalidValue;
   KernelArgs a;
@@ -556,6 +642,8 @@ cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, int half_tile
   a.alpha = p.alpha;
   a.limit = p.limit;
   a.bias = act ? p.bias : nullptr;
+  a.a_src = gather ? p.a : nullptr;
+  a.a_index = p.a_row_index;
   if (!act) return launch_kernel<T, kNoAct>(ma128, ma64, mb, a, p.sm_count, stream);
   switch (p.act) {
     case Act::kSiluAndMul: return launch_kernel<T, static_cast<int>(Act::kSiluAndMul)>(ma128, ma64, mb, a, p.sm_count, stream);
