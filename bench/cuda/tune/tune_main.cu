@@ -182,6 +182,9 @@ int main(int argc, char** argv) {
       CK(cudaMemcpy(dseg, seg.data(), seg.size() * 4, cudaMemcpyHostToDevice));
       CK(cudaMemcpy(dtor, tor.data(), rows * 4, cudaMemcpyHostToDevice));
       CK(cudaMemcpy(dsor, sor.data(), rows * 4, cudaMemcpyHostToDevice));
+      std::vector<int32_t> ros(rows);  // the combine's slot -> row map (the alignment's, in the library)
+      for (int r = 0; r < int(rows); ++r) ros[sor[r]] = r;
+      CK(cudaMemcpy(dros, ros.data(), rows * 4, cudaMemcpyHostToDevice));
       CK(cudaMemcpy(dwor, wor.data(), rows * 4, cudaMemcpyHostToDevice));
       void* hidden = alloc_random(size_t(M) * sh.h, 3, 1.0f);
       void* xs = alloc_random(size_t(rows) * sh.h, 4, 1.0f);
@@ -249,7 +252,7 @@ int main(int argc, char** argv) {
       if (ref2) CK(cudaFree(ref2));
       using namespace moerun::cuda_kernels;
       const double tg = time_ms([&] {
-        CK(launch_gather_sorted(Elem::kBF16, hidden, sh.h, dtor, dsor, dseg + sh.e, rows, xs, dros, st));
+        CK(launch_gather_sorted(Elem::kBF16, hidden, sh.h, dtor, dseg + sh.e, rows, xs, st));
       }, 31);
       const double ta = time_ms([&] {
         CK(launch_activation_sorted(Elem::kBF16, gu, R, dseg, sh.e, nullptr, Act::kSiluAndMul, 1.702f, 7.0f, GateUpLayout::kBlocks8,

@@ -487,8 +487,8 @@ class CudaRunner final : public Runner {
     // operand load (MOERUN_CUDA_GEMM_GATHER=1, from 16-byte aligned rows; CUTLASS cannot).
     const bool gather_in_gemm = wgmma && gemm_gather_enabled() && reinterpret_cast<uintptr_t>(call.hidden) % 16 == 0;
     if (!gather_in_gemm)
-      MOERUN_CUDA_CHECK(launch_gather_sorted(el, call.hidden, H, al.token_of_row, al.slot_of_row, total,
-                                             static_cast<int64_t>(rows), xs, nullptr, s));
+      MOERUN_CUDA_CHECK(launch_gather_sorted(el, call.hidden, H, al.token_of_row, total, static_cast<int64_t>(rows),
+                                             xs, s));
     CutlassGroupedParams g;
     g.groups = E;
     g.seg_offsets = al.seg_offsets;

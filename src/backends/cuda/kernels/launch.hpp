@@ -306,11 +306,10 @@ inline cudaError_t launch_wgmma_grouped(Elem elem, const CutlassGroupedParams& p
 }
 
 // Passes around the CUTLASS GEMMs (16-byte vectors; h, n multiples of 8; 2-byte elements only).
-// gather: dst[r, :] = src[token_of_row[r], :] and, unless row_of_slot is null,
-// row_of_slot[slot_of_row[r]] = r, r < *total_rows.
+// gather: dst[r, :] = src[token_of_row[r], :], r < *total_rows (the combine's row_of_slot comes from
+// the alignment).
 cudaError_t launch_gather_sorted(Elem elem, const void* src, int h, const int32_t* token_of_row,
-                                 const int32_t* slot_of_row, const int32_t* total_rows, int64_t rows_bound,
-                                 void* dst, int32_t* row_of_slot, cudaStream_t stream);
+                                 const int32_t* total_rows, int64_t rows_bound, void* dst, cudaStream_t stream);
 // act: inter[r, :] = act(gate_up[r, :] + bias[e(r)]) for r < *total_rows (total_rows null: rows_bound),
 // where e(r) is the segment of r in seg_offsets[0..experts] (seg_offsets null: expert 0). gate_up is
 // [rows, n], its gate and up columns (and the bias) in `layout`; non-gated activations read n columns.

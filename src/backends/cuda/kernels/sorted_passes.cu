@@ -51,11 +51,9 @@ constexpr int kGatherChunk = kPassThreads * kGatherUnroll;
 template <typename V>
 __global__ void __launch_bounds__(kPassThreads)
     gather_sorted_kernel(const V* __restrict__ src, int vecs, const int32_t* __restrict__ token,
-                         const int32_t* __restrict__ slot, const int32_t* __restrict__ total,
-                         V* __restrict__ dst, int32_t* __restrict__ row_of_slot) {
+                         const int32_t* __restrict__ total, V* __restrict__ dst) {
   const int64_t r = blockIdx.x;
   if (r >= *total) return;
-  if (row_of_slot && blockIdx.y == 0 && threadIdx.x == 0) row_of_slot[slot[r]] = static_cast<int32_t>(r);
   const V* s = src + static_cast<int64_t>(token[r]) * vecs;
   V* d = dst + r * vecs;
   const int i0 = blockIdx.y * kGatherChunk + threadIdx.x;
@@ -236,8 +234,7 @@ cudaError_t by_half_elem(Elem e, F&& f) {
 }  // namespace
 
 cudaError_t launch_gather_sorted(Elem elem, const void* src, int h, const int32_t* token_of_row,
-                                 const int32_t* slot_of_row, const int32_t* total_rows, int64_t rows_bound,
-                                 void* dst, int32_t* row_of_slot, cudaStream_t stream) {
+                                 const int32_t* total_rows, int64_t rows_bound, void* dst, cudaStream_t stream) {
   if (rows_bound == 0) return cudaSuccess;
   if (elem == Elem::kF32 || h % 8 != 0 || rows_bound > 0x7fffffff) return cudaErrorInvalidValue;
   const bool vec = aligned16(src) && aligned16(dst);
@@ -245,12 +242,10 @@ cudaError_t launch_gather_sorted(Elem elem, const void* src, int h, const int32_
   const dim3 grid(static_cast<unsigned>(rows_bound), static_cast<unsigned>((vecs + kGatherChunk - 1) / kGatherChunk));
   if (vec) {
     gather_sorted_kernel<uint4><<<grid, kPassThreads, 0, stream>>>(
-        static_cast<const uint4*>(src), h / 8, token_of_row, slot_of_row, total_rows, static_cast<uint4*>(dst),
-        row_of_slot);
+        static_cast<const uint4*>(src), h / 8, token_of_row, total_rows, static_cast<uint4*>(dst));
   } else {
     gather_sorted_kernel<uint16_t><<<grid, kPassThreads, 0, stream>>>(
-        static_cast<const uint16_t*>(src), h, token_of_row, slot_of_row, total_rows,
-        static_cast<uint16_t*>(dst), row_of_slot);
+        static_cast<const uint16_t*>(src), h, token_of_row, total_rows, static_cast<uint16_t*>(dst));
   }
   return cudaGetLastError();
 }
