@@ -62,7 +62,7 @@ for run in ${GPU_CHECK_SANITIZERS:-memcheck racecheck racecheck-m64}; do
   # routing and the own mma.sync kernels, once with the default variant rule and once with the tile
   # kernel forced (racecheck-m64), since the rule now sends larger small cases to CUTLASS.
   tool=${run%%-*}
-  filt='*SmallHot*:*SmallGrouped*:*MZero*:*SmallGptOss*:*SmallShared*'
+  filt='*SmallHot*:*SmallGrouped*:*MZero*:*SmallGptOss*:*SmallShared*:*SmallSplitK*'
   [ $tool = memcheck ] && filt='*Small*:*MZero*:*Graph*'
   force=""; [ $run = racecheck-m64 ] && force=mma-tile-m64
   echo "---- $run" >> "$OUT/sanitizer.log"

@@ -173,7 +173,7 @@ MatmulRate measure_matmul(Timer& timer, const Matmul& mm, cudaStream_t s) {
 }
 
 int main(int argc, char** argv) {
-  std::string json_path, torch_path, ms_arg, shapes_arg;
+  std::string json_path, torch_path, ms_arg, shapes_arg, ab_arg = "cutlass-sm90-grouped";
   bool quick = false, forced = true;
   int read_flush_max_m = 16;
   for (int i = 1; i < argc; ++i) {
@@ -185,6 +185,28 @@ int main(int argc, char** argv) {
     else if (a == "--shapes" && i + 1 < argc) shapes_arg = argv[++i];
     else if (a == "--no-forced") forced = false;
     else if (a == "--read-flush-max-m" && i + 1 < argc) read_flush_max_m = std::atoi(argv[++i]);
+    else if (a == "--ab" && i + 1 < argc) ab_arg = argv[++i];
+    else if (a == "--help" || a == "-h") {
+      std::puts(
+          "cuda_moe_bench [--quick] [--ms 1,16,...] [--shapes a,b] [--no-forced] [--json out.json] [--torch t.json]\n"
+          "               [--read-flush-max-m N] [--ab list]\n"
+          "  --ab list  comma-separated contenders, each timed against the rule's own graph call by call\n"
+          "             (rows ab:<name> and ab:rule-vs-<name>) at M >= 128: a GEMM variant name as\n"
+          "             MOERUN_CUDA_GEMM takes (+unfused: its activation epilogue off), 'gather' (the\n"
+          "             token gather in the wgmma operand load), or 'ksplit=N' (the wgmma engine's K in\n"
+          "             N runs, MOERUN_CUDA_KSPLIT; 1: none); 'none' for no A/B rows.\n"
+          "             Default: cutlass-sm90-grouped.");
+      return 0;
+    } else {
+      std::fprintf(stderr, "cuda_moe_bench: unknown argument '%s' (--help lists them)\n", a.c_str());
+      return 2;
+    }
+  }
+  std::vector<std::string> ab_list;
+  for (size_t b = 0; ab_arg != "none" && b < ab_arg.size();) {
+    const size_t e = std::min(ab_arg.find(',', b), ab_arg.size());
+    if (e > b) ab_list.push_back(ab_arg.substr(b, e - b));
+    b = e + 1;
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { std::puts("no CUDA device"); return 0; }
@@ -373,21 +395,37 @@ int main(int argc, char** argv) {
       if (M <= read_flush_max_m)
         vs.push_back({"cuda-graph-expert-readflush",
                       timer.median_ms([&] { CK(cudaGraphLaunch(ge, s)); }, reps, 2, Flush::kRead)});
-      // Side by side where the rule takes the wgmma engine: the tokens gathered in gate_up's operand
-      // load (MOERUN_CUDA_GEMM_GATHER=1, cp.async) against the gather pass, the two graphs alternated
-      // call by call.
-      if (cuda_runner->variant_for(M) == "sm90-wgmma-grouped") {
-        setenv("MOERUN_CUDA_GEMM_GATHER", "1", 1);
-        cudaGraphExec_t gg = graph_of(expert);
-        setenv("MOERUN_CUDA_GEMM_GATHER", "0", 1);
-        cudaGraphExec_t gp = graph_of(expert);
+      // Side by side with the rule (--ab): each contender's graph and the rule's alternated call by call,
+      // so the card's moving clocks fall on both alike (the forced rows below run one after another).
+      // "gather" (the tokens gathered in the wgmma operand load, MOERUN_CUDA_GEMM_GATHER=1) and
+      // "ksplit=N" (MOERUN_CUDA_KSPLIT=N) only where the rule takes that engine.
+      for (const std::string& x : ab_list) {
+        if (M < 128) break;
+        const size_t plus = x.find('+');
+        const std::string var = x.substr(0, plus), suffix = plus == std::string::npos ? "" : x.substr(plus);
+        const bool gather = x == "gather", ksplit = x.rfind("ksplit=", 0) == 0;
+        if (gather || ksplit ? cuda_runner->variant_for(M) != "sm90-wgmma-grouped"
+                             : var == cuda_runner->variant_for(M) && suffix.empty())
+          continue;  // (nothing to compare)
+        if (gather) setenv("MOERUN_CUDA_GEMM_GATHER", "1", 1);
+        else if (ksplit) setenv("MOERUN_CUDA_KSPLIT", x.substr(7).c_str(), 1);
+        else setenv("MOERUN_CUDA_GEMM", var.c_str(), 1);
+        if (suffix == "+unfused") setenv("MOERUN_CUDA_FUSED_ACT", "0", 1);
+        cudaGraphExec_t gx = graph_of(expert);
         unsetenv("MOERUN_CUDA_GEMM_GATHER");
-        const auto [in_gemm, by_pass] =
-            timer.median_pair([&] { CK(cudaGraphLaunch(gg, s)); }, [&] { CK(cudaGraphLaunch(gp, s)); }, reps);
-        vs.push_back({"ab:gather-in-gemm", in_gemm});
-        vs.push_back({"ab:gather-pass", by_pass});
-        CK(cudaGraphExecDestroy(gg));
-        CK(cudaGraphExecDestroy(gp));
+        unsetenv("MOERUN_CUDA_KSPLIT");
+        unsetenv("MOERUN_CUDA_GEMM");
+        unsetenv("MOERUN_CUDA_FUSED_ACT");
+        // The contender's forward may have grown the runner's workspaces (CUTLASS's unfused gate_up
+        // needs more scratch), which leaves graphs captured before it pointing at freed memory: the
+        // rule's graph is captured again after it.
+        cudaGraphExec_t gr = graph_of(expert);
+        const auto [x_ms, rule_ms] =
+            timer.median_pair([&] { CK(cudaGraphLaunch(gx, s)); }, [&] { CK(cudaGraphLaunch(gr, s)); }, reps);
+        vs.push_back({"ab:" + x, x_ms});
+        vs.push_back({"ab:rule-vs-" + x, rule_ms});
+        CK(cudaGraphExecDestroy(gx));
+        CK(cudaGraphExecDestroy(gr));
       }
       CK(cudaGraphExecDestroy(gf));
       CK(cudaGraphExecDestroy(ge));
@@ -459,7 +497,10 @@ int main(int argc, char** argv) {
         const double ref_ms = read_row ? tms_read : tms;  // like against like
         const double speed = ref_ms > 0 ? ref_ms / v.ms : 0.0;
         const std::string kern = v.name.rfind("forced:", 0) == 0 ? v.name.substr(7)
-                                 : v.name.rfind("cuda", 0) == 0 || v.name.rfind("ab:", 0) == 0 ? cuda_runner->variant_for(M)
+                                 : v.name.rfind("ab:rule-vs-", 0) == 0 || v.name.rfind("cuda", 0) == 0 ? cuda_runner->variant_for(M)
+                                 : v.name == "ab:gather" ? cuda_runner->variant_for(M) + "+gather"
+                                 : v.name.rfind("ab:ksplit=", 0) == 0 ? cuda_runner->variant_for(M) + "+" + v.name.substr(3)
+                                 : v.name.rfind("ab:", 0) == 0 ? v.name.substr(3)
                                  : v.name.rfind("cublas", 0) == 0 ? "cublas-grouped" : "torch._grouped_mm";
         std::printf("%-18s %5d %-22s %-16s %9.4f %8.2f %5.1f%% %8.1f %5.1f%% %5.1f%% %6.2fx\n", sd.name.c_str(), M,
                     v.name.c_str(), kern.c_str(), v.ms, tbps, 100.0 * tbps * 1e12 / copy_bw, tfl,

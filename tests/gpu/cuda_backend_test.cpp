@@ -507,30 +507,40 @@ TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
   CK(cudaMemcpy(didx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
   // Engines: CUTLASS 128x256, CUTLASS swap-AB, and the own wgmma GEMM with its dynamic scheduler,
   // static striding, and 128-row tiles only (the last two: tuning modes, same results); then the wgmma
-  // GEMM with A gathered (cp.async), dynamic with 64-row last tiles and static with 128-row tiles.
+  // GEMM with A gathered (cp.async), dynamic with 64-row last tiles and static with 128-row tiles;
+  // then the wgmma GEMM with K in 2 splits (k = 72: one 64-k tile each, the second mostly zero-filled).
   int32_t* counters;
   CK(cudaMalloc(&counters, 8));
   CK(cudaMemset(counters, 0, 8));
-  for (int engine = 0; engine < 7; ++engine) {
+  const size_t split_bytes = wgmma_split_workspace_bytes(alloc_rows, groups, n, 2);
+  void* dsplit;
+  CK(cudaMalloc(&dsplit, split_bytes));
+  CK(cudaMemset(dsplit, 0, split_bytes));
+  for (int engine = 0; engine < 8; ++engine) {
     const char* names[] = {"128x256", "swap-AB", "wgmma", "wgmma static", "wgmma 128-row tiles", "wgmma gathered",
-                           "wgmma gathered, static, 128-row tiles"};
+                           "wgmma gathered, static, 128-row tiles", "wgmma, K in 2 splits"};
     const char* what = names[engine];
     const CutlassTile tile = engine == 1 ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256;
     auto launch = [&](const CutlassGroupedParams& q0) {
       CutlassGroupedParams q = q0;
-      if (engine >= 5) {
+      if (engine == 5 || engine == 6) {
         q.a = dsrc;
         q.a_row_index = didx;
       }
+      if (engine == 7) {
+        q.k_splits = 2;
+        q.split_workspace = dsplit;
+        q.split_workspace_bytes = split_bytes;
+      }
       if (engine < 2) return launch_cutlass_grouped(Elem::kBF16, q, nullptr);
-      if (engine == 2 || engine == 5) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr);
+      if (engine == 2 || engine == 5 || engine == 7) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr);
       if (engine == 6) return launch_wgmma_grouped_bf16(q, nullptr, 0, nullptr);
       return launch_wgmma_grouped_bf16(q, engine == 3 ? nullptr : counters, engine == 3 ? 1 : 0, nullptr);
     };
     CutlassGroupedParams p = grouped_params(groups, dseg, da, db, dd, n, k, dws, ws, sms);
     p.tile = tile;
     p.rows = alloc_rows;  // (the wgmma engine's tensor maps; CUTLASS ignores it with seg_offsets)
-    for (int rep = 0; rep < (engine == 2 || engine == 5 ? 3 : 1); ++rep) {  // the counters are left zero for the next launch
+    for (int rep = 0; rep < (engine == 2 || engine == 5 || engine == 7 ? 3 : 1); ++rep) {  // the counters (and split flags) are left zero for the next launch
       CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
       CK(launch(p));
       CK(cudaDeviceSynchronize());
@@ -587,7 +597,31 @@ TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
     CK(cudaMemcpy(left, counters, 8, cudaMemcpyDeviceToHost));
     EXPECT_EQ(left[0], 0);
     EXPECT_EQ(left[1], 0);
+    // Split K: at most kWgmmaMaxKSplits, every run non-empty (k = 72 has two 64-k tiles), a workspace
+    // of the size the rows, groups and n need; CUTLASS splits nothing.
+    bad = p;
+    bad.k_splits = 2;
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue) << "no workspace";
+    bad.split_workspace = dsplit;
+    bad.split_workspace_bytes = split_bytes - 16;
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue) << "too small";
+    bad.split_workspace_bytes = split_bytes;
+    bad.k_splits = 3;
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue) << "an empty run";
+    bad.k = 4 * 64 * 5;
+    bad.k_splits = kWgmmaMaxKSplits + 1;
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue) << "too many";
+    bad = p;
+    bad.k_splits = 2;
+    bad.split_workspace = dsplit;
+    bad.split_workspace_bytes = split_bytes;
+    EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue) << "CUTLASS split";
+    const size_t nflags = wgmma_split_flag_bytes(alloc_rows, groups, n) / 4;
+    std::vector<int32_t> flags(nflags, -1);
+    CK(cudaMemcpy(flags.data(), dsplit, nflags * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::count(flags.begin(), flags.end(), 0), static_cast<ptrdiff_t>(nflags)) << "split flags left set";
   }
+  cudaFree(dsplit);
   cudaFree(counters);
   cudaFree(dsrc);
   cudaFree(didx);
@@ -815,6 +849,74 @@ TEST(CudaBackend, SmallGatherInGemmEqualsGatherPass) {
 // The own mma.sync kernels read the routed w13 in kBlocks8 (uploaded from split or interleaved
 // checkpoints): every variant, split and interleaved input, with and without biases, fp16, one
 // token (direct mode) and several tiles.
+// ---- split K in the wgmma engine (MOERUN_CUDA_KSPLIT forces it; the rule splits only few, long tiles) ----
+
+// Sets MOERUN_CUDA_KSPLIT for the scope (read per call).
+class KSplit {
+ public:
+  explicit KSplit(int s) { setenv("MOERUN_CUDA_KSPLIT", std::to_string(s).c_str(), 1); }
+  ~KSplit() { unsetenv("MOERUN_CUDA_KSPLIT"); }
+  KSplit(const KSplit&) = delete;
+  KSplit& operator=(const KSplit&) = delete;
+};
+
+// One runner on the wgmma path, its forward with K in `splits` runs against the reference and against
+// the unsplit forward (the fp32 sums are associated differently, so the two differ by rounding, and
+// some output must differ: else the split did not run), and twice over bit for bit (the sum is in
+// split order whichever CTA gets there first; the flags are left zero for the next call).
+void check_split_k(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, int splits, bool fused) {
+  SCOPED_TRACE(spec.summary() + " m=" + std::to_string(m) + " splits=" + std::to_string(splits) +
+               (fused ? " fused" : " unfused"));
+  ForceGemm force(kWgmma);
+  FusedAct act(fused);
+  spec.validate();
+  const Platform plat = sm90_platform();
+  const MoeWeights w = random_weights(spec, seed);
+  auto runner = make_cuda_backend()->create_runner(spec, w, plat, {});
+  ASSERT_EQ(runner->variant_for(m), kWgmma);
+  const Inputs in = make_inputs(spec, m, seed + 7, route);
+  HostTensor split(spec.act_dtype, {m, spec.hidden}), again(spec.act_dtype, {m, spec.hidden}),
+      whole(spec.act_dtype, {m, spec.hidden}), want(spec.act_dtype, {m, spec.hidden});
+  poison(split);
+  poison(again);
+  poison(whole);
+  {
+    KSplit on(splits);
+    runner->forward(host_args(in, split));
+    runner->forward(host_args(in, again));
+  }
+  {
+    KSplit off(1);
+    runner->forward(host_args(in, whole));
+  }
+  make_reference_backend()->create_runner(spec, w, plat, {})->forward(host_args(in, want));
+  const double tol = tolerance_for(spec).rel_l2;
+  int64_t bad = 0;
+  EXPECT_LT(rel_error(split, want, m * spec.hidden, &bad), tol);
+  EXPECT_EQ(bad, 0);
+  EXPECT_LT(rel_error(split, whole, m * spec.hidden, &bad), tol);
+  EXPECT_EQ(std::memcmp(split.data(), again.data(), split.nbytes()), 0) << "two split forwards differ";
+  EXPECT_NE(std::memcmp(split.data(), whole.data(), split.nbytes()), 0)
+      << "the split forward gave the unsplit output bit for bit: no split ran";
+}
+
+// H = 264 (gate_up: five 64-k tiles, so 4 splits fall back to 3) and I = 200 (down: four); odd group
+// sizes, a hot expert, fp16, biases, a gated shared expert (split too: one group), 64-row tiles.
+TEST(CudaBackend, SmallSplitKMatchesUnsplit) {
+  REQUIRE_GPU();
+  for (int splits : {2, 3, 4}) check_split_k(make_spec(8, 2, 264, 200), 257, 1400, Route::kLogits, splits, true);
+  check_split_k(make_spec(8, 2, 264, 200), 257, 1401, Route::kLogits, 2, false);
+  check_split_k(make_spec(16, 3, 264, 200, ActivationKind::kGeluAndMul, WeightFormat::kF16), 300, 1402,
+                Route::kHotExpert, 3, true);
+  MoeSpec b = make_spec(64, 4, 264, 200, ActivationKind::kSwigluOai);
+  b.expert_bias = true;
+  b.activation.interleaved_gate_up = true;
+  b.shared.count = 1;
+  b.shared.intermediate = 200;
+  b.shared.gated_by_router = true;
+  check_split_k(b, 161, 1403, Route::kLogits, 2, true);
+}
+
 TEST(CudaBackend, SmallBlocks8EveryMmaVariant) {
   REQUIRE_GPU();
   for (const char* v : {"mma-stream-m16-n32", "mma-stream-m16", "mma-stream-m32", "mma-tile-m64", "mma-tile-m128"}) {
@@ -922,13 +1024,25 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
   CK(cudaMalloc(&counters, 8));
   CK(cudaMemset(counters, 0, 8));
   p.rows = alloc_rows;  // (the wgmma engine's tensor maps)
-  for (bool wgmma : {false, true})
+  const size_t split_bytes = wgmma_split_workspace_bytes(alloc_rows, groups, n, 2);
+  void* dsplit;
+  CK(cudaMalloc(&dsplit, split_bytes));
+  CK(cudaMemset(dsplit, 0, split_bytes));
+  for (int engine : {0, 1, 2})  // CUTLASS, wgmma, wgmma with K in 2 splits (the activation after the sum)
   for (Act act : {Act::kSiluAndMul, Act::kSwigluOai}) {
-    auto launch = [&](const CutlassGroupedParams& x) {
+    const bool wgmma = engine > 0;
+    auto launch = [&](const CutlassGroupedParams& x0) {
+      CutlassGroupedParams x = x0;
+      if (engine == 2) {
+        x.k_splits = 2;
+        x.split_workspace = dsplit;
+        x.split_workspace_bytes = split_bytes;
+      }
       return wgmma ? launch_wgmma_grouped(Elem::kBF16, x, counters, nullptr) : launch_cutlass_grouped(Elem::kBF16, x, nullptr);
     };
     const bool with_bias = act == Act::kSwigluOai;
-    const std::string what_s = std::string(wgmma ? "wgmma " : "cutlass ") + (with_bias ? "swiglu-oai + bias" : "silu-and-mul");
+    const std::string what_s = std::string(engine == 0 ? "cutlass " : engine == 1 ? "wgmma " : "wgmma split ") +
+                               (with_bias ? "swiglu-oai + bias" : "silu-and-mul");
     const char* what = what_s.c_str();
     CutlassGroupedParams q = p;
     q.act = act;
@@ -957,6 +1071,7 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
     if (field == 2) bad.layout = GateUpLayout::kHalves;
     EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue) << label;
   }
+  cudaFree(dsplit);
   cudaFree(counters);
   // What the fused kernel refuses: n not a multiple of 16, a non-gated activation, another layout.
   CutlassGroupedParams bad = p;
@@ -1210,6 +1325,29 @@ TEST(CudaLaunch, L2PrefetchSlicesCoverTheBytesOnce) {
       }
       EXPECT_EQ(next, bytes) << bytes << " / " << tiles;
     }
+}
+
+// Host-side: the split-K rule. Few output tiles for the SMs (mixtral-8x7b's down GEMM at 1024 tokens:
+// a bound of 384 tiles for 132 SMs) split; enough tiles, or too short a K, do not.
+TEST(CudaLaunch, SplitKOnlyWhereTheTilesLeaveTheSmsIdle) {
+  using namespace cuda_kernels;
+  EXPECT_EQ(wgmma_output_tiles_bound(2048, 8, 4096), (16 + 8) * 16);
+  EXPECT_EQ(wgmma_k_splits(2048, 8, 4096, 14336, 132), 2);        // mixtral down, M = 1024
+  EXPECT_EQ(wgmma_k_splits(2048, 8, 28672, 4096, 132), 1);        // its gate_up: 2688 tiles
+  EXPECT_EQ(wgmma_k_splits(256, 8, 4096, 14336, 132), 4);         // mixtral down, M = 128
+  EXPECT_EQ(wgmma_k_splits(8192, 128, 2048, 768, 132), 1);        // qwen3 down, M = 1024
+  EXPECT_EQ(wgmma_k_splits(65536, 256, 7168, 2048, 132), 1);      // deepseek-v3 down, M = 8192
+  EXPECT_EQ(wgmma_k_splits(256, 8, 4096, 1024, 132), 1);          // 16 k tiles: no split leaves 16 each
+  EXPECT_EQ(wgmma_k_splits(256, 8, 4096, 2048, 132), 2);          // 32 k tiles: two runs of 16
+  EXPECT_EQ(wgmma_k_splits(0, 8, 4096, 14336, 132), 4);
+  EXPECT_EQ(wgmma_k_splits(256, 8, 4096, 14336, 0), 1);
+  EXPECT_EQ(wgmma_split_workspace_bytes(2048, 8, 4096, 1), 0u);
+  EXPECT_EQ(wgmma_split_workspace_bytes(2048, 8, 4096, 2), 3072u + 384u * 128 * 256 * 4);
+  EXPECT_TRUE(wgmma_k_splits_fit(72, 2));
+  EXPECT_FALSE(wgmma_k_splits_fit(72, 3));
+  EXPECT_FALSE(wgmma_k_splits_fit(5 * 64, 4));  // runs of 2, 2, 1 and none
+  EXPECT_TRUE(wgmma_k_splits_fit(7 * 64, 4));   // 2, 2, 2, 1
+  EXPECT_FALSE(wgmma_k_splits_fit(64, 0));
 }
 
 // Host-side: the runner prefetches the down weights only where the top-k experts' whole set fits in

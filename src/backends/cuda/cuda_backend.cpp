@@ -467,7 +467,14 @@ class CudaRunner final : public Runner {
     const bool fused = tile == CutlassTile::kTokens128x256 && sp.activation.gated() &&
                        d_.gate_up_layout() == GateUpLayout::kBlocks8 && fused_act_enabled(wgmma);
     auto gemm = [&](const CutlassGroupedParams& p, cudaStream_t st) {
-      return wgmma ? launch_wgmma_grouped(el, p, wgmma_counters_.as<int>(), st) : launch_cutlass_grouped(el, p, st);
+      if (!wgmma) return launch_cutlass_grouped(el, p, st);
+      CutlassGroupedParams q = p;
+      q.k_splits = k_splits_for(q.rows, q.groups, q.n, q.k);
+      if (q.k_splits > 1) {
+        q.split_workspace_bytes = wgmma_split_workspace_bytes(q.rows, q.groups, q.n, q.k_splits);
+        q.split_workspace = split_workspace(q.split_workspace_bytes, st);
+      }
+      return launch_wgmma_grouped(el, q, wgmma_counters_.as<int>(), st);
     };
     // scratch: sorted tokens (not with the gather in the GEMM), later the down output [rows, H]
     //          | gate_up [rows, R] (unfused only) | shared gate_up [m, Rs] | shared down [m, H]
@@ -570,12 +577,41 @@ class CudaRunner final : public Runner {
     d_.finish(args, call);
   }
 
+  // The wgmma engine's K splits for one GEMM: wgmma_k_splits (launch.hpp), or MOERUN_CUDA_KSPLIT=1-4
+  // (read per call, for side-by-side runs; lowered until the runs are non-empty).
+  int k_splits_for(int64_t rows, int groups, int n, int k) const {
+    const char* v = std::getenv("MOERUN_CUDA_KSPLIT");
+    int s = v && *v ? std::atoi(v) : 0;
+    if (s <= 0) return wgmma_k_splits(rows, groups, n, k, sm_count_);
+    s = std::min(s, kWgmmaMaxKSplits);
+    while (s > 1 && !wgmma_k_splits_fit(k, s)) --s;
+    return s;
+  }
+  // The split partials and flags, grown like the other workspaces (never while the stream is being
+  // captured) and zero-filled when they grow: the flags must start at zero, and every launch leaves
+  // them so.
+  void* split_workspace(size_t bytes, cudaStream_t s) {
+    if (bytes <= split_ws_.capacity()) return split_ws_.get();
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    MOERUN_CUDA_CHECK(cudaStreamIsCapturing(s, &st));
+    if (st != cudaStreamCaptureStatusNone)
+      throw_error(ErrorKind::kInvalidArgument,
+                  "cuda: this forward's split-K workspace (" + std::to_string(bytes) +
+                      " bytes) would be allocated while the stream is being captured; run one eager "
+                      "forward of at least this many tokens before capturing");
+    MOERUN_CUDA_CHECK(cudaDeviceSynchronize());  // the old one may still be in use
+    split_ws_.reserve(bytes);
+    MOERUN_CUDA_CHECK(cudaMemsetAsync(split_ws_.get(), 0, split_ws_.capacity(), s));
+    return split_ws_.get();
+  }
+
   DeviceMoe d_;
   int sm_count_ = 0;
   int l2_bytes_ = 0;
   bool cutlass_ok_ = false;
   cuda_detail::DeviceBuffer cutlass_ws_;
   cuda_detail::DeviceBuffer wgmma_counters_;  // int[2] for launch_wgmma_grouped
+  cuda_detail::DeviceBuffer split_ws_;        // its split-K partials and flags (split_workspace)
   std::vector<cuda_detail::StreamPick> picks_;  // tune_stream's, ascending m_hi; empty: the rule's 16x32
 };
 

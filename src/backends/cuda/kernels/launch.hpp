@@ -228,6 +228,13 @@ struct CutlassGroupedParams {
   // the tokens gathered in the operand load (cp.async) instead of by a pass. Indices are not
   // range-checked.
   const int32_t* a_row_index = nullptr;  // [rows], device
+  // The own wgmma engine only (CUTLASS refuses k_splits != 1): each output tile's K in k_splits runs,
+  // computed as separate tiles and summed in fp32 in split order through split_workspace (at least
+  // wgmma_split_workspace_bytes, 256-byte aligned, zero before the first launch; every launch that
+  // completes leaves it so). wgmma_k_splits is the runner's rule.
+  int k_splits = 1;
+  void* split_workspace = nullptr;
+  size_t split_workspace_bytes = 0;
 };
 
 size_t cutlass_grouped_workspace_bytes_bf16(int groups, int sm_count);
@@ -269,7 +276,7 @@ inline size_t cutlass_grouped_workspace_bytes(Elem elem, int groups, int sm_coun
 // other than kBlocks8).
 inline cudaError_t launch_cutlass_grouped(Elem elem, const CutlassGroupedParams& p, cudaStream_t stream) {
   const bool bf16 = elem == Elem::kBF16;
-  if ((!bf16 && elem != Elem::kF16) || p.a_row_index) return cudaErrorInvalidValue;
+  if ((!bf16 && elem != Elem::kF16) || p.a_row_index || p.k_splits != 1) return cudaErrorInvalidValue;
   switch (p.tile) {
     case CutlassTile::kTokens128x256:
       return bf16 ? launch_cutlass_grouped_bf16(p, stream) : launch_cutlass_grouped_f16(p, stream);
@@ -294,6 +301,42 @@ inline cudaError_t launch_cutlass_grouped(Elem elem, const CutlassGroupedParams&
 // misaligned pointers; for the act tile also n % 16, a non-gated activation, a layout other than
 // kBlocks8); cudaErrorNotSupported when the driver has no tensor-map encoder.
 inline constexpr int kWgmmaMaxGroups = 1024;  // groups per launch (the runner falls back to CUTLASS above)
+
+// Split K. A launch with few output tiles for the SMs leaves many of them idle in its last wave: the
+// down GEMM of mixtral-8x7b at 1024 tokens has about 320 tiles of 14336 k for 132 SMs. Splitting each
+// tile's K into runs fills the waves, at the price of one fp32 partial per output tile through L2 and
+// a wait of split s for split s - 1 (wgmma_grouped.cuh, KernelArgs::k_splits).
+inline constexpr int kWgmmaMaxKSplits = 4;
+// Output tiles at most (an expert's count c takes ceil(c / 128) 128-row tiles per 256 columns).
+constexpr int64_t wgmma_output_tiles_bound(int64_t rows, int groups, int n) {
+  return ((rows + 127) / 128 + groups) * ((n + 255) / 256);
+}
+constexpr size_t wgmma_split_flag_bytes(int64_t rows, int groups, int n) {
+  return (static_cast<size_t>(wgmma_output_tiles_bound(rows, groups, n)) * 2 * sizeof(int) + 255) / 256 * 256;
+}
+// Flags, then one fp32 partial of 128 x 256 per output tile (0 without a split).
+constexpr size_t wgmma_split_workspace_bytes(int64_t rows, int groups, int n, int k_splits) {
+  return k_splits <= 1 ? 0
+                       : wgmma_split_flag_bytes(rows, groups, n) +
+                             static_cast<size_t>(wgmma_output_tiles_bound(rows, groups, n)) * 128 * 256 * 4;
+}
+// Whether k splits into k_splits non-empty runs of ceil(k tiles / k_splits) tiles of 64.
+constexpr bool wgmma_k_splits_fit(int k, int k_splits) {
+  const int64_t k_tiles = (static_cast<int64_t>(k) + 63) / 64, run = (k_tiles + k_splits - 1) / k_splits;
+  return k_splits >= 1 && (k_splits - 1) * run < k_tiles;
+}
+// The rule: no split while the output tiles (their bound) fill at least kFill waves of the SMs; else
+// the fewest splits that do, at most kWgmmaMaxKSplits, each at least kMinTiles k tiles of 64 long.
+constexpr int wgmma_k_splits(int64_t rows, int groups, int n, int k, int sm_count) {
+  constexpr int64_t kFill = 4, kMinTiles = 16;
+  const int64_t tiles = wgmma_output_tiles_bound(rows, groups, n), want = kFill * sm_count;
+  if (tiles <= 0 || sm_count <= 0 || tiles >= want) return 1;
+  int s = static_cast<int>((want + tiles - 1) / tiles);
+  if (s > kWgmmaMaxKSplits) s = kWgmmaMaxKSplits;
+  const int64_t k_tiles = (k + 63) / 64;
+  while (s > 1 && k_tiles / s < kMinTiles) --s;
+  return s;
+}
 cudaError_t launch_wgmma_grouped_bf16(const CutlassGroupedParams& p, int* counters, int half_tiles,
                                       cudaStream_t stream);
 cudaError_t launch_wgmma_grouped_f16(const CutlassGroupedParams& p, int* counters, int half_tiles,

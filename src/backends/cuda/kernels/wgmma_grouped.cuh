@@ -55,6 +55,12 @@
 //   One bulk tensor copy per row (1-row boxes; the 128-byte swizzle follows the shared address, so
 //   it was correct too) was slower still, 35.5 ms on deepseek-v3 M = 8192: per-row copies are bound
 //   by the copy engine's issue rate. Neither is kept as the default; the row copies were removed.
+//   Split K (KernelArgs::k_splits, launch.hpp's rule): where the output tiles leave the SMs idle in
+//   the last wave (mixtral-8x7b's down GEMM at 1024 tokens: about 320 tiles of 14336 k on 132 SMs),
+//   each output tile is numbered k_splits times in a row and split s runs the s-th run of k tiles.
+//   Split s > 0 waits on a flag for split s - 1's fp32 partial (its consumers' accumulators, stored in
+//   their register order through L2), adds it, and passes the sum on or, as the last, runs the epilogue
+//   (the activation too) and zeroes the flag. So the sum has one order whichever SM runs what.
 //   With the activation (CutlassTile::kTokens128x256Act): B is a gated w13 in GateUpLayout::kBlocks8,
 //   where a thread's accumulator block j (even) holds gate columns and block j + 1 their up columns, so
 //   act(gate + bias, up + bias) is computed in registers and D is the intermediate [rows, n / 2]. One
@@ -103,6 +109,14 @@ struct KernelArgs {
   // producer warpgroup's cp.async (the A tensor maps are then unused). Null: A through the maps.
   const void* a_src = nullptr;
   const int32_t* a_index = nullptr;
+  // Split K (launch.hpp, wgmma_k_splits): each output tile runs as k_splits adjacent tiles, split s on
+  // the s-th of k_splits equal runs of k tiles. Split s > 0 waits for flags[2 unit + c] == s, adds the
+  // fp32 partial that split s - 1 left for consumer c, and either leaves the sum (split < last) or
+  // runs the epilogue and sets the flag back to 0. partial: [units][2][32][128] float4 (consumer c's
+  // 128 accumulators of its 128 threads, k4-major so a warp's loads are whole lines).
+  int k_splits = 1;
+  float4* partial = nullptr;
+  int* flags = nullptr;
 };
 
 // ---- PTX wrappers ---------------------------------------------------------------------------------
@@ -166,6 +180,14 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 // steps inside a 64-k tile advance the start address by 32 bytes.
 __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {
   return (uint64_t((addr & 0x3FFFF) >> 4)) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(int* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -250,10 +272,13 @@ __device__ __forceinline__ void wgmma_k16(float (&d)[128], uint64_t a, uint64_t 
 struct Tile {
   int g, row0, rows, n0;
   bool half;
+  int split, unit;  // K split of this tile and the output tile's index (t / k_splits)
 };
 
-// prefix[g] = tiles of the experts before g (prefix[groups] = all tiles); seg in shared memory.
-__device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int* seg, int groups, int half_tiles) {
+// prefix[g] = tiles of the experts before g (prefix[groups] = all tiles, each output tile counted
+// k_splits times, splits adjacent); seg in shared memory.
+__device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int* seg, int groups, int half_tiles,
+                                            int k_splits) {
   int lo = 0, hi = groups;  // prefix[lo] <= t < prefix[hi]
   while (hi - lo > 1) {
     const int mid = (lo + hi) >> 1;
@@ -262,9 +287,11 @@ __device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int*
   }
   const int count = seg[lo + 1] - seg[lo];
   const int m_tiles = (count + kBM - 1) / kBM;
-  const int local = t - prefix[lo];
+  const int local = (t - prefix[lo]) / k_splits;
   const int nb = local / m_tiles, mt = local - nb * m_tiles;
   Tile tl;
+  tl.split = (t - prefix[lo]) - local * k_splits;
+  tl.unit = t / k_splits;  // (every prefix is a multiple of k_splits)
   tl.g = lo;
   tl.row0 = seg[lo] + mt * kBM;
   tl.rows = min(kBM, count - mt * kBM);
@@ -344,6 +371,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int groups = args.groups;
   const int n_blocks = (args.n + kBN - 1) / kBN;
   const int k_tiles = (args.k + kBK - 1) / kBK;
+  const int split_tiles = (k_tiles + args.k_splits - 1) / args.k_splits;  // k tiles per split (the last may be short)
   if (args.seg) {
     for (int i = threadIdx.x; i <= groups; i += blockDim.x) seg[i] = args.seg[i];
   } else if (threadIdx.x == 0) {
@@ -370,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int base = 0; base < groups; base += 32) {
       const int g = base + lane;
       int v = 0;
-      if (g < groups) v = (seg[g + 1] - seg[g] + kBM - 1) / kBM * n_blocks;
+      if (g < groups) v = (seg[g + 1] - seg[g] + kBM - 1) / kBM * n_blocks * args.k_splits;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
         const int u = __shfl_up_sync(0xffffffffu, v, o);
@@ -414,7 +442,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         if (t >= total) break;
-        const Tile tl = decode_tile(t, prefix, seg, groups, args.half_tiles);
+        const Tile tl = decode_tile(t, prefix, seg, groups, args.half_tiles, args.k_splits);
         // Gather: 8 lanes copy one 128-byte k row of a token (a whole cache line), so a warp
         // instruction reads 4 lines. Thread p copies chunk p % 8 of rows 4 (p / 32) + (p % 32) / 8 +
         // 16 j, j < 8 (4 for a 64-row tile).
@@ -429,7 +457,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (gathered) tok_s[j * kProducerThreads + p] = j < nrows && r < tl.rows ? args.a_index[tl.row0 + r] : -1;
         }
         const uint32_t bytes = gathered ? kStageB : (tl.half ? kStageA / 2 : kStageA) + kStageB;
-        for (int kt = 0; kt < k_tiles; ++kt) {
+        const int kt_end = min(k_tiles, (tl.split + 1) * split_tiles);
+        for (int kt = tl.split * split_tiles; kt < kt_end; ++kt) {
           mbar_wait(&empty[s], phase ^ 1);
           if (p == 0) {
             mbar_expect_tx(&full[s], bytes);
@@ -493,15 +522,50 @@ __global__ void __launch_bounds__(kThreads, 1)
         t += gridDim.x;
       }
       if (t >= total) break;
-      const Tile tl = decode_tile(t, prefix, seg, groups, args.half_tiles);
+      const Tile tl = decode_tile(t, prefix, seg, groups, args.half_tiles, args.k_splits);
       // 128-byte rows: token row r of a stage at r * 128, weight row j at j * 128.
       const uint32_t a_base = smem_u32(sa) + (tl.half ? 0u : uint32_t(c * 64 * 128));
       const uint32_t b_base = smem_u32(sb) + (tl.half ? uint32_t(c * 128 * 128) : 0u);
-      const int prev = tl.half ? mainloop<T, true>(acc, a_base, b_base, full, empty, k_tiles, s, phase, tid, gathered)
-                               : mainloop<T, false>(acc, a_base, b_base, full, empty, k_tiles, s, phase, tid, gathered);
+      const int my_tiles = min(k_tiles, (tl.split + 1) * split_tiles) - tl.split * split_tiles;
+      const int prev = tl.half ? mainloop<T, true>(acc, a_base, b_base, full, empty, my_tiles, s, phase, tid, gathered)
+                               : mainloop<T, false>(acc, a_base, b_base, full, empty, my_tiles, s, phase, tid, gathered);
       wgmma_wait<0>();
       fence_acc(acc);
       if (prev >= 0 && tid == 0) mbar_arrive(&empty[prev]);
+      if (args.k_splits > 1) {
+        // Splits of one output tile take adjacent numbers, and every CTA runs its tiles in increasing
+        // order, so the lowest unfinished tile never waits on a higher one: the chain cannot deadlock
+        // (with the grid co-resident, one CTA an SM). The sum is p0 + p1 + ... in split order whoever
+        // runs them: deterministic.
+        const int nv = tl.half ? 16 : 32;  // float4s of valid accumulators (m64n128: the first 64)
+        float4* slot = args.partial + (int64_t(tl.unit) * 2 + c) * 32 * 128 + tid;
+        int* flag = args.flags + tl.unit * 2 + c;
+        if (tl.split > 0) {
+          if (tid == 0)
+            while (ld_acquire_gpu(flag) != tl.split) __nanosleep(64);
+          named_barrier_sync(1 + c, 128);
+#pragma unroll
+          for (int j = 0; j < 32; ++j) {
+            if (j < nv) {
+              const float4 v = __ldcg(slot + j * 128);
+              acc[4 * j] += v.x;
+              acc[4 * j + 1] += v.y;
+              acc[4 * j + 2] += v.z;
+              acc[4 * j + 3] += v.w;
+            }
+          }
+        }
+        if (tl.split < args.k_splits - 1) {
+#pragma unroll
+          for (int j = 0; j < 32; ++j)
+            if (j < nv) __stcg(slot + j * 128, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+          __threadfence();
+          named_barrier_sync(1 + c, 128);
+          if (tid == 0) st_release_gpu(flag, tl.split + 1);
+          continue;  // the last split writes D
+        }
+        if (tid == 0) *flag = 0;  // (read by no one else in this launch; zero for the next)
+      }
 
       // Epilogue. Accumulator block j of m64nNk16 holds rows 16 warp + lane / 4 (+ 8 in its second
       // pair) and columns 8j + 2 (lane % 4) + {0, 1}.
@@ -616,6 +680,10 @@ cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, int half_tile
       reinterpret_cast<uintptr_t>(p.d) % 16 != 0 ||
       (act && (p.n % 16 != 0 || !act_gated(p.act) || p.layout != GateUpLayout::kBlocks8)))
     return cudaErrorInvalidValue;
+  if (p.k_splits < 1 || p.k_splits > kWgmmaMaxKSplits || (p.k_splits > 1 && (!wgmma_k_splits_fit(p.k, p.k_splits) ||
+      !p.split_workspace || reinterpret_cast<uintptr_t>(p.split_workspace) % 256 != 0 ||
+      p.split_workspace_bytes < wgmma_split_workspace_bytes(p.rows, p.groups, p.n, p.k_splits))))
+    return cudaErrorInvalidValue;
   if (!tensor_map_encoder()) return cudaErrorNotSupported;
   CUtensorMap ma128{}, ma64{}, mb{};  // (with a gather the A maps stay unused)
   const bool gather = p.a_row_index != nullptr;
@@ -644,6 +712,12 @@ cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, int half_tile
   a.bias = act ? p.bias : nullptr;
   a.a_src = gather ? p.a : nullptr;
   a.a_index = p.a_row_index;
+  a.k_splits = p.k_splits;
+  if (p.k_splits > 1) {
+    a.flags = static_cast<int*>(p.split_workspace);
+    a.partial = reinterpret_cast<float4*>(static_cast<char*>(p.split_workspace) +
+                                          wgmma_split_flag_bytes(p.rows, p.groups, p.n));
+  }
   if (!act) return launch_kernel<T, kNoAct>(ma128, ma64, mb, a, p.sm_count, stream);
   switch (p.act) {
     case Act::kSiluAndMul: return launch_kernel<T, static_cast<int>(Act::kSiluAndMul)>(ma128, ma64, mb, a, p.sm_count, stream);
