@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
           "             (rows ab:<name> and ab:rule-vs-<name>) at M >= 128: a GEMM variant name as\n"
           "             MOERUN_CUDA_GEMM takes (+unfused: its activation epilogue off), 'gather' (the\n"
           "             token gather in the wgmma operand load), or 'ksplit=N' (the wgmma engine's K in\n"
-          "             N runs, MOERUN_CUDA_KSPLIT; 1: none); 'none' for no A/B rows.\n"
+          "             N runs, MOERUN_CUDA_KSPLIT: 2-4, or auto for its rule); 'none' for no A/B rows.\n"
           "             Default: cutlass-sm90-grouped.");
       return 0;
     } else {

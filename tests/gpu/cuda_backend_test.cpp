@@ -849,7 +849,7 @@ TEST(CudaBackend, SmallGatherInGemmEqualsGatherPass) {
 // The own mma.sync kernels read the routed w13 in kBlocks8 (uploaded from split or interleaved
 // checkpoints): every variant, split and interleaved input, with and without biases, fp16, one
 // token (direct mode) and several tiles.
-// ---- split K in the wgmma engine (MOERUN_CUDA_KSPLIT forces it; the rule splits only few, long tiles) ----
+// ---- split K in the wgmma engine (MOERUN_CUDA_KSPLIT: off by default, =auto the rule, =2-4 forced) ----
 
 // Sets MOERUN_CUDA_KSPLIT for the scope (read per call).
 class KSplit {
@@ -889,6 +889,10 @@ void check_split_k(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, i
     KSplit off(1);
     runner->forward(host_args(in, whole));
   }
+  HostTensor by_default(spec.act_dtype, {m, spec.hidden});
+  poison(by_default);
+  runner->forward(host_args(in, by_default));  // (unset: no split)
+  EXPECT_EQ(std::memcmp(by_default.data(), whole.data(), whole.nbytes()), 0) << "the default split";
   make_reference_backend()->create_runner(spec, w, plat, {})->forward(host_args(in, want));
   const double tol = tolerance_for(spec).rel_l2;
   int64_t bad = 0;
@@ -1500,6 +1504,67 @@ TEST(CudaBackend, GraphReplayEqualsEager) {
     cudaGraphDestroy(g);
     cudaStreamDestroy(st);
     cudaFree(dh); cudaFree(dl); cudaFree(d1); cudaFree(d2);
+  }
+}
+
+// A graph captured at m tokens replays the same output after a larger eager forward has grown the
+// runner's workspaces (the captured pointers must still be live): the stream tiles at 40 tokens, and the
+// wgmma engine at 120 after 1500 (more scratch).
+TEST(CudaBackend, GraphSurvivesALargerEagerForward) {
+  REQUIRE_GPU();
+  for (const auto& [m, m_big] : {std::pair<int64_t, int64_t>{40, 700}, std::pair<int64_t, int64_t>{120, 1500}}) {
+    SCOPED_TRACE("m=" + std::to_string(m) + " then " + std::to_string(m_big));
+    MoeSpec s = make_spec(16, 4, 512, 256);
+    s.validate();
+    const Platform plat = sm90_platform();
+    const MoeWeights w = random_weights(s, 23);
+    auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+    const Inputs in = make_inputs(s, m, 24, Route::kLogits), big = make_inputs(s, m_big, 25, Route::kLogits);
+    const size_t hb = in.hidden.nbytes(), bb = big.hidden.nbytes();
+    void *dh, *dl, *d1, *d2, *bh, *bl, *bo;
+    CK(cudaMalloc(&dh, hb));
+    CK(cudaMalloc(&dl, in.logits.nbytes()));
+    CK(cudaMalloc(&d1, hb));
+    CK(cudaMalloc(&d2, hb));
+    CK(cudaMalloc(&bh, bb));
+    CK(cudaMalloc(&bl, big.logits.nbytes()));
+    CK(cudaMalloc(&bo, bb));
+    CK(cudaMemcpy(dh, in.hidden.data(), hb, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dl, in.logits.data(), in.logits.nbytes(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(bh, big.hidden.data(), bb, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(bl, big.logits.data(), big.logits.nbytes(), cudaMemcpyHostToDevice));
+    CK(cudaMemset(d2, 0xFF, hb));
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    ForwardArgs a;
+    a.hidden = {dh, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+    a.router_logits = {dl, DType::kF32, {m, s.num_experts}, DeviceKind::kCuda, 0};
+    a.output = {d1, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+    a.stream = st;
+    runner->forward(a);
+    a.output.data = d2;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    runner->forward(a);
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    ForwardArgs b = a;
+    b.hidden = {bh, s.act_dtype, {m_big, s.hidden}, DeviceKind::kCuda, 0};
+    b.router_logits = {bl, DType::kF32, {m_big, s.num_experts}, DeviceKind::kCuda, 0};
+    b.output = {bo, s.act_dtype, {m_big, s.hidden}, DeviceKind::kCuda, 0};
+    runner->forward(b);  // grows the workspaces
+    CK(cudaStreamSynchronize(st));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
+    std::vector<uint16_t> o1(hb / 2), o2(hb / 2);
+    CK(cudaMemcpy(o1.data(), d1, hb, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o2.data(), d2, hb, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(o1, o2) << "the replay after the larger forward differs from the eager output";
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(st);
+    cudaFree(dh); cudaFree(dl); cudaFree(d1); cudaFree(d2); cudaFree(bh); cudaFree(bl); cudaFree(bo);
   }
 }
 

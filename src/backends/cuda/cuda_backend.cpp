@@ -577,12 +577,17 @@ class CudaRunner final : public Runner {
     d_.finish(args, call);
   }
 
-  // The wgmma engine's K splits for one GEMM: wgmma_k_splits (launch.hpp), or MOERUN_CUDA_KSPLIT=1-4
-  // (read per call, for side-by-side runs; lowered until the runs are non-empty).
+  // The wgmma engine's K splits for one GEMM: none by default; MOERUN_CUDA_KSPLIT=auto takes
+  // wgmma_k_splits (launch.hpp), =1-4 forces that many (read per call, for side-by-side runs; lowered
+  // until the runs are non-empty). Off by default because it measured no gain where the rule splits:
+  // mixtral-8x7b at 1024 tokens tied (0.99x, its down GEMM in two runs) and lost 4% at 128 (four runs),
+  // alternated with the unsplit forward on the H200 (bench/results/2026-12-03_s21_h200/NOTES.md).
   int k_splits_for(int64_t rows, int groups, int n, int k) const {
     const char* v = std::getenv("MOERUN_CUDA_KSPLIT");
-    int s = v && *v ? std::atoi(v) : 0;
-    if (s <= 0) return wgmma_k_splits(rows, groups, n, k, sm_count_);
+    if (!v || !*v) return 1;
+    if (std::strcmp(v, "auto") == 0) return wgmma_k_splits(rows, groups, n, k, sm_count_);
+    int s = std::atoi(v);
+    if (s <= 1) return 1;
     s = std::min(s, kWgmmaMaxKSplits);
     while (s > 1 && !wgmma_k_splits_fit(k, s)) --s;
     return s;
@@ -600,7 +605,7 @@ class CudaRunner final : public Runner {
                       " bytes) would be allocated while the stream is being captured; run one eager "
                       "forward of at least this many tokens before capturing");
     MOERUN_CUDA_CHECK(cudaDeviceSynchronize());  // the old one may still be in use
-    split_ws_.reserve(bytes);
+    d_.grow(split_ws_, bytes);
     MOERUN_CUDA_CHECK(cudaMemsetAsync(split_ws_.get(), 0, split_ws_.capacity(), s));
     return split_ws_.get();
   }

@@ -39,6 +39,13 @@ class DeviceBuffer {
   template <typename T> T* as() const noexcept { return static_cast<T*>(ptr_); }
   size_t capacity() const noexcept { return bytes_; }
   void release() noexcept;
+  // Hands the allocation to the caller (who then frees it with cudaFree) and leaves this one empty.
+  void* detach() noexcept {
+    void* p = ptr_;
+    ptr_ = nullptr;
+    bytes_ = 0;
+    return p;
+  }
 
  private:
   void* ptr_ = nullptr;

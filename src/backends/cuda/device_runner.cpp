@@ -175,6 +175,13 @@ DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index,
 
 DeviceMoe::~DeviceMoe() {
   if (own_stream_) cudaStreamDestroy(own_stream_);
+  for (void* p : retired_) cudaFree(p);
+}
+
+bool DeviceMoe::grow(DeviceBuffer& b, size_t bytes) {
+  if (bytes <= b.capacity()) return false;
+  if (captured_ && b.get()) retired_.push_back(b.detach());
+  return b.reserve(bytes);
 }
 
 cuda_kernels::AlignOutput DeviceMoe::align_out() const {
@@ -204,30 +211,30 @@ void DeviceMoe::reserve(int64_t m, cudaStream_t s, size_t scratch_bytes) {
   const int64_t cm = std::max<int64_t>(m, cap_m_);
   const size_t es = elem_size(elem_);
   const size_t rows = static_cast<size_t>(cm) * K_;
-  hidden_in.reserve(cm * H_ * es);
-  logits.reserve(cm * E_ * 4);
-  ids.reserve(rows * 4);
-  tw.reserve(rows * 4);
-  out.reserve(cm * H_ * es);
-  token_of_row.reserve(rows * 4);
-  slot_of_row.reserve(rows * 4);
-  row_of_slot.reserve(rows * 4);
-  weight_of_row.reserve(rows * 4);
-  seg.reserve((E_ + 1) * 4);
-  tile_e.reserve(cuda_kernels::max_tiles(rows, E_, 16) * 4);
-  tile_r.reserve(cuda_kernels::max_tiles(rows, E_, 16) * 4);
-  ntiles.reserve(4);
+  grow(hidden_in, cm * H_ * es);
+  grow(logits, cm * E_ * 4);
+  grow(ids, rows * 4);
+  grow(tw, rows * 4);
+  grow(out, cm * H_ * es);
+  grow(token_of_row, rows * 4);
+  grow(slot_of_row, rows * 4);
+  grow(row_of_slot, rows * 4);
+  grow(weight_of_row, rows * 4);
+  grow(seg, (E_ + 1) * 4);
+  grow(tile_e, cuda_kernels::max_tiles(rows, E_, 16) * 4);
+  grow(tile_r, cuda_kernels::max_tiles(rows, E_, 16) * 4);
+  grow(ntiles, 4);
   const size_t aws = cuda_kernels::align_workspace_bytes(static_cast<int64_t>(rows), E_);
   // Zero on first use, ordered before this call's alignment on its stream (a plain cudaMemset goes to
   // the legacy stream, which a non-blocking stream does not wait for).
-  if (aws && align_ws.reserve(aws)) MOERUN_CUDA_CHECK(cudaMemsetAsync(align_ws.get(), 0, aws, s));
-  inter_buf.reserve(rows * I_ * es);
-  rows_buf.reserve(rows * H_ * 4);
+  if (aws && grow(align_ws, aws)) MOERUN_CUDA_CHECK(cudaMemsetAsync(align_ws.get(), 0, aws, s));
+  grow(inter_buf, rows * I_ * es);
+  grow(rows_buf, rows * H_ * 4);
   if (Is_ > 0) {
-    sinter.reserve(cm * Is_ * es);
-    sout.reserve(cm * H_ * 4);
+    grow(sinter, cm * Is_ * es);
+    grow(sout, cm * H_ * 4);
   }
-  if (scratch_bytes) scratch.reserve(std::max(scratch_bytes, cap_scratch_));
+  if (scratch_bytes) grow(scratch, std::max(scratch_bytes, cap_scratch_));
   cap_m_ = cm;
   cap_scratch_ = std::max(scratch_bytes, cap_scratch_);
 }
@@ -247,6 +254,11 @@ DeviceMoe::Call DeviceMoe::begin(const ForwardArgs& args, int block_m, size_t sc
   if (elem_of(args.hidden.dtype) != elem_)
     throw_error(ErrorKind::kInvalidArgument, "cuda: hidden dtype differs from the spec's act_dtype");
   reserve(c.m, c.stream, scratch_bytes);
+  if (!captured_) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    MOERUN_CUDA_CHECK(cudaStreamIsCapturing(c.stream, &st));
+    captured_ = st != cudaStreamCaptureStatusNone;
+  }
   const int64_t m = c.m;
   const size_t es = elem_size(elem_);
   const cudaStream_t s = c.stream;

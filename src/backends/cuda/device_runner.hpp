@@ -97,6 +97,11 @@ class DeviceMoe {
   // Grows the workspaces for m tokens (throws when that would allocate during a capture).
   // extra_bytes_per_row: extra scratch per routed row (cublas: gathered activations).
   void reserve(int64_t m, cudaStream_t s, size_t scratch_bytes);
+  // Grows b to at least `bytes` (true when it allocated). Once a forward of this runner has been
+  // captured, the old allocation is kept until the runner goes rather than freed: the graph still
+  // points at it, and a larger eager forward after the capture must not leave it replaying freed
+  // memory. (Callers check first that the stream is not being captured.)
+  bool grow(DeviceBuffer& b, size_t bytes);
 
  private:
   MoeSpec spec_;
@@ -107,6 +112,8 @@ class DeviceMoe {
   bool need_tiles_;
   int64_t cap_m_ = -1;
   size_t cap_scratch_ = 0;
+  bool captured_ = false;       // a forward ran under stream capture (begin saw it)
+  std::vector<void*> retired_;  // allocations outgrown after a capture (grow), freed with the runner
   cudaStream_t own_stream_ = nullptr;
 };
 

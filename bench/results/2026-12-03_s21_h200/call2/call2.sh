@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Session 21, device call 2, on binaries built on the development machine (build-prebuilt/):
+# 1. the graph-survives-growth test (new) and the split-K tests, and memcheck on both;
 # (call 1's bench passes stopped at mixtral: its A/B replayed a rule graph captured before the CUTLASS
 # contender's forward grew the runner's scratch; the rule's graph is now captured after the contender's)
 # 2. the rule against CUTLASS's 128x256 schedule forced and against the rule without split K
@@ -11,6 +12,10 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/w"
 W=$OUT/w
 B=build-prebuilt/cuda_moe_bench
+build-prebuilt/moerun_gpu_tests --gtest_filter='*Graph*:*SplitK*' > "$W/tests.log" 2>&1; echo "graph + split tests rc=$?"
+timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 build-prebuilt/moerun_gpu_tests \
+  --gtest_filter='*GraphSurvives*:*SmallSplitK*' > "$W/memcheck.log" 2>&1; echo "memcheck rc=$?"
+grep -E "PASSED|FAILED|ERROR SUMMARY" "$W/tests.log" "$W/memcheck.log"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$W/smi.txt" 2>&1
 for pass in 1 2; do
   timeout 170 $B --shapes mixtral-8x7b,qwen3-30b-a3b,gpt-oss-120b-silu --ms 128,1024,8192 --no-forced --read-flush-max-m 0 --ab cutlass-sm90-grouped,ksplit=1 \

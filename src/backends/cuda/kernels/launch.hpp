@@ -302,10 +302,12 @@ inline cudaError_t launch_cutlass_grouped(Elem elem, const CutlassGroupedParams&
 // kBlocks8); cudaErrorNotSupported when the driver has no tensor-map encoder.
 inline constexpr int kWgmmaMaxGroups = 1024;  // groups per launch (the runner falls back to CUTLASS above)
 
-// Split K. A launch with few output tiles for the SMs leaves many of them idle in its last wave: the
+// Split K. A launch with few output tiles for the SMs may leave many of them idle in its last wave: the
 // down GEMM of mixtral-8x7b at 1024 tokens has about 320 tiles of 14336 k for 132 SMs. Splitting each
 // tile's K into runs fills the waves, at the price of one fp32 partial per output tile through L2 and
-// a wait of split s for split s - 1 (wgmma_grouped.cuh, KernelArgs::k_splits).
+// a wait of split s for split s - 1 (wgmma_grouped.cuh, KernelArgs::k_splits). On the H200 it did not
+// pay where this rule splits (mixtral at 1024 tokens 0.99x, at 128 0.96x), so the runner splits only
+// when MOERUN_CUDA_KSPLIT asks (=auto: this rule).
 inline constexpr int kWgmmaMaxKSplits = 4;
 // Output tiles at most (an expert's count c takes ceil(c / 128) 128-row tiles per 256 columns).
 constexpr int64_t wgmma_output_tiles_bound(int64_t rows, int groups, int n) {
