@@ -578,7 +578,7 @@ class CudaRunner final : public Runner {
   }
 
   // The wgmma engine's K splits for one GEMM: none by default; MOERUN_CUDA_KSPLIT=auto takes
-  // wgmma_k_splits (launch.hpp), =1-4 forces that many (read per call, for side-by-side runs; lowered
+  // wgmma_k_splits (launch.hpp), =2-4 forces that many, =1 none (read per call, for side-by-side runs; lowered
   // until the runs are non-empty). Off by default because it measured no gain where the rule splits:
   // mixtral-8x7b at 1024 tokens tied (0.99x, its down GEMM in two runs) and lost 4% at 128 (four runs),
   // alternated with the unsplit forward on the H200 (bench/results/2026-12-03_s21_h200/NOTES.md).
