@@ -194,7 +194,9 @@ int main(int argc, char** argv) {
           "             (rows ab:<name> and ab:rule-vs-<name>) at M >= 128: a GEMM variant name as\n"
           "             MOERUN_CUDA_GEMM takes (+unfused: its activation epilogue off), 'gather' (the\n"
           "             token gather in the wgmma operand load), or 'ksplit=N' (the wgmma engine's K in\n"
-          "             N runs, MOERUN_CUDA_KSPLIT: 2-4, or auto for its rule); 'none' for no A/B rows.\n"
+          "             N runs, MOERUN_CUDA_KSPLIT: 2-4, or auto for its rule), or 'env:VAR=VALUE' (a\n"
+          "             MOERUN_CUDA_* variable set for the contender's capture, e.g. env:MOERUN_CUDA_SWAP_TAILS=0;\n"
+          "             these three where the rule takes the wgmma engine); 'none' for no A/B rows.\n"
           "             Default: cutlass-sm90-grouped.");
       return 0;
     } else {
@@ -208,6 +210,11 @@ int main(int argc, char** argv) {
     if (e > b) ab_list.push_back(ab_arg.substr(b, e - b));
     b = e + 1;
   }
+  for (const std::string& x : ab_list)
+    if (x.rfind("env:", 0) == 0 && (x.rfind("env:MOERUN_", 0) != 0 || x.find('=') == std::string::npos)) {
+      std::fprintf(stderr, "cuda_moe_bench: --ab '%s': an env contender is env:MOERUN_...=VALUE\n", x.c_str());
+      return 2;
+    }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { std::puts("no CUDA device"); return 0; }
   cudaDeviceProp prop{};
@@ -403,12 +410,15 @@ int main(int argc, char** argv) {
         if (M < 128) break;
         const size_t plus = x.find('+');
         const std::string var = x.substr(0, plus), suffix = plus == std::string::npos ? "" : x.substr(plus);
-        const bool gather = x == "gather", ksplit = x.rfind("ksplit=", 0) == 0;
-        if (gather || ksplit ? cuda_runner->variant_for(M) != "sm90-wgmma-grouped"
+        const bool gather = x == "gather", ksplit = x.rfind("ksplit=", 0) == 0, env = x.rfind("env:", 0) == 0;
+        const size_t eq = env ? x.find('=') : std::string::npos;
+        const std::string env_name = env ? x.substr(4, eq - 4) : "";
+        if (gather || ksplit || env ? cuda_runner->variant_for(M) != "sm90-wgmma-grouped"
                              : var == cuda_runner->variant_for(M) && suffix.empty())
           continue;  // (nothing to compare)
         if (gather) setenv("MOERUN_CUDA_GEMM_GATHER", "1", 1);
         else if (ksplit) setenv("MOERUN_CUDA_KSPLIT", x.substr(7).c_str(), 1);
+        else if (env) setenv(env_name.c_str(), x.substr(eq + 1).c_str(), 1);
         else setenv("MOERUN_CUDA_GEMM", var.c_str(), 1);
         if (suffix == "+unfused") setenv("MOERUN_CUDA_FUSED_ACT", "0", 1);
         cudaGraphExec_t gx = graph_of(expert);
@@ -416,6 +426,7 @@ int main(int argc, char** argv) {
         unsetenv("MOERUN_CUDA_KSPLIT");
         unsetenv("MOERUN_CUDA_GEMM");
         unsetenv("MOERUN_CUDA_FUSED_ACT");
+        if (env) unsetenv(env_name.c_str());
         // The contender's forward may have grown the runner's workspaces (CUTLASS's unfused gate_up
         // needs more scratch), which leaves graphs captured before it pointing at freed memory: the
         // rule's graph is captured again after it.
@@ -500,6 +511,7 @@ int main(int argc, char** argv) {
                                  : v.name.rfind("ab:rule-vs-", 0) == 0 || v.name.rfind("cuda", 0) == 0 ? cuda_runner->variant_for(M)
                                  : v.name == "ab:gather" ? cuda_runner->variant_for(M) + "+gather"
                                  : v.name.rfind("ab:ksplit=", 0) == 0 ? cuda_runner->variant_for(M) + "+" + v.name.substr(3)
+                                 : v.name.rfind("ab:env:", 0) == 0 ? cuda_runner->variant_for(M) + "+" + v.name.substr(7)
                                  : v.name.rfind("ab:", 0) == 0 ? v.name.substr(3)
                                  : v.name.rfind("cublas", 0) == 0 ? "cublas-grouped" : "torch._grouped_mm";
         std::printf("%-18s %5d %-22s %-16s %9.4f %8.2f %5.1f%% %8.1f %5.1f%% %5.1f%% %6.2fx\n", sd.name.c_str(), M,

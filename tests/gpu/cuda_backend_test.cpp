@@ -429,13 +429,15 @@ cuda_kernels::CutlassGroupedParams grouped_params(int groups, const int32_t* seg
 // groups around the 64-token tile, rows past seg[E], n and k off the tile sizes), and the one-group
 // form (no seg_offsets) too. Operands are multiples of 1/8 in [-1, 1], so the fp32 sums are exact
 // and only the bf16 rounding of D remains.
-TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
-  REQUIRE_GPU();
+void check_grouped_engines(int n) {
   using namespace cuda_kernels;
+  SCOPED_TRACE("n " + std::to_string(n));
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int n = 136, k = 72;
-  const std::vector<int> sizes = {0, 1, 63, 64, 0, 65, 130, 0};
+  const int k = 72;
+  // Remainders past the 128-row tiles of each tail form (WgmmaTiles): 1, 17, 40, 48 (swap-AB), 49,
+  // 63, 64 (64-row), 65, 100, 112 (64-row + swap-AB), 113 (128-row), and whole tiles.
+  const std::vector<int> sizes = {0, 1, 63, 64, 0, 65, 130, 0, 17, 40, 48, 49, 100, 112, 113, 161, 346};
   const int groups = static_cast<int>(sizes.size());
   std::vector<int32_t> seg(1, 0);
   for (int c : sizes) seg.push_back(seg.back() + c);
@@ -516,9 +518,11 @@ TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
   void* dsplit;
   CK(cudaMalloc(&dsplit, split_bytes));
   CK(cudaMemset(dsplit, 0, split_bytes));
-  for (int engine = 0; engine < 8; ++engine) {
-    const char* names[] = {"128x256", "swap-AB", "wgmma", "wgmma static", "wgmma 128-row tiles", "wgmma gathered",
-                           "wgmma gathered, static, 128-row tiles", "wgmma, K in 2 splits"};
+  for (int engine = 0; engine < 10; ++engine) {
+    const char* names[] = {"128x256", "swap-AB", "wgmma", "wgmma static (swap-AB tails)", "wgmma 128-row tiles",
+                           "wgmma gathered (swap-AB tails)",
+                           "wgmma gathered, static, 128-row tiles", "wgmma, K in 2 splits (swap-AB tails)",
+                           "wgmma, swap-AB tails of 16", "wgmma, 64-row tails only, full-width N"};
     const char* what = names[engine];
     const CutlassTile tile = engine == 1 ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256;
     auto launch = [&](const CutlassGroupedParams& q0) {
@@ -533,14 +537,20 @@ TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
         q.split_workspace_bytes = split_bytes;
       }
       if (engine < 2) return launch_cutlass_grouped(Elem::kBF16, q, nullptr);
-      if (engine == 2 || engine == 5 || engine == 7) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr);
-      if (engine == 6) return launch_wgmma_grouped_bf16(q, nullptr, 0, nullptr);
-      return launch_wgmma_grouped_bf16(q, engine == 3 ? nullptr : counters, engine == 3 ? 1 : 0, nullptr);
+      // Tail forms: 128-row tiles only (engines 4, 6), swap-AB tails of 48 (3, 5, 7) and 16 (8) rows,
+      // 64-row tails and full-width N (9), the default (2).
+      const WgmmaTiles rows128{0, 0, 1}, swap48{1, 48, 1};
+      if (engine == 6) return launch_wgmma_grouped_bf16(q, nullptr, rows128, nullptr);
+      if (engine == 2) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr);
+      if (engine == 5 || engine == 7) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr, swap48);
+      if (engine == 8) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr, WgmmaTiles{1, 16, 1});
+      if (engine == 9) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr, WgmmaTiles{1, 0, 0});
+      return launch_wgmma_grouped_bf16(q, engine == 3 ? nullptr : counters, engine == 3 ? swap48 : rows128, nullptr);
     };
     CutlassGroupedParams p = grouped_params(groups, dseg, da, db, dd, n, k, dws, ws, sms);
     p.tile = tile;
     p.rows = alloc_rows;  // (the wgmma engine's tensor maps; CUTLASS ignores it with seg_offsets)
-    for (int rep = 0; rep < (engine == 2 || engine == 5 || engine == 7 ? 3 : 1); ++rep) {  // the counters (and split flags) are left zero for the next launch
+    for (int rep = 0; rep < (engine == 2 || engine == 5 || engine == 7 || engine == 8 ? 3 : 1); ++rep) {  // the counters (and split flags) are left zero for the next launch
       CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
       CK(launch(p));
       CK(cudaDeviceSynchronize());
@@ -586,6 +596,7 @@ TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
     bad = p;
     bad.groups = 1025;
     EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue);
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, p, counters, nullptr, WgmmaTiles{1, 24, 1}), cudaErrorInvalidValue);
     EXPECT_EQ(launch_wgmma_grouped(Elem::kF32, p, counters, nullptr), cudaErrorInvalidValue);
     bad = p;  // a misaligned gather source
     bad.a = static_cast<const char*>(dsrc) + 8;
@@ -616,10 +627,14 @@ TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
     bad.split_workspace = dsplit;
     bad.split_workspace_bytes = split_bytes;
     EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue) << "CUTLASS split";
-    const size_t nflags = wgmma_split_flag_bytes(alloc_rows, groups, n) / 4;
-    std::vector<int32_t> flags(nflags, -1);
-    CK(cudaMemcpy(flags.data(), dsplit, nflags * 4, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(std::count(flags.begin(), flags.end(), 0), static_cast<ptrdiff_t>(nflags)) << "split flags left set";
+    // Every unit's two flags are zero again, also after the one-group launches (another shape on the
+    // same workspace: its partials must not land on these flags).
+    std::vector<int32_t> ws(split_bytes / 4, -1);
+    CK(cudaMemcpy(ws.data(), dsplit, split_bytes, cudaMemcpyDeviceToHost));
+    int set = 0;
+    for (size_t u = 0; u < split_bytes / kWgmmaSplitUnitBytes; ++u)
+      set += (ws[u * kWgmmaSplitUnitBytes / 4] != 0) + (ws[u * kWgmmaSplitUnitBytes / 4 + 1] != 0);
+    EXPECT_EQ(set, 0) << "split flags left set";
   }
   cudaFree(dsplit);
   cudaFree(counters);
@@ -629,6 +644,13 @@ TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
   unknown.tile = static_cast<CutlassTile>(7);
   EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, unknown, nullptr), cudaErrorInvalidValue);
   cudaFree(da); cudaFree(db); cudaFree(dd); cudaFree(dws); cudaFree(dseg);
+}
+// n = 136: one 256-column block of 136 (a 192-wide MMA; the second swap-AB half has 8 columns);
+// n = 328: a whole block and one of 72 (128 wide; its second swap-AB half is past n, skipped).
+TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
+  REQUIRE_GPU();
+  check_grouped_engines(136);
+  check_grouped_engines(328);
 }
 
 // ---- the gated activation fused into the 128x256 gate_up GEMM (CutlassTile::kTokens128x256Act) ----
@@ -1335,7 +1357,7 @@ TEST(CudaLaunch, L2PrefetchSlicesCoverTheBytesOnce) {
 // a bound of 384 tiles for 132 SMs) split; enough tiles, or too short a K, do not.
 TEST(CudaLaunch, SplitKOnlyWhereTheTilesLeaveTheSmsIdle) {
   using namespace cuda_kernels;
-  EXPECT_EQ(wgmma_output_tiles_bound(2048, 8, 4096), (16 + 8) * 16);
+  EXPECT_EQ(wgmma_output_tiles_bound(2048, 8, 4096), (16 + 3 * 8) * 16);
   EXPECT_EQ(wgmma_k_splits(2048, 8, 4096, 14336, 132), 2);        // mixtral down, M = 1024
   EXPECT_EQ(wgmma_k_splits(2048, 8, 28672, 4096, 132), 1);        // its gate_up: 2688 tiles
   EXPECT_EQ(wgmma_k_splits(256, 8, 4096, 14336, 132), 4);         // mixtral down, M = 128
@@ -1346,12 +1368,62 @@ TEST(CudaLaunch, SplitKOnlyWhereTheTilesLeaveTheSmsIdle) {
   EXPECT_EQ(wgmma_k_splits(0, 8, 4096, 14336, 132), 4);
   EXPECT_EQ(wgmma_k_splits(256, 8, 4096, 14336, 0), 1);
   EXPECT_EQ(wgmma_split_workspace_bytes(2048, 8, 4096, 1), 0u);
-  EXPECT_EQ(wgmma_split_workspace_bytes(2048, 8, 4096, 2), 3072u + 384u * 128 * 256 * 4);
+  EXPECT_EQ(wgmma_split_workspace_bytes(2048, 8, 4096, 2), 640u * (256 + 128 * 256 * 4));
   EXPECT_TRUE(wgmma_k_splits_fit(72, 2));
   EXPECT_FALSE(wgmma_k_splits_fit(72, 3));
   EXPECT_FALSE(wgmma_k_splits_fit(5 * 64, 4));  // runs of 2, 2, 1 and none
   EXPECT_TRUE(wgmma_k_splits_fit(7 * 64, 4));   // 2, 2, 2, 1
   EXPECT_FALSE(wgmma_k_splits_fit(64, 0));
+}
+
+// Host-side: the wgmma engine's M tiles of one expert cover each of its rows exactly once in each
+// half of a 256-column block (a swap-AB tile covers one half, so it comes in pairs), with each kind
+// within its size, at most ceil(count / 128) + 2 of them (wgmma_output_tiles_bound), and with the
+// remainders the policy names as the kinds it names.
+TEST(CudaLaunch, WgmmaTailTilesCoverEveryRowOnce) {
+  using namespace cuda_kernels;
+  for (int half : {0, 1})
+    for (int swap : {0, 16, 32, 48}) {
+      const WgmmaTiles t{half, swap, 1};
+      if (!wgmma_tiles_valid(t)) {
+        EXPECT_EQ(half, 0);
+        continue;
+      }
+      for (int count = 0; count <= 520; ++count) {
+        SCOPED_TRACE("half " + std::to_string(half) + " swap " + std::to_string(swap) + " count " +
+                     std::to_string(count));
+        const int tiles = wgmma_m_tiles(count, t);
+        ASSERT_LE(tiles, (count + 127) / 128 + 2);
+        std::vector<int> seen(2 * static_cast<size_t>(count), 0);  // [n half][row]
+        int swaps = 0;
+        for (int mt = 0; mt < tiles; ++mt) {
+          const WgmmaMTile m = wgmma_m_tile(count, mt, t);
+          ASSERT_GE(m.rows, 1);
+          ASSERT_LE(m.row0 + m.rows, count);
+          const int most = m.kind == WgmmaTileKind::kRows128 ? 128 : m.kind == WgmmaTileKind::kRows64 ? 64 : swap;
+          ASSERT_LE(m.rows, most) << "tile " << mt;
+          const bool sw = m.kind == WgmmaTileKind::kSwapAB;
+          swaps += sw;
+          for (int h = 0; h < 2; ++h)
+            if (!sw || m.n_half == h)
+              for (int r = m.row0; r < m.row0 + m.rows; ++r) ++seen[static_cast<size_t>(h * count + r)];
+        }
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<ptrdiff_t>(seen.size()));
+        const int rem = count % 128;
+        const bool want_swap = half && swap > 0 && rem > 0 && (rem <= swap || (rem > 64 && rem <= 64 + swap));
+        EXPECT_EQ(swaps, want_swap ? 2 : 0);
+      }
+    }
+  EXPECT_FALSE(wgmma_tiles_valid(WgmmaTiles{1, 24, 1}));
+  EXPECT_FALSE(wgmma_tiles_valid(WgmmaTiles{0, 16, 1}));  // swap tails need the 64-row tiles' order
+  EXPECT_FALSE(wgmma_tiles_valid(WgmmaTiles{1, 16, 2}));
+  // gpt-oss-120b at 8192 tokens: 256 +- 16 rows an expert.
+  const WgmmaTiles swap48{1, 48, 1};
+  EXPECT_EQ(wgmma_m_tiles(256, swap48), 2);
+  EXPECT_EQ(wgmma_m_tiles(270, swap48), 4);  // two 128-row tiles, two swap-AB halves of 14 rows
+  EXPECT_EQ(wgmma_m_tiles(250, swap48), 2);  // 122 left: a 128-row tile
+  EXPECT_EQ(wgmma_m_tiles(200, swap48), 4);  // 72 left: 64 rows and two halves of 8
+  EXPECT_EQ(wgmma_m_tiles(270, WgmmaTiles{}), 3);  // the default: a 64-row tile for the 14
 }
 
 // Host-side: the runner prefetches the down weights only where the top-k experts' whole set fits in

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <string>
@@ -135,6 +136,27 @@ bool fused_act_enabled(bool wgmma) {
 bool gemm_gather_enabled() {
   const char* v = std::getenv("MOERUN_CUDA_GEMM_GATHER");
   return v && v[0] == '1' && v[1] == '\0';
+}
+
+// The wgmma engine's tail tiles (launch.hpp, WgmmaTiles): MOERUN_CUDA_SWAP_TAILS=0|16|32|48 (an
+// expert's last rows up to that many as swap-AB tiles; default 0, which measured fastest) and MOERUN_CUDA_NARROW_N=0|1 (the
+// last column block's MMA as wide as its columns; default 1). Read per call, so one process can time
+// the forms side by side (cuda_moe_bench --ab env:...); any other value is an error.
+cuda_kernels::WgmmaTiles wgmma_tiles_from_env() {
+  cuda_kernels::WgmmaTiles t;
+  auto read = [](const char* name, std::initializer_list<int> allowed, int& out) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return;
+    for (int a : allowed)
+      if (std::to_string(a) == v) {
+        out = a;
+        return;
+      }
+    throw_error(ErrorKind::kInvalidArgument, std::string("cuda: ") + name + "='" + v + "' is not one of the values it takes");
+  };
+  read("MOERUN_CUDA_SWAP_TAILS", {0, 16, 32, 48}, t.swap_rows);
+  read("MOERUN_CUDA_NARROW_N", {0, 1}, t.narrow_n);
+  return t;
 }
 
 // MOERUN_CUDA_DOWN_PREFETCH: where in its main loop a one-token gate_up block asks the L2 for its
@@ -466,6 +488,7 @@ class CudaRunner final : public Runner {
     const Act act = cuda_detail::act_of(sp.activation.kind);
     const bool fused = tile == CutlassTile::kTokens128x256 && sp.activation.gated() &&
                        d_.gate_up_layout() == GateUpLayout::kBlocks8 && fused_act_enabled(wgmma);
+    const WgmmaTiles tiles = wgmma ? wgmma_tiles_from_env() : WgmmaTiles{};
     auto gemm = [&](const CutlassGroupedParams& p, cudaStream_t st) {
       if (!wgmma) return launch_cutlass_grouped(el, p, st);
       CutlassGroupedParams q = p;
@@ -474,7 +497,7 @@ class CudaRunner final : public Runner {
         q.split_workspace_bytes = wgmma_split_workspace_bytes(q.rows, q.groups, q.n, q.k_splits);
         q.split_workspace = split_workspace(q.split_workspace_bytes, st);
       }
-      return launch_wgmma_grouped(el, q, wgmma_counters_.as<int>(), st);
+      return launch_wgmma_grouped(el, q, wgmma_counters_.as<int>(), st, tiles);
     };
     // scratch: sorted tokens (not with the gather in the GEMM), later the down output [rows, H]
     //          | gate_up [rows, R] (unfused only) | shared gate_up [m, Rs] | shared down [m, H]

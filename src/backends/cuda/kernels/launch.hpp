@@ -296,11 +296,77 @@ inline cudaError_t launch_cutlass_grouped(Elem elem, const CutlassGroupedParams&
 // also with seg_offsets; p.a, p.b and p.d 16-byte aligned; at most 1024 groups. counters: two device
 // ints that are zero before the first launch; every launch that completes leaves them zero again, so
 // one pair serves all launches on one stream in sequence (not two launches in flight at once). Null
-// counters stride the tiles statically, and half_tiles = 0 runs every tile with 128 rows: both for the
-// tuning harness only. cudaErrorInvalidValue for a bad argument (kSwapAB, k or n not a multiple of 8,
-// misaligned pointers; for the act tile also n % 16, a non-gated activation, a layout other than
-// kBlocks8); cudaErrorNotSupported when the driver has no tensor-map encoder.
+// counters stride the tiles statically (the tuning harness only). `tiles` says how an expert's last
+// rows and the last columns are tiled (WgmmaTiles; every choice gives the same D). cudaErrorInvalidValue
+// for a bad argument (kSwapAB, k or n not a multiple of 8, misaligned pointers, a swap_rows other than
+// 0/16/32/48; for the act tile also n % 16, a non-gated activation, a layout other than kBlocks8);
+// cudaErrorNotSupported when the driver has no tensor-map encoder.
 inline constexpr int kWgmmaMaxGroups = 1024;  // groups per launch (the runner falls back to CUTLASS above)
+
+// How the wgmma engine tiles what is left over. An expert's rows run as 128-row tiles; the rows left
+// after the last whole one (rem = count % 128) run as
+//   rem <= swap_rows             swap-AB tiles: the weights on wgmma's 64-row side, the rem tokens on
+//                                its N side (16, 32 or 48), two tiles per 256 columns (one for each 128)
+//   rem <= 64                    one 64-row tile (both warpgroups on the same rows, each on half of the
+//                                256 weight rows)
+//   rem <= 64 + swap_rows        a 64-row tile and swap-AB tiles of the rem - 64 rows after it
+//   otherwise                    one 128-row tile
+// (half = 0: every remainder as one 128-row tile, the tuning harness only). With narrow_n the last
+// 256-column block's MMA is only as wide as its columns, rounded up to 64, and its weight box 64 or
+// 128 rows where that fits (gpt-oss-120b's down GEMM: n = 2880 leaves 64 columns in its twelfth block).
+// Measured on the H200 (bench/results/2026-12-03_s22_h200/NOTES.md, alternated graph replay): the
+// swap-AB tails LOSE, 48 rows up to 13% (gpt-oss-120b M = 8192 4.19 against 3.72 ms without), 16 rows
+// tie: a tail tile's time is bound by streaming its expert's 256-row weight panel into the SM (32 KiB
+// a k step, as much as a 64-row tile's MMA takes), not by its MMA, so fewer rows buy nothing and two
+// half-width tiles cost more. So swap_rows defaults to 0 (MOERUN_CUDA_SWAP_TAILS turns them on);
+// narrow_n is on.
+struct WgmmaTiles {
+  int half = 1;
+  int swap_rows = 0;  // (off: measured slower, see below)
+  int narrow_n = 1;
+};
+inline constexpr bool wgmma_tiles_valid(WgmmaTiles t) {
+  return (t.half == 0 || t.half == 1) && (t.narrow_n == 0 || t.narrow_n == 1) &&
+         (t.swap_rows == 0 || t.swap_rows == 16 || t.swap_rows == 32 || t.swap_rows == 48) &&
+         (t.half == 1 || t.swap_rows == 0);
+}
+enum class WgmmaTileKind : int { kRows128 = 0, kRows64 = 1, kSwapAB = 2 };
+struct WgmmaMTile {
+  int row0 = 0, rows = 0;  // within the expert
+  WgmmaTileKind kind = WgmmaTileKind::kRows128;
+  int n_half = 0;  // kSwapAB: which 128 of the 256 columns
+};
+// The M tiles of an expert of `count` rows under `t` (per 256 columns), and the mt-th of them.
+MOERUN_HD constexpr int wgmma_m_tiles(int count, WgmmaTiles t) {
+  const int full = count / 128, rem = count % 128;
+  if (rem == 0) return full;
+  if (!t.half || rem > 64 + t.swap_rows) return full + 1;
+  return full + (rem <= t.swap_rows ? 2 : rem <= 64 ? 1 : 3);
+}
+MOERUN_HD constexpr WgmmaMTile wgmma_m_tile(int count, int mt, WgmmaTiles t) {
+  const int full = count / 128, rem = count % 128;
+  WgmmaMTile r;
+  r.row0 = full * 128;
+  r.rows = rem;
+  if (mt < full) {
+    r.row0 = mt * 128;
+    r.rows = 128;
+  } else if (!t.half || rem > 64 + t.swap_rows) {
+    // one 128-row tile
+  } else if (rem <= t.swap_rows) {
+    r.kind = WgmmaTileKind::kSwapAB;
+    r.n_half = mt - full;
+  } else if (mt == full) {
+    r.kind = WgmmaTileKind::kRows64;
+    r.rows = rem < 64 ? rem : 64;
+  } else {  // the swap-AB tiles after a 64-row one
+    r.kind = WgmmaTileKind::kSwapAB;
+    r.row0 += 64;
+    r.rows = rem - 64;
+    r.n_half = mt - full - 1;
+  }
+  return r;
+}
 
 // Split K. A launch with few output tiles for the SMs may leave many of them idle in its last wave: the
 // down GEMM of mixtral-8x7b at 1024 tokens has about 320 tiles of 14336 k for 132 SMs. Splitting each
@@ -309,29 +375,30 @@ inline constexpr int kWgmmaMaxGroups = 1024;  // groups per launch (the runner f
 // pay where this rule splits (mixtral at 1024 tokens 0.99x, at 128 0.96x), so the runner splits only
 // when MOERUN_CUDA_KSPLIT asks (=auto: this rule).
 inline constexpr int kWgmmaMaxKSplits = 4;
-// Output tiles at most (an expert's count c takes ceil(c / 128) 128-row tiles per 256 columns).
+// Output tiles at most (an expert's count c takes at most ceil(c / 128) + 2 M tiles per 256 columns,
+// wgmma_m_tiles).
 constexpr int64_t wgmma_output_tiles_bound(int64_t rows, int groups, int n) {
-  return ((rows + 127) / 128 + groups) * ((n + 255) / 256);
+  return ((rows + 127) / 128 + 3 * int64_t(groups)) * ((n + 255) / 256);
 }
-constexpr size_t wgmma_split_flag_bytes(int64_t rows, int groups, int n) {
-  return (static_cast<size_t>(wgmma_output_tiles_bound(rows, groups, n)) * 2 * sizeof(int) + 255) / 256 * 256;
-}
-// Flags, then one fp32 partial of 128 x 256 per output tile (0 without a split).
+// The split workspace is one block per output tile (unit): its two consumers' flags (in 256 bytes),
+// then their fp32 partials (2 x 128 threads x 128 floats). The layout depends on the unit alone, so
+// launches of other shapes on the same workspace (gate_up and down: other n) never write a partial
+// where another launch's flag sits: every flag stays zero between launches.
+inline constexpr size_t kWgmmaSplitUnitBytes = 256 + size_t(2) * 128 * 128 * 4;
 constexpr size_t wgmma_split_workspace_bytes(int64_t rows, int groups, int n, int k_splits) {
-  return k_splits <= 1 ? 0
-                       : wgmma_split_flag_bytes(rows, groups, n) +
-                             static_cast<size_t>(wgmma_output_tiles_bound(rows, groups, n)) * 128 * 256 * 4;
+  return k_splits <= 1 ? 0 : static_cast<size_t>(wgmma_output_tiles_bound(rows, groups, n)) * kWgmmaSplitUnitBytes;
 }
 // Whether k splits into k_splits non-empty runs of ceil(k tiles / k_splits) tiles of 64.
 constexpr bool wgmma_k_splits_fit(int k, int k_splits) {
   const int64_t k_tiles = (static_cast<int64_t>(k) + 63) / 64, run = (k_tiles + k_splits - 1) / k_splits;
   return k_splits >= 1 && (k_splits - 1) * run < k_tiles;
 }
-// The rule: no split while the output tiles (their bound) fill at least kFill waves of the SMs; else
+// The rule: no split while the output tiles (about) fill at least kFill waves of the SMs; else
 // the fewest splits that do, at most kWgmmaMaxKSplits, each at least kMinTiles k tiles of 64 long.
 constexpr int wgmma_k_splits(int64_t rows, int groups, int n, int k, int sm_count) {
   constexpr int64_t kFill = 4, kMinTiles = 16;
-  const int64_t tiles = wgmma_output_tiles_bound(rows, groups, n), want = kFill * sm_count;
+  // (the tiles as ceil(count / 128) per expert, about what the tail tiles make of them)
+  const int64_t tiles = ((rows + 127) / 128 + groups) * ((n + 255) / 256), want = kFill * sm_count;
   if (tiles <= 0 || sm_count <= 0 || tiles >= want) return 1;
   int s = static_cast<int>((want + tiles - 1) / tiles);
   if (s > kWgmmaMaxKSplits) s = kWgmmaMaxKSplits;
@@ -339,14 +406,14 @@ constexpr int wgmma_k_splits(int64_t rows, int groups, int n, int k, int sm_coun
   while (s > 1 && k_tiles / s < kMinTiles) --s;
   return s;
 }
-cudaError_t launch_wgmma_grouped_bf16(const CutlassGroupedParams& p, int* counters, int half_tiles,
+cudaError_t launch_wgmma_grouped_bf16(const CutlassGroupedParams& p, int* counters, WgmmaTiles tiles,
                                       cudaStream_t stream);
-cudaError_t launch_wgmma_grouped_f16(const CutlassGroupedParams& p, int* counters, int half_tiles,
+cudaError_t launch_wgmma_grouped_f16(const CutlassGroupedParams& p, int* counters, WgmmaTiles tiles,
                                      cudaStream_t stream);
 inline cudaError_t launch_wgmma_grouped(Elem elem, const CutlassGroupedParams& p, int* counters,
-                                        cudaStream_t stream) {
-  if (elem == Elem::kBF16) return launch_wgmma_grouped_bf16(p, counters, 1, stream);
-  if (elem == Elem::kF16) return launch_wgmma_grouped_f16(p, counters, 1, stream);
+                                        cudaStream_t stream, WgmmaTiles tiles = {}) {
+  if (elem == Elem::kBF16) return launch_wgmma_grouped_bf16(p, counters, tiles, stream);
+  if (elem == Elem::kF16) return launch_wgmma_grouped_f16(p, counters, tiles, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -13,6 +13,8 @@
 //   warpgroups run the same 64 rows, each on half of the 256 weight rows (m64n128k16), in half a full
 //   tile's MMA time. The epilogue also fuses the gated activation with whole-row stores, which the
 //   CUTLASS register-direct epilogue could not do without losing (cuda_backend.cpp, fused_act).
+//   The last 256-column block's MMA is only as wide as its columns (launch.hpp, WgmmaTiles); swap-AB
+//   tail tiles for an expert's last <= 48 rows are built but off (they measured slower, launch.hpp).
 //
 // NOTES:
 //   CTA: 384 threads. Warpgroup 0 produces (one thread issues the bulk tensor copies and takes the
@@ -20,7 +22,15 @@
 //   A stage is the A tile [128 (or 64) rows x 64 k] and the B tile [256 weight rows x 64 k], 128-byte
 //   rows in the 128-byte swizzle: 48 KiB, four stages. Full tile: consumer c takes token rows
 //   64c..64c+63 against all 256 weight rows (m64n256k16, 128 fp32 accumulators a thread).
-//   Tiles: expert g has ceil(count_g / 128) M tiles times ceil(n / 256) N blocks, numbered expert by
+//   Swap-AB tile (an expert's last <= 48 rows): the weights are wgmma's 64-row operand and the tokens
+//   its N (16, 32 or 48), one tile for each 128 columns of a block (a 128-row box of B), consumer c on
+//   weight rows 64c..64c+63; the epilogue transposes through the staging buffer. Its two 64-row weight
+//   blocks could not be one consumer's: two wgmma into different accumulators of one warpgroup, with
+//   the 256-wide shape's in the same kernel, made ptxas serialize every wgmma of the kernel (C7511).
+//   With kBlocks8 a thread's rows r and r + 8 are a gate row and its up row, so the activation fuses.
+//   Narrow N: the last block's MMA is m64nW (64-row tiles m64n(W/2)), W its columns rounded up to 64,
+//   and B's box 64 or 128 rows where W fits (192: 256, zero-filled past n).
+//   Tiles: expert g has wgmma_m_tiles(count_g) M tiles times ceil(n / 256) N blocks, numbered expert by
 //   expert, N block by N block, M tile fastest, so the CTAs running at the same time share one weight
 //   tile (one DRAM read, the rest L2 hits). Each CTA computes the per-expert tile prefix from the
 //   device-side segment offsets itself (a warp scan): no host-side counts, capturable in a CUDA graph.
@@ -101,7 +111,7 @@ struct KernelArgs {
   int n = 0, k = 0;
   void* d = nullptr;             // [rows, ld_d]
   int ld_d = 0;                  // n, or n / 2 with the activation
-  int half_tiles = 1;            // 0: every tile 128 rows (tuning only)
+  WgmmaTiles tiles;              // how the last rows and columns are tiled (launch.hpp)
   int* counters = nullptr;       // [2], zero: the tile counter and the finished-producer count; null: static striding
   float alpha = 1.702f, limit = 7.0f;  // kSwigluOai (the kernel's kAct names the activation)
   const float* bias = nullptr;   // with act: expert g's [n] at bias + g * n (w13's column order), or null
@@ -110,13 +120,13 @@ struct KernelArgs {
   const void* a_src = nullptr;
   const int32_t* a_index = nullptr;
   // Split K (launch.hpp, wgmma_k_splits): each output tile runs as k_splits adjacent tiles, split s on
-  // the s-th of k_splits equal runs of k tiles. Split s > 0 waits for flags[2 unit + c] == s, adds the
-  // fp32 partial that split s - 1 left for consumer c, and either leaves the sum (split < last) or
-  // runs the epilogue and sets the flag back to 0. partial: [units][2][32][128] float4 (consumer c's
-  // 128 accumulators of its 128 threads, k4-major so a warp's loads are whole lines).
+  // the s-th of k_splits equal runs of k tiles. Split s > 0 waits for consumer c's flag of the unit to
+  // be s, adds the fp32 partial that split s - 1 left for it, and either leaves the sum (split < last)
+  // or runs the epilogue and sets the flag back to 0. split_ws: kWgmmaSplitUnitBytes per unit (launch.hpp),
+  // flags then partials [2][32][128] float4 (consumer c's 128 accumulators of its 128 threads,
+  // k4-major so a warp's loads are whole lines).
   int k_splits = 1;
-  float4* partial = nullptr;
-  int* flags = nullptr;
+  char* split_ws = nullptr;
 };
 
 // ---- PTX wrappers ---------------------------------------------------------------------------------
@@ -206,17 +216,23 @@ __device__ __forceinline__ void fence_acc(float (&d)[128]) {
 
 // D[64 x N] (+)= A[64 x 16] . B[N x 16]^T, both K-major in shared memory (descriptors); accumulate = 0
 // overwrites D. One function per shape and element type (TY, the PTX type name), all with the 128
-// accumulators as operands (N = 128 writes the first 64), so the descriptors are always %128 and %129.
-#define MOERUN_WGMMA_REGS_0_63 \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define MOERUN_WGMMA_REGS_64_127 \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95," \
-  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
-  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+// accumulators as operands (so the descriptors are always %128 and %129): D is d[0 .. N / 2).
+#define MOERUN_R8_0 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define MOERUN_R8_1 "%8, %9, %10, %11, %12, %13, %14, %15"
+#define MOERUN_R8_2 "%16, %17, %18, %19, %20, %21, %22, %23"
+#define MOERUN_R8_3 "%24, %25, %26, %27, %28, %29, %30, %31"
+#define MOERUN_R8_4 "%32, %33, %34, %35, %36, %37, %38, %39"
+#define MOERUN_R8_5 "%40, %41, %42, %43, %44, %45, %46, %47"
+#define MOERUN_R8_6 "%48, %49, %50, %51, %52, %53, %54, %55"
+#define MOERUN_R8_7 "%56, %57, %58, %59, %60, %61, %62, %63"
+#define MOERUN_R8_8 "%64, %65, %66, %67, %68, %69, %70, %71"
+#define MOERUN_R8_9 "%72, %73, %74, %75, %76, %77, %78, %79"
+#define MOERUN_R8_10 "%80, %81, %82, %83, %84, %85, %86, %87"
+#define MOERUN_R8_11 "%88, %89, %90, %91, %92, %93, %94, %95"
+#define MOERUN_R8_12 "%96, %97, %98, %99, %100, %101, %102, %103"
+#define MOERUN_R8_13 "%104, %105, %106, %107, %108, %109, %110, %111"
+#define MOERUN_R8_14 "%112, %113, %114, %115, %116, %117, %118, %119"
+#define MOERUN_R8_15 "%120, %121, %122, %123, %124, %125, %126, %127"
 #define MOERUN_WGMMA_ACC128 \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
@@ -246,39 +262,74 @@ __device__ __forceinline__ void fence_acc(float (&d)[128]) {
 #define MOERUN_WGMMA_FN(NAME, SHAPE, TY, REGS) \
   __device__ __forceinline__ void NAME(float(&)[128], uint64_t, uint64_t, int) {}
 #endif
-MOERUN_WGMMA_FN(wgmma_m64n256k16_bf16, "m64n256k16", "bf16", MOERUN_WGMMA_REGS_0_63 "," MOERUN_WGMMA_REGS_64_127)
-MOERUN_WGMMA_FN(wgmma_m64n128k16_bf16, "m64n128k16", "bf16", MOERUN_WGMMA_REGS_0_63)
-MOERUN_WGMMA_FN(wgmma_m64n256k16_f16, "m64n256k16", "f16", MOERUN_WGMMA_REGS_0_63 "," MOERUN_WGMMA_REGS_64_127)
-MOERUN_WGMMA_FN(wgmma_m64n128k16_f16, "m64n128k16", "f16", MOERUN_WGMMA_REGS_0_63)
+MOERUN_WGMMA_FN(wgmma_m64n256k16_bf16, "m64n256k16", "bf16", MOERUN_R8_0 "," MOERUN_R8_1 "," MOERUN_R8_2 "," MOERUN_R8_3 "," MOERUN_R8_4 "," MOERUN_R8_5 "," MOERUN_R8_6 "," MOERUN_R8_7 "," MOERUN_R8_8 "," MOERUN_R8_9 "," MOERUN_R8_10 "," MOERUN_R8_11 "," MOERUN_R8_12 "," MOERUN_R8_13 "," MOERUN_R8_14 "," MOERUN_R8_15)
+MOERUN_WGMMA_FN(wgmma_m64n192k16_bf16, "m64n192k16", "bf16", MOERUN_R8_0 "," MOERUN_R8_1 "," MOERUN_R8_2 "," MOERUN_R8_3 "," MOERUN_R8_4 "," MOERUN_R8_5 "," MOERUN_R8_6 "," MOERUN_R8_7 "," MOERUN_R8_8 "," MOERUN_R8_9 "," MOERUN_R8_10 "," MOERUN_R8_11)
+MOERUN_WGMMA_FN(wgmma_m64n128k16_bf16, "m64n128k16", "bf16", MOERUN_R8_0 "," MOERUN_R8_1 "," MOERUN_R8_2 "," MOERUN_R8_3 "," MOERUN_R8_4 "," MOERUN_R8_5 "," MOERUN_R8_6 "," MOERUN_R8_7)
+MOERUN_WGMMA_FN(wgmma_m64n96k16_bf16, "m64n96k16", "bf16", MOERUN_R8_0 "," MOERUN_R8_1 "," MOERUN_R8_2 "," MOERUN_R8_3 "," MOERUN_R8_4 "," MOERUN_R8_5)
+MOERUN_WGMMA_FN(wgmma_m64n64k16_bf16, "m64n64k16", "bf16", MOERUN_R8_0 "," MOERUN_R8_1 "," MOERUN_R8_2 "," MOERUN_R8_3)
+MOERUN_WGMMA_FN(wgmma_m64n32k16_bf16, "m64n32k16", "bf16", MOERUN_R8_0 "," MOERUN_R8_1)
+MOERUN_WGMMA_FN(wgmma_m64n48k16_bf16, "m64n48k16", "bf16", MOERUN_R8_0 "," MOERUN_R8_1 "," MOERUN_R8_2)
+MOERUN_WGMMA_FN(wgmma_m64n16k16_bf16, "m64n16k16", "bf16", MOERUN_R8_0)
+MOERUN_WGMMA_FN(wgmma_m64n256k16_f16, "m64n256k16", "f16", MOERUN_R8_0 "," MOERUN_R8_1 "," MOERUN_R8_2 "," MOERUN_R8_3 "," MOERUN_R8_4 "," MOERUN_R8_5 "," MOERUN_R8_6 "," MOERUN_R8_7 "," MOERUN_R8_8 "," MOERUN_R8_9 "," MOERUN_R8_10 "," MOERUN_R8_11 "," MOERUN_R8_12 "," MOERUN_R8_13 "," MOERUN_R8_14 "," MOERUN_R8_15)
+MOERUN_WGMMA_FN(wgmma_m64n192k16_f16, "m64n192k16", "f16", MOERUN_R8_0 "," MOERUN_R8_1 "," MOERUN_R8_2 "," MOERUN_R8_3 "," MOERUN_R8_4 "," MOERUN_R8_5 "," MOERUN_R8_6 "," MOERUN_R8_7 "," MOERUN_R8_8 "," MOERUN_R8_9 "," MOERUN_R8_10 "," MOERUN_R8_11)
+MOERUN_WGMMA_FN(wgmma_m64n128k16_f16, "m64n128k16", "f16", MOERUN_R8_0 "," MOERUN_R8_1 "," MOERUN_R8_2 "," MOERUN_R8_3 "," MOERUN_R8_4 "," MOERUN_R8_5 "," MOERUN_R8_6 "," MOERUN_R8_7)
+MOERUN_WGMMA_FN(wgmma_m64n96k16_f16, "m64n96k16", "f16", MOERUN_R8_0 "," MOERUN_R8_1 "," MOERUN_R8_2 "," MOERUN_R8_3 "," MOERUN_R8_4 "," MOERUN_R8_5)
+MOERUN_WGMMA_FN(wgmma_m64n64k16_f16, "m64n64k16", "f16", MOERUN_R8_0 "," MOERUN_R8_1 "," MOERUN_R8_2 "," MOERUN_R8_3)
+MOERUN_WGMMA_FN(wgmma_m64n32k16_f16, "m64n32k16", "f16", MOERUN_R8_0 "," MOERUN_R8_1)
+MOERUN_WGMMA_FN(wgmma_m64n48k16_f16, "m64n48k16", "f16", MOERUN_R8_0 "," MOERUN_R8_1 "," MOERUN_R8_2)
+MOERUN_WGMMA_FN(wgmma_m64n16k16_f16, "m64n16k16", "f16", MOERUN_R8_0)
 #undef MOERUN_WGMMA_FN
 #undef MOERUN_WGMMA_ACC128
-#undef MOERUN_WGMMA_REGS_64_127
-#undef MOERUN_WGMMA_REGS_0_63
+#undef MOERUN_R8_0
+#undef MOERUN_R8_1
+#undef MOERUN_R8_2
+#undef MOERUN_R8_3
+#undef MOERUN_R8_4
+#undef MOERUN_R8_5
+#undef MOERUN_R8_6
+#undef MOERUN_R8_7
+#undef MOERUN_R8_8
+#undef MOERUN_R8_9
+#undef MOERUN_R8_10
+#undef MOERUN_R8_11
+#undef MOERUN_R8_12
+#undef MOERUN_R8_13
+#undef MOERUN_R8_14
+#undef MOERUN_R8_15
 
-
-// The full tile's (kHalf = false: m64n256k16) or the 64-row tile's (m64n128k16) MMA for element T.
-template <typename T, bool kHalf>
+// The MMA of one consumer's k16 step for element T: N weight rows (swap-AB: N tokens) into d[0 .. N / 2).
+template <typename T, int N>
 __device__ __forceinline__ void wgmma_k16(float (&d)[128], uint64_t a, uint64_t b, int accumulate) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    if constexpr (kHalf) wgmma_m64n128k16_bf16(d, a, b, accumulate);
-    else wgmma_m64n256k16_bf16(d, a, b, accumulate);
-  } else {
-    if constexpr (kHalf) wgmma_m64n128k16_f16(d, a, b, accumulate);
-    else wgmma_m64n256k16_f16(d, a, b, accumulate);
+  constexpr bool bf = std::is_same_v<T, __nv_bfloat16>;
+#define MOERUN_WGMMA_CASE(NN)                                    \
+  if constexpr (N == NN) {                                       \
+    if constexpr (bf) wgmma_m64n##NN##k16_bf16(d, a, b, accumulate); \
+    else wgmma_m64n##NN##k16_f16(d, a, b, accumulate);           \
   }
+  MOERUN_WGMMA_CASE(256)
+  MOERUN_WGMMA_CASE(192)
+  MOERUN_WGMMA_CASE(128)
+  MOERUN_WGMMA_CASE(96)
+  MOERUN_WGMMA_CASE(64)
+  MOERUN_WGMMA_CASE(48)
+  MOERUN_WGMMA_CASE(32)
+  MOERUN_WGMMA_CASE(16)
+#undef MOERUN_WGMMA_CASE
 }
 
 // ---- the tile schedule ----------------------------------------------------------------------------
 struct Tile {
   int g, row0, rows, n0;
-  bool half;
+  WgmmaTileKind kind;
+  int width;        // columns of the product the MMA covers: 256, or fewer in the last N block (narrow_n);
+                    // a swap-AB tile's 128 (n0 may be past n: an empty tile, skipped)
   int split, unit;  // K split of this tile and the output tile's index (t / k_splits)
 };
 
 // prefix[g] = tiles of the experts before g (prefix[groups] = all tiles, each output tile counted
 // k_splits times, splits adjacent); seg in shared memory.
-__device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int* seg, int groups, int half_tiles,
-                                            int k_splits) {
+__device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int* seg, int groups, int n,
+                                            WgmmaTiles tiles, int k_splits) {
   int lo = 0, hi = groups;  // prefix[lo] <= t < prefix[hi]
   while (hi - lo > 1) {
     const int mid = (lo + hi) >> 1;
@@ -286,36 +337,39 @@ __device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int*
     else hi = mid;
   }
   const int count = seg[lo + 1] - seg[lo];
-  const int m_tiles = (count + kBM - 1) / kBM;
+  const int m_tiles = wgmma_m_tiles(count, tiles);
   const int local = (t - prefix[lo]) / k_splits;
   const int nb = local / m_tiles, mt = local - nb * m_tiles;
+  const WgmmaMTile m = wgmma_m_tile(count, mt, tiles);
   Tile tl;
   tl.split = (t - prefix[lo]) - local * k_splits;
   tl.unit = t / k_splits;  // (every prefix is a multiple of k_splits)
   tl.g = lo;
-  tl.row0 = seg[lo] + mt * kBM;
-  tl.rows = min(kBM, count - mt * kBM);
-  tl.n0 = nb * kBN;
-  tl.half = half_tiles && tl.rows <= kBM / 2;
+  tl.row0 = seg[lo] + m.row0;
+  tl.rows = m.rows;
+  tl.kind = m.kind;
+  tl.n0 = nb * kBN + m.n_half * (kBN / 2);
+  tl.width = m.kind == WgmmaTileKind::kSwapAB ? kBN / 2 : tiles.narrow_n ? min(kBN, (n - tl.n0 + 63) / 64 * 64) : kBN;
   return tl;
 }
 
 // One tile's main loop for one consumer warpgroup: k_tiles stages from (s, phase) on, each released
 // once the wgmma group after it was issued (wait_group 1). Returns the last stage, still to be released.
-template <typename T, bool kHalf>
-__device__ __forceinline__ int mainloop(float (&acc)[128], uint32_t a_base, uint32_t b_base, uint64_t* full,
-                                        uint64_t* empty, int k_tiles, int& s, uint32_t& phase, int tid,
-                                        int gathered) {
+// The 64-row operand at a_base + stage * a_stride, the kN-row one at b_base + stage * b_stride.
+template <typename T, int kN>
+__device__ __forceinline__ int mainloop(float (&acc)[128], uint32_t a_base, uint32_t a_stride, uint32_t b_base,
+                                        uint32_t b_stride, uint64_t* full, uint64_t* empty, int k_tiles, int& s,
+                                        uint32_t& phase, int tid, int gathered) {
   int prev = -1;
   for (int kt = 0; kt < k_tiles; ++kt) {
     mbar_wait(&full[s], phase);
     if (gathered) fence_proxy_async_shared();
-    const uint32_t a = a_base + s * kStageA, b = b_base + s * kStageB;
+    const uint32_t a = a_base + s * a_stride, b = b_base + s * b_stride;
     fence_acc(acc);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      wgmma_k16<T, kHalf>(acc, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), kt | kk);
+      wgmma_k16<T, kN>(acc, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), kt | kk);
     wgmma_commit();
     fence_acc(acc);
     if (prev >= 0) {
@@ -352,7 +406,8 @@ inline constexpr int kNoAct = -1;
 template <typename T, int kAct>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_kernel(const __grid_constant__ CUtensorMap map_a128, const __grid_constant__ CUtensorMap map_a64,
-                   const __grid_constant__ CUtensorMap map_b, const KernelArgs args) {
+                   const __grid_constant__ CUtensorMap map_b, const __grid_constant__ CUtensorMap map_b128,
+                   const __grid_constant__ CUtensorMap map_b64, const KernelArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -398,7 +453,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int base = 0; base < groups; base += 32) {
       const int g = base + lane;
       int v = 0;
-      if (g < groups) v = (seg[g + 1] - seg[g] + kBM - 1) / kBM * n_blocks * args.k_splits;
+      if (g < groups) v = wgmma_m_tiles(seg[g + 1] - seg[g], args.tiles) * n_blocks * args.k_splits;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
         const int u = __shfl_up_sync(0xffffffffu, v, o);
@@ -425,6 +480,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           tma_prefetch_map(&map_a64);
         }
         tma_prefetch_map(&map_b);
+        tma_prefetch_map(&map_b128);
+        tma_prefetch_map(&map_b64);
       }
       const T* a_src = static_cast<const T*>(args.a_src);
       int s = 0;
@@ -442,12 +499,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         if (t >= total) break;
-        const Tile tl = decode_tile(t, prefix, seg, groups, args.half_tiles, args.k_splits);
+        const Tile tl = decode_tile(t, prefix, seg, groups, args.n, args.tiles, args.k_splits);
+        const bool a64 = tl.kind != WgmmaTileKind::kRows128;  // (a swap-AB tile's at most 48 rows too)
+        // B's box: the weight rows the MMA reads (a narrow last block's 64 or 128, a swap-AB tile's 128).
+        const int b_rows = tl.width <= 64 ? 64 : tl.width <= 128 ? 128 : kBN;
+        const CUtensorMap* map_bx = b_rows == 64 ? &map_b64 : b_rows == 128 ? &map_b128 : &map_b;
         // Gather: 8 lanes copy one 128-byte k row of a token (a whole cache line), so a warp
         // instruction reads 4 lines. Thread p copies chunk p % 8 of rows 4 (p / 32) + (p % 32) / 8 +
         // 16 j, j < 8 (4 for a 64-row tile).
         const int chunk = p & 7, row_in = (p >> 5) * 4 + ((p & 31) >> 3);
-        const int nrows = tl.half ? 4 : 8;
+        const int nrows = a64 ? 4 : 8;
         // Each thread's tokens (or -1 past the expert's end: zero-filled) sit in shared memory, in
         // slots only that thread uses: in registers the compiler kept eight 64-bit row addresses
         // live across the k loop and spilled the 40-register producer to local memory.
@@ -456,15 +517,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int r = row_in + 16 * j;
           if (gathered) tok_s[j * kProducerThreads + p] = j < nrows && r < tl.rows ? args.a_index[tl.row0 + r] : -1;
         }
-        const uint32_t bytes = gathered ? kStageB : (tl.half ? kStageA / 2 : kStageA) + kStageB;
-        const int kt_end = min(k_tiles, (tl.split + 1) * split_tiles);
+        const uint32_t bytes = (gathered ? 0 : a64 ? kStageA / 2 : kStageA) + uint32_t(b_rows) * kBK * 2;
+        const int kt_end = tl.n0 < args.n ? min(k_tiles, (tl.split + 1) * split_tiles) : 0;  // (an empty tile: no loads)
         for (int kt = tl.split * split_tiles; kt < kt_end; ++kt) {
           mbar_wait(&empty[s], phase ^ 1);
           if (p == 0) {
             mbar_expect_tx(&full[s], bytes);
             if (!gathered)
-              tma_load_2d(sa + s * kStageA, tl.half ? &map_a64 : &map_a128, &full[s], kt * kBK, tl.row0);
-            tma_load_3d(sb + s * kStageB, &map_b, &full[s], kt * kBK, tl.n0, tl.g);
+              tma_load_2d(sa + s * kStageA, a64 ? &map_a64 : &map_a128, &full[s], kt * kBK, tl.row0);
+            tma_load_3d(sb + s * kStageB, map_bx, &full[s], kt * kBK, tl.n0, tl.g);
           }
           if (gathered) {
             // The 128-byte swizzle, as the tensor copy would write it: 16-byte chunk c of row r at
@@ -522,13 +583,36 @@ __global__ void __launch_bounds__(kThreads, 1)
         t += gridDim.x;
       }
       if (t >= total) break;
-      const Tile tl = decode_tile(t, prefix, seg, groups, args.half_tiles, args.k_splits);
-      // 128-byte rows: token row r of a stage at r * 128, weight row j at j * 128.
-      const uint32_t a_base = smem_u32(sa) + (tl.half ? 0u : uint32_t(c * 64 * 128));
-      const uint32_t b_base = smem_u32(sb) + (tl.half ? uint32_t(c * 128 * 128) : 0u);
+      const Tile tl = decode_tile(t, prefix, seg, groups, args.n, args.tiles, args.k_splits);
+      if (tl.n0 >= args.n) continue;  // (a swap-AB tile's second half past the last column)
+      const bool swap = tl.kind == WgmmaTileKind::kSwapAB, rows64 = tl.kind == WgmmaTileKind::kRows64;
+      // This consumer's columns of the product: a 128-row tile's all (its own 64 rows), a 64-row
+      // tile's half (the same rows as the other consumer), a swap-AB tile's 64 of its 128.
+      const int ncols = swap ? 64 : rows64 ? tl.width / 2 : tl.width;
+      const int col_base = tl.n0 + (swap || rows64 ? c * ncols : 0);
+      // 128-byte rows: token row r of a stage at r * 128, weight row j at j * 128. The MMA shape is
+      // chosen here, outside the k loop (one instantiation each, see NOTES).
       const int my_tiles = min(k_tiles, (tl.split + 1) * split_tiles) - tl.split * split_tiles;
-      const int prev = tl.half ? mainloop<T, true>(acc, a_base, b_base, full, empty, my_tiles, s, phase, tid, gathered)
-                               : mainloop<T, false>(acc, a_base, b_base, full, empty, my_tiles, s, phase, tid, gathered);
+      const uint32_t sa0 = smem_u32(sa), sb0 = smem_u32(sb);
+      const uint32_t tok = sa0 + (tl.kind == WgmmaTileKind::kRows128 ? uint32_t(c * 64 * 128) : 0u);
+      const uint32_t wts = sb0 + uint32_t((col_base - tl.n0) * 128);
+      int prev;
+#define MOERUN_MAINLOOP(N, A, SA, B, SB) mainloop<T, N>(acc, A, SA, B, SB, full, empty, my_tiles, s, phase, tid, gathered)
+      if (swap) {  // the weights as the 64-row operand, the tokens as N
+        prev = tl.rows <= 16   ? MOERUN_MAINLOOP(16, wts, kStageB, tok, kStageA)
+               : tl.rows <= 32 ? MOERUN_MAINLOOP(32, wts, kStageB, tok, kStageA)
+                               : MOERUN_MAINLOOP(48, wts, kStageB, tok, kStageA);
+      } else {
+        switch (ncols) {
+          case 32: prev = MOERUN_MAINLOOP(32, tok, kStageA, wts, kStageB); break;
+          case 64: prev = MOERUN_MAINLOOP(64, tok, kStageA, wts, kStageB); break;
+          case 96: prev = MOERUN_MAINLOOP(96, tok, kStageA, wts, kStageB); break;
+          case 128: prev = MOERUN_MAINLOOP(128, tok, kStageA, wts, kStageB); break;
+          case 192: prev = MOERUN_MAINLOOP(192, tok, kStageA, wts, kStageB); break;
+          default: prev = MOERUN_MAINLOOP(256, tok, kStageA, wts, kStageB); break;
+        }
+      }
+#undef MOERUN_MAINLOOP
       wgmma_wait<0>();
       fence_acc(acc);
       if (prev >= 0 && tid == 0) mbar_arrive(&empty[prev]);
@@ -537,9 +621,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         // order, so the lowest unfinished tile never waits on a higher one: the chain cannot deadlock
         // (with the grid co-resident, one CTA an SM). The sum is p0 + p1 + ... in split order whoever
         // runs them: deterministic.
-        const int nv = tl.half ? 16 : 32;  // float4s of valid accumulators (m64n128: the first 64)
-        float4* slot = args.partial + (int64_t(tl.unit) * 2 + c) * 32 * 128 + tid;
-        int* flag = args.flags + tl.unit * 2 + c;
+        const int nv = swap ? 6 : ncols / 8;  // float4s of the accumulators in use (swap-AB: d[0..24))
+        char* unit_ws = args.split_ws + int64_t(tl.unit) * kWgmmaSplitUnitBytes;
+        float4* slot = reinterpret_cast<float4*>(unit_ws + 256) + c * 32 * 128 + tid;
+        int* flag = reinterpret_cast<int*>(unit_ws) + c;
         if (tl.split > 0) {
           if (tid == 0)
             while (ld_acquire_gpu(flag) != tl.split) __nanosleep(64);
@@ -568,16 +653,70 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
 
       // Epilogue. Accumulator block j of m64nNk16 holds rows 16 warp + lane / 4 (+ 8 in its second
-      // pair) and columns 8j + 2 (lane % 4) + {0, 1}.
-      const int row_base = tl.half ? 0 : c * 64;              // this consumer's first tile row
-      const int col_base = tl.n0 + (tl.half ? c * 128 : 0);  // and its first column of the product
+      // pair) and columns 8j + 2 (lane % 4) + {0, 1}: token rows and product columns, or in a
+      // swap-AB tile product columns (weight rows) and tokens. Each consumer stages 64 output columns
+      // of its rows at a time in buf and stores them as 16-byte pieces of whole rows.
       const int rl = 16 * warp + lane / 4, q2 = 2 * (lane % 4);
-      // Output chunks of 64 columns: 4 (2 for a 64-row tile) of D, or half that many of the activation.
       constexpr bool kFused = kAct != kNoAct;
-      const int chunks = (tl.half ? 2 : 4) / (kFused ? 2 : 1);
+      constexpr Act kA = static_cast<Act>(kFused ? kAct : 0);
+      const int row_base = tl.kind == WgmmaTileKind::kRows128 ? c * 64 : 0;  // this consumer's first tile row
       const int out_col0 = kFused ? col_base / 2 : col_base;
       const int out_cols = kFused ? args.n / 2 : args.n;
+      const int col_lim = min(out_cols, out_col0 + (kFused ? ncols / 2 : ncols));  // (64-row tiles: not the other's)
       const float* bias = kFused && args.bias ? args.bias + int64_t(tl.g) * args.n : nullptr;
+      const float alpha = args.alpha, limit = args.limit;
+      // Rows [0, rows) of buf to D's rows row0 + row_base + r, columns out_col0 + ch * 64 on.
+      auto store_chunk = [&](int ch, int rows) {
+        named_barrier_sync(1 + c, 128);
+#pragma unroll
+        for (int i2 = 0; i2 < 4; ++i2) {
+          const int qi = tid + 128 * i2, row = qi >> 3, c16 = qi & 7;
+          const int col = out_col0 + ch * 64 + c16 * 8;
+          if (row < rows && col < col_lim)
+            *reinterpret_cast<uint4*>(d + int64_t(tl.row0 + row_base + row) * args.ld_d + col) =
+                *reinterpret_cast<const uint4*>(buf + row * kOutPitch + c16 * 16);
+        }
+      };
+      if (swap) {
+        // The accumulators hold product columns col_base + rl (+ 8) of tokens 8j + q2 + {0, 1},
+        // transposed into buf one element at a time. In kBlocks8 weight row rl (in an even 8-row
+        // block) is a gate row and rl + 8 its up row: output column 8 warp + lane / 4 of the consumer.
+        const int nt8 = (tl.rows + 7) / 8;
+        auto put = [&](int tok_row, int col, float v) {
+          T x;
+          if constexpr (std::is_same_v<T, __nv_bfloat16>) x = __float2bfloat16_rn(v);
+          else x = __float2half_rn(v);
+          *reinterpret_cast<T*>(buf + tok_row * kOutPitch + col * 2) = x;
+        };
+        float bg = 0.f, bu = 0.f;
+        if (bias && col_base + rl < args.n) {
+          bg = bias[col_base + rl];
+          bu = bias[col_base + rl + 8];
+        }
+        named_barrier_sync(1 + c, 128);  // the previous tile's last chunk has been stored
+#pragma unroll
+        for (int j = 0; j < 6; ++j) {
+          if (j < nt8) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float g = acc[4 * j + e], u = acc[4 * j + 2 + e];
+              const int tr = 8 * j + q2 + e;
+              if constexpr (kFused) {
+                put(tr, 8 * warp + lane / 4, apply_act(kA, g + bg, u + bu, alpha, limit));
+              } else {
+                put(tr, rl, g);
+                put(tr, rl + 8, u);
+              }
+            }
+          }
+        }
+        store_chunk(0, tl.rows);
+        continue;
+      }
+      // Output chunks of 64 columns: of D, 8 accumulator blocks each; of the activation, 16 (gate
+      // block j, up block j + 1).
+      const int chunks = kFused ? (ncols + 127) / 128 : (ncols + 63) / 64;
+      const int rows_here = min(64, tl.rows - row_base);
 #pragma unroll
       for (int ch = 0; ch < 4; ++ch) {
         if (ch < chunks) {
@@ -591,7 +730,6 @@ __global__ void __launch_bounds__(kThreads, 1)
               *reinterpret_cast<uint32_t*>(buf + (rl + 8) * kOutPitch + cb) = pack2<T>(acc[4 * j + 2], acc[4 * j + 3]);
             }
           } else if (ch < 2) {  // (the act form has at most two chunks: keep the indices in range)
-            constexpr Act k = static_cast<Act>(kFused ? kAct : 0);
 #pragma unroll
             for (int jj = 0; jj < 8; ++jj) {
               const int j = ch * 16 + 2 * jj;  // gate block j, up block j + 1
@@ -606,24 +744,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                   bu1 = bias[gc + 9];
                 }
               }
-              const float a = args.alpha, l = args.limit;
               *reinterpret_cast<uint32_t*>(buf + rl * kOutPitch + cb) =
-                  pack2<T>(apply_act(k, acc[4 * j] + bg0, acc[4 * j + 4] + bu0, a, l),
-                           apply_act(k, acc[4 * j + 1] + bg1, acc[4 * j + 5] + bu1, a, l));
+                  pack2<T>(apply_act(kA, acc[4 * j] + bg0, acc[4 * j + 4] + bu0, alpha, limit),
+                           apply_act(kA, acc[4 * j + 1] + bg1, acc[4 * j + 5] + bu1, alpha, limit));
               *reinterpret_cast<uint32_t*>(buf + (rl + 8) * kOutPitch + cb) =
-                  pack2<T>(apply_act(k, acc[4 * j + 2] + bg0, acc[4 * j + 6] + bu0, a, l),
-                           apply_act(k, acc[4 * j + 3] + bg1, acc[4 * j + 7] + bu1, a, l));
+                  pack2<T>(apply_act(kA, acc[4 * j + 2] + bg0, acc[4 * j + 6] + bu0, alpha, limit),
+                           apply_act(kA, acc[4 * j + 3] + bg1, acc[4 * j + 7] + bu1, alpha, limit));
             }
           }
-          named_barrier_sync(1 + c, 128);
-#pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
-            const int qi = tid + 128 * i2, row = qi >> 3, c16 = qi & 7;
-            const int col = out_col0 + ch * 64 + c16 * 8;
-            if (row_base + row < tl.rows && col < out_cols)
-              *reinterpret_cast<uint4*>(d + int64_t(tl.row0 + row_base + row) * args.ld_d + col) =
-                  *reinterpret_cast<const uint4*>(buf + row * kOutPitch + c16 * 16);
-          }
+          store_chunk(ch, rows_here);
         }
       }
     }
@@ -660,19 +789,21 @@ template <typename T, int kAct>
 struct KernelTag {};  // one dynamic shared-memory record per instantiation (ensure_max_dynamic_smem)
 
 template <typename T, int kAct>
-cudaError_t launch_kernel(const CUtensorMap& ma128, const CUtensorMap& ma64, const CUtensorMap& mb, const KernelArgs& a,
+cudaError_t launch_kernel(const CUtensorMap& ma128, const CUtensorMap& ma64, const CUtensorMap& mb,
+                          const CUtensorMap& mb128, const CUtensorMap& mb64, const KernelArgs& a,
                           int grid, cudaStream_t stream) {
   if (const cudaError_t e =
           ensure_max_dynamic_smem<KernelTag<T, kAct>>(grouped_kernel<T, kAct>, static_cast<int>(kSmemBytes));
       e != cudaSuccess)
     return e;
-  grouped_kernel<T, kAct><<<grid, kThreads, kSmemBytes, stream>>>(ma128, ma64, mb, a);
+  grouped_kernel<T, kAct><<<grid, kThreads, kSmemBytes, stream>>>(ma128, ma64, mb, mb128, mb64, a);
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, int half_tiles, cudaStream_t stream) {
+cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, WgmmaTiles tiles, cudaStream_t stream) {
   const bool act = p.tile == CutlassTile::kTokens128x256Act;
+  if (!wgmma_tiles_valid(tiles)) return cudaErrorInvalidValue;
   if (p.groups <= 0 || p.n <= 0 || p.k <= 0 || p.rows <= 0) return cudaSuccess;
   if (p.tile == CutlassTile::kSwapAB || p.groups > kMaxGroups || p.n % 8 != 0 || p.k % 8 != 0 ||
       p.b_group_stride % 8 != 0 || p.sm_count <= 0 || p.rows > 0x7fffffff || (!p.seg_offsets && p.groups != 1) ||
@@ -685,17 +816,20 @@ cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, int half_tile
       p.split_workspace_bytes < wgmma_split_workspace_bytes(p.rows, p.groups, p.n, p.k_splits))))
     return cudaErrorInvalidValue;
   if (!tensor_map_encoder()) return cudaErrorNotSupported;
-  CUtensorMap ma128{}, ma64{}, mb{};  // (with a gather the A maps stay unused)
+  CUtensorMap ma128{}, ma64{}, mb{}, mb128{}, mb64{};  // (with a gather the A maps stay unused)
   const bool gather = p.a_row_index != nullptr;
   const cuuint64_t a_dims[2] = {cuuint64_t(p.k), cuuint64_t(p.rows)};
   const cuuint64_t a_strides[1] = {cuuint64_t(p.k) * sizeof(T)};
   const cuuint32_t box128[2] = {kBK, kBM}, box64[2] = {kBK, kBM / 2};
   const cuuint64_t b_dims[3] = {cuuint64_t(p.k), cuuint64_t(p.n), cuuint64_t(p.groups)};
   const cuuint64_t b_strides[2] = {cuuint64_t(p.k) * sizeof(T), cuuint64_t(p.b_group_stride > 0 ? p.b_group_stride : int64_t(p.n) * p.k) * sizeof(T)};
-  const cuuint32_t b_box[3] = {kBK, kBN, 1};
+  const cuuint32_t b_box[3] = {kBK, kBN, 1}, b_box128[3] = {kBK, kBN / 2, 1},
+                  b_box64[3] = {kBK, kBN / 4, 1};  // (narrow last blocks, swap-AB tiles)
   if ((!gather && (encode_map<T>(&ma128, 2, p.a, a_dims, a_strides, box128) != CUDA_SUCCESS ||
                    encode_map<T>(&ma64, 2, p.a, a_dims, a_strides, box64) != CUDA_SUCCESS)) ||
-      encode_map<T>(&mb, 3, p.b, b_dims, b_strides, b_box) != CUDA_SUCCESS)
+      encode_map<T>(&mb, 3, p.b, b_dims, b_strides, b_box) != CUDA_SUCCESS ||
+      encode_map<T>(&mb128, 3, p.b, b_dims, b_strides, b_box128) != CUDA_SUCCESS ||
+      encode_map<T>(&mb64, 3, p.b, b_dims, b_strides, b_box64) != CUDA_SUCCESS)
     return cudaErrorInvalidValue;
   KernelArgs a;
   a.seg = p.seg_offsets;
@@ -705,7 +839,7 @@ cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, int half_tile
   a.k = p.k;
   a.d = p.d;
   a.ld_d = act ? p.n / 2 : p.n;
-  a.half_tiles = half_tiles;
+  a.tiles = tiles;
   a.counters = counters;
   a.alpha = p.alpha;
   a.limit = p.limit;
@@ -713,18 +847,14 @@ cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, int half_tile
   a.a_src = gather ? p.a : nullptr;
   a.a_index = p.a_row_index;
   a.k_splits = p.k_splits;
-  if (p.k_splits > 1) {
-    a.flags = static_cast<int*>(p.split_workspace);
-    a.partial = reinterpret_cast<float4*>(static_cast<char*>(p.split_workspace) +
-                                          wgmma_split_flag_bytes(p.rows, p.groups, p.n));
-  }
-  if (!act) return launch_kernel<T, kNoAct>(ma128, ma64, mb, a, p.sm_count, stream);
+  if (p.k_splits > 1) a.split_ws = static_cast<char*>(p.split_workspace);
+  if (!act) return launch_kernel<T, kNoAct>(ma128, ma64, mb, mb128, mb64, a, p.sm_count, stream);
   switch (p.act) {
-    case Act::kSiluAndMul: return launch_kernel<T, static_cast<int>(Act::kSiluAndMul)>(ma128, ma64, mb, a, p.sm_count, stream);
-    case Act::kGeluAndMul: return launch_kernel<T, static_cast<int>(Act::kGeluAndMul)>(ma128, ma64, mb, a, p.sm_count, stream);
+    case Act::kSiluAndMul: return launch_kernel<T, static_cast<int>(Act::kSiluAndMul)>(ma128, ma64, mb, mb128, mb64, a, p.sm_count, stream);
+    case Act::kGeluAndMul: return launch_kernel<T, static_cast<int>(Act::kGeluAndMul)>(ma128, ma64, mb, mb128, mb64, a, p.sm_count, stream);
     case Act::kGeluTanhAndMul:
-      return launch_kernel<T, static_cast<int>(Act::kGeluTanhAndMul)>(ma128, ma64, mb, a, p.sm_count, stream);
-    case Act::kSwigluOai: return launch_kernel<T, static_cast<int>(Act::kSwigluOai)>(ma128, ma64, mb, a, p.sm_count, stream);
+      return launch_kernel<T, static_cast<int>(Act::kGeluTanhAndMul)>(ma128, ma64, mb, mb128, mb64, a, p.sm_count, stream);
+    case Act::kSwigluOai: return launch_kernel<T, static_cast<int>(Act::kSwigluOai)>(ma128, ma64, mb, mb128, mb64, a, p.sm_count, stream);
     default: return cudaErrorInvalidValue;  // (act_gated refused the others above)
   }
 }

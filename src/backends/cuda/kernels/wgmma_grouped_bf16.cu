@@ -3,9 +3,9 @@
 
 namespace moerun::cuda_kernels {
 
-cudaError_t launch_wgmma_grouped_bf16(const CutlassGroupedParams& p, int* counters, int half_tiles,
+cudaError_t launch_wgmma_grouped_bf16(const CutlassGroupedParams& p, int* counters, WgmmaTiles tiles,
                                       cudaStream_t stream) {
-  return wgmma::launch_t<__nv_bfloat16>(p, counters, half_tiles, stream);
+  return wgmma::launch_t<__nv_bfloat16>(p, counters, tiles, stream);
 }
 
 }  // namespace moerun::cuda_kernels
