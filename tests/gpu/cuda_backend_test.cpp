@@ -20,6 +20,7 @@
 #include "backends/cuda/stream_tune.hpp"
 #include "backends/reference/reference_backend.hpp"
 #include "moerun/backend.hpp"
+#include "moerun/error.hpp"
 #include "moerun/formats.hpp"
 #include "moerun/weights.hpp"
 #include "routing/topk.hpp"
@@ -1577,6 +1578,68 @@ TEST(CudaBackend, GraphReplayEqualsEager) {
     cudaStreamDestroy(st);
     cudaFree(dh); cudaFree(dl); cudaFree(d1); cudaFree(d2);
   }
+}
+
+// A capture that would allocate is refused with a message that says what to do, and leaves the
+// capture intact to end: a forward captured with no eager forward before it (the workspaces), and
+// one captured with split K after an eager forward without it (the split workspace).
+TEST(CudaBackend, CaptureThatWouldAllocateIsRefused) {
+  REQUIRE_GPU();
+  const MoeSpec s = make_spec(8, 2, 264, 136);
+  const Platform plat = sm90_platform();
+  const MoeWeights w = random_weights(s, 31);
+  const int64_t m = 300;  // the wgmma engine (split K applies)
+  const Inputs in = make_inputs(s, m, 32, Route::kLogits);
+  void *dh, *dl, *dout;
+  CK(cudaMalloc(&dh, in.hidden.nbytes()));
+  CK(cudaMalloc(&dl, in.logits.nbytes()));
+  CK(cudaMalloc(&dout, in.hidden.nbytes()));
+  CK(cudaMemcpy(dh, in.hidden.data(), in.hidden.nbytes(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dl, in.logits.data(), in.logits.nbytes(), cudaMemcpyHostToDevice));
+  cudaStream_t st;
+  CK(cudaStreamCreate(&st));
+  ForwardArgs a;
+  a.hidden = {dh, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+  a.router_logits = {dl, DType::kF32, {m, s.num_experts}, DeviceKind::kCuda, 0};
+  a.output = {dout, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+  a.stream = st;
+  auto refused = [&](Runner& r, const char* what) {
+    SCOPED_TRACE(what);
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    std::string msg;
+    try {
+      r.forward(a);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      msg = e.what();
+    }
+    cudaGraph_t g = nullptr;
+    EXPECT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
+    if (g) cudaGraphDestroy(g);
+    EXPECT_NE(msg.find("being captured"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  };
+  {
+    auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+    ASSERT_EQ(runner->variant_for(m), kWgmma);
+    refused(*runner, "workspace of a forward of 300 tokens");
+  }
+  {
+    auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+    runner->forward(a);  // sizes everything but the split workspace
+    CK(cudaStreamSynchronize(st));
+    KSplit split(2);
+    refused(*runner, "split-K workspace");
+    runner->forward(a);  // eager: grows it; a capture now succeeds
+    CK(cudaStreamSynchronize(st));
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    runner->forward(a);
+    CK(cudaStreamEndCapture(st, &g));
+    cudaGraphDestroy(g);
+  }
+  cudaStreamDestroy(st);
+  cudaFree(dh); cudaFree(dl); cudaFree(dout);
 }
 
 // A graph captured at m tokens replays the same output after a larger eager forward has grown the

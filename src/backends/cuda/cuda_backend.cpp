@@ -620,13 +620,7 @@ class CudaRunner final : public Runner {
   // them so.
   void* split_workspace(size_t bytes, cudaStream_t s) {
     if (bytes <= split_ws_.capacity()) return split_ws_.get();
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    MOERUN_CUDA_CHECK(cudaStreamIsCapturing(s, &st));
-    if (st != cudaStreamCaptureStatusNone)
-      throw_error(ErrorKind::kInvalidArgument,
-                  "cuda: this forward's split-K workspace (" + std::to_string(bytes) +
-                      " bytes) would be allocated while the stream is being captured; run one eager "
-                      "forward of at least this many tokens before capturing");
+    cuda_detail::DeviceMoe::refuse_if_capturing(s, "this forward's split-K workspace (" + std::to_string(bytes) + " bytes)");
     MOERUN_CUDA_CHECK(cudaDeviceSynchronize());  // the old one may still be in use
     d_.grow(split_ws_, bytes);
     MOERUN_CUDA_CHECK(cudaMemsetAsync(split_ws_.get(), 0, split_ws_.capacity(), s));

@@ -198,15 +198,19 @@ cuda_kernels::AlignOutput DeviceMoe::align_out() const {
   return a;
 }
 
-void DeviceMoe::reserve(int64_t m, cudaStream_t s, size_t scratch_bytes) {
-  if (m <= cap_m_ && scratch_bytes <= cap_scratch_) return;
+void DeviceMoe::refuse_if_capturing(cudaStream_t s, const std::string& what) {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   MOERUN_CUDA_CHECK(cudaStreamIsCapturing(s, &st));
   if (st != cudaStreamCaptureStatusNone)
     throw_error(ErrorKind::kInvalidArgument,
-                "cuda: a forward of " + std::to_string(m) +
-                    " tokens would allocate workspace while the stream is being captured; run one "
-                    "eager forward of at least this many tokens before capturing");
+                "cuda: " + what +
+                    " would be allocated while the stream is being captured; run one eager forward of at "
+                    "least this many tokens before capturing");
+}
+
+void DeviceMoe::reserve(int64_t m, cudaStream_t s, size_t scratch_bytes) {
+  if (m <= cap_m_ && scratch_bytes <= cap_scratch_) return;
+  refuse_if_capturing(s, "the workspace of a forward of " + std::to_string(m) + " tokens");
   MOERUN_CUDA_CHECK(cudaDeviceSynchronize());  // old workspaces may still be in use
   const int64_t cm = std::max<int64_t>(m, cap_m_);
   const size_t es = elem_size(elem_);

@@ -102,6 +102,8 @@ class DeviceMoe {
   // points at it, and a larger eager forward after the capture must not leave it replaying freed
   // memory. (Callers check first that the stream is not being captured.)
   bool grow(DeviceBuffer& b, size_t bytes);
+  // Throws kInvalidArgument when s is being captured: `what` (a workspace) would be allocated then.
+  static void refuse_if_capturing(cudaStream_t s, const std::string& what);
 
  private:
   MoeSpec spec_;

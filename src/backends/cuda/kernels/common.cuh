@@ -23,6 +23,10 @@ namespace moerun::cuda_kernels {
 // the stream's earlier work wrote (and before returning, so that its completion still implies its
 // predecessor's); pdl_trigger() only lets the next kernel be scheduled, never lets it read early.
 // (sm_90+: on an older target the launch attribute does not exist, so these have nothing to do.)
+// The expert-sorted chain (gather, the wgmma GEMMs, activation, combine) is launched plainly: with
+// PDL it measured no faster on the H200 and about 1% slower at 1024 tokens (mixtral-8x7b 1.483 /
+// 1.526 against 1.470 / 1.507 ms, qwen3-30b-a3b 0.397 / 0.406 against 0.392 / 0.403; alternated,
+// bench/results/2026-12-03_s22_h200/NOTES.md).
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -49,13 +53,11 @@ __device__ __forceinline__ void l2_prefetch_bulk(const void* src, int64_t bytes)
 #endif
 }
 
-// MOERUN_CUDA_PDL=0 launches the same kernels without the attribute (side-by-side measurement).
+// MOERUN_CUDA_PDL=0 launches the same kernels without the attribute (side-by-side measurement; read
+// per launch, so one process can capture graphs of both forms).
 inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("MOERUN_CUDA_PDL");
-    return !(v && v[0] == '0');
-  }();
-  return on;
+  const char* v = std::getenv("MOERUN_CUDA_PDL");
+  return !(v && v[0] == '0');
 }
 
 template <typename... KArgs, typename... Args>
