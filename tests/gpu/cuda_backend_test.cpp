@@ -1055,7 +1055,9 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
   void* dsplit;
   CK(cudaMalloc(&dsplit, split_bytes));
   CK(cudaMemset(dsplit, 0, split_bytes));
-  for (int engine : {0, 1, 2})  // CUTLASS, wgmma, wgmma with K in 2 splits (the activation after the sum)
+  // CUTLASS, wgmma, wgmma with K in 2 splits (the activation after the sum), wgmma with swap-AB tail
+  // tiles of up to 48 rows (their transposed activation epilogue; off by default).
+  for (int engine : {0, 1, 2, 3})
   for (Act act : {Act::kSiluAndMul, Act::kSwigluOai}) {
     const bool wgmma = engine > 0;
     auto launch = [&](const CutlassGroupedParams& x0) {
@@ -1065,11 +1067,12 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
         x.split_workspace = dsplit;
         x.split_workspace_bytes = split_bytes;
       }
+      if (engine == 3) return launch_wgmma_grouped(Elem::kBF16, x, counters, nullptr, WgmmaTiles{1, 48, 1});
       return wgmma ? launch_wgmma_grouped(Elem::kBF16, x, counters, nullptr) : launch_cutlass_grouped(Elem::kBF16, x, nullptr);
     };
     const bool with_bias = act == Act::kSwigluOai;
-    const std::string what_s = std::string(engine == 0 ? "cutlass " : engine == 1 ? "wgmma " : "wgmma split ") +
-                               (with_bias ? "swiglu-oai + bias" : "silu-and-mul");
+    const char* names[] = {"cutlass ", "wgmma ", "wgmma split ", "wgmma swap-AB tails "};
+    const std::string what_s = std::string(names[engine]) + (with_bias ? "swiglu-oai + bias" : "silu-and-mul");
     const char* what = what_s.c_str();
     CutlassGroupedParams q = p;
     q.act = act;
