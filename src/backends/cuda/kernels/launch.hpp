@@ -322,7 +322,7 @@ inline constexpr int kWgmmaMaxGroups = 1024;  // groups per launch (the runner f
 // narrow_n is on.
 struct WgmmaTiles {
   int half = 1;
-  int swap_rows = 0;  // (off: measured slower, see below)
+  int swap_rows = 0;  // (off: measured slower, above)
   int narrow_n = 1;
 };
 inline constexpr bool wgmma_tiles_valid(WgmmaTiles t) {
