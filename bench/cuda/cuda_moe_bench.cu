@@ -30,6 +30,7 @@
 
 #include "backends/cublas/cublas_backend.hpp"
 #include "backends/cuda/cuda_backend.hpp"
+#include "backends/cuda/kernels/launch.hpp"
 #include "moerun/backend.hpp"
 #include "moerun/weights.hpp"
 #include "routing/topk.hpp"
@@ -225,6 +226,14 @@ int main(int argc, char** argv) {
   nlohmann::json out;
   out["device"] = prop.name;
   out["sms"] = prop.multiProcessorCount;
+  {
+    int clusters = 0;
+    if (moerun::cuda_kernels::wgmma_pair_clusters(&clusters) == cudaSuccess) {
+      out["wgmma_pair_clusters"] = clusters;
+      std::printf("# %s: %d SMs; the wgmma engine's paired mode fits %d clusters of two\n", prop.name,
+                  prop.multiProcessorCount, clusters);
+    }
+  }
 
   // ---- limits ----
   double copy_bw, mm_rate;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -430,12 +431,11 @@ cuda_kernels::CutlassGroupedParams grouped_params(int groups, const int32_t* seg
 // groups around the 64-token tile, rows past seg[E], n and k off the tile sizes), and the one-group
 // form (no seg_offsets) too. Operands are multiples of 1/8 in [-1, 1], so the fp32 sums are exact
 // and only the bf16 rounding of D remains.
-void check_grouped_engines(int n) {
+void check_grouped_engines(int n, int k = 72) {
   using namespace cuda_kernels;
-  SCOPED_TRACE("n " + std::to_string(n));
+  SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int k = 72;
   // Remainders past the 128-row tiles of each tail form (WgmmaTiles): 1, 17, 40, 48 (swap-AB), 49,
   // 63, 64 (64-row), 65, 100, 112 (64-row + swap-AB), 113 (128-row), and whole tiles.
   const std::vector<int> sizes = {0, 1, 63, 64, 0, 65, 130, 0, 17, 40, 48, 49, 100, 112, 113, 161, 346};
@@ -519,11 +519,12 @@ void check_grouped_engines(int n) {
   void* dsplit;
   CK(cudaMalloc(&dsplit, split_bytes));
   CK(cudaMemset(dsplit, 0, split_bytes));
-  for (int engine = 0; engine < 10; ++engine) {
+  for (int engine = 0; engine < 13; ++engine) {
     const char* names[] = {"128x256", "swap-AB", "wgmma", "wgmma static (swap-AB tails)", "wgmma 128-row tiles",
                            "wgmma gathered (swap-AB tails)",
                            "wgmma gathered, static, 128-row tiles", "wgmma, K in 2 splits (swap-AB tails)",
-                           "wgmma, swap-AB tails of 16", "wgmma, 64-row tails only, full-width N"};
+                           "wgmma, swap-AB tails of 16", "wgmma, 64-row tails only, full-width N",
+                           "wgmma paired", "wgmma paired, static, full-width N", "wgmma paired, 128-row tiles"};
     const char* what = names[engine];
     const CutlassTile tile = engine == 1 ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256;
     auto launch = [&](const CutlassGroupedParams& q0) {
@@ -546,12 +547,17 @@ void check_grouped_engines(int n) {
       if (engine == 5 || engine == 7) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr, swap48);
       if (engine == 8) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr, WgmmaTiles{1, 16, 1});
       if (engine == 9) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr, WgmmaTiles{1, 0, 0});
+      // Paired (clusters of two sharing each weight tile): the default tails, static with full-width
+      // N, and 128-row tiles only (every expert's odd last tile a solo item split by columns).
+      if (engine == 10) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr, WgmmaTiles{1, 0, 1, 1});
+      if (engine == 11) return launch_wgmma_grouped(Elem::kBF16, q, nullptr, nullptr, WgmmaTiles{1, 0, 0, 1});
+      if (engine == 12) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr, WgmmaTiles{0, 0, 1, 1});
       return launch_wgmma_grouped_bf16(q, engine == 3 ? nullptr : counters, engine == 3 ? swap48 : rows128, nullptr);
     };
     CutlassGroupedParams p = grouped_params(groups, dseg, da, db, dd, n, k, dws, ws, sms);
     p.tile = tile;
     p.rows = alloc_rows;  // (the wgmma engine's tensor maps; CUTLASS ignores it with seg_offsets)
-    for (int rep = 0; rep < (engine == 2 || engine == 5 || engine == 7 || engine == 8 ? 3 : 1); ++rep) {  // the counters (and split flags) are left zero for the next launch
+    for (int rep = 0; rep < (engine == 2 || engine == 5 || engine == 7 || engine == 8 || engine == 10 ? 3 : 1); ++rep) {  // the counters (and split flags) are left zero for the next launch
       CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
       CK(launch(p));
       CK(cudaDeviceSynchronize());
@@ -598,6 +604,17 @@ void check_grouped_engines(int n) {
     bad.groups = 1025;
     EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue);
     EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, p, counters, nullptr, WgmmaTiles{1, 24, 1}), cudaErrorInvalidValue);
+    // The paired mode takes no swap-AB tails, split K or gathered A.
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, p, counters, nullptr, WgmmaTiles{1, 16, 1, 1}), cudaErrorInvalidValue);
+    bad = p;
+    bad.a = dsrc;
+    bad.a_row_index = didx;
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr, WgmmaTiles{1, 0, 1, 1}), cudaErrorInvalidValue);
+    bad = p;
+    bad.k_splits = 2;
+    bad.split_workspace = dsplit;
+    bad.split_workspace_bytes = split_bytes;
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr, WgmmaTiles{1, 0, 1, 1}), cudaErrorInvalidValue);
     EXPECT_EQ(launch_wgmma_grouped(Elem::kF32, p, counters, nullptr), cudaErrorInvalidValue);
     bad = p;  // a misaligned gather source
     bad.a = static_cast<const char*>(dsrc) + 8;
@@ -619,7 +636,7 @@ void check_grouped_engines(int n) {
     EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue) << "too small";
     bad.split_workspace_bytes = split_bytes;
     bad.k_splits = 3;
-    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue) << "an empty run";
+    if (k == 72) EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue) << "an empty run";
     bad.k = 4 * 64 * 5;
     bad.k_splits = kWgmmaMaxKSplits + 1;
     EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue) << "too many";
@@ -646,12 +663,17 @@ void check_grouped_engines(int n) {
   EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, unknown, nullptr), cudaErrorInvalidValue);
   cudaFree(da); cudaFree(db); cudaFree(dd); cudaFree(dws); cudaFree(dseg);
 }
-// n = 136: one 256-column block of 136 (a 192-wide MMA; the second swap-AB half has 8 columns);
-// n = 328: a whole block and one of 72 (128 wide; its second swap-AB half is past n, skipped).
+// n = 136: one 256-column block of 136 (a 192-wide MMA; the second swap-AB half has 8 columns; the
+// paired mode's second weight half 8 rows);
+// n = 328: a whole block and one of 72 (128 wide; its second swap-AB half is past n, skipped; the
+// paired mode copies one weight half there, and a solo item's second CTA has no columns).
+// k = 1480 (24 k tiles, the last of 8): items of many k steps, so each CTA's stage ring wraps inside
+// a tile and the paired CTAs' rings run long in step.
 TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
   REQUIRE_GPU();
   check_grouped_engines(136);
   check_grouped_engines(328);
+  check_grouped_engines(328, 1480);
 }
 
 // ---- the gated activation fused into the 128x256 gate_up GEMM (CutlassTile::kTokens128x256Act) ----
@@ -927,6 +949,89 @@ void check_split_k(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, i
       << "the split forward gave the unsplit output bit for bit: no split ran";
 }
 
+// The wgmma engine's paired mode (MOERUN_CUDA_PAIR=1: clusters of two CTAs, each weight tile copied
+// half by each and multicast to both) against the reference and against the unpaired engine on the
+// same runner and inputs: fused and unfused activations, biases, a hot expert, empty experts, experts
+// whose M tiles pair up and those with a solo last tile (64-row or 128-row), a shared expert (one
+// group), fp16, and gate_up widths that leave a narrow last column block. The products are the same
+// wgmma k steps in the same order, so the two must agree to rounding (they are expected to be equal
+// bit for bit; the message says whether they were).
+class PairMode {
+ public:
+  explicit PairMode(const char* v) { setenv("MOERUN_CUDA_PAIR", v, 1); }
+  ~PairMode() { unsetenv("MOERUN_CUDA_PAIR"); }
+  PairMode(const PairMode&) = delete;
+  PairMode& operator=(const PairMode&) = delete;
+};
+
+void check_paired(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, bool fused) {
+  SCOPED_TRACE(spec.summary() + " m=" + std::to_string(m) + (fused ? " fused" : " unfused"));
+  ForceGemm force(kWgmma);
+  FusedAct act(fused);
+  spec.validate();
+  const Platform plat = sm90_platform();
+  const MoeWeights w = random_weights(spec, seed);
+  auto runner = make_cuda_backend()->create_runner(spec, w, plat, {});
+  ASSERT_EQ(runner->variant_for(m), kWgmma);
+  const Inputs in = make_inputs(spec, m, seed + 7, route);
+  HostTensor paired(spec.act_dtype, {m, spec.hidden}), again(spec.act_dtype, {m, spec.hidden}),
+      single(spec.act_dtype, {m, spec.hidden}), want(spec.act_dtype, {m, spec.hidden});
+  poison(paired);
+  poison(again);
+  poison(single);
+  {
+    PairMode on("1");
+    runner->forward(host_args(in, paired));
+    runner->forward(host_args(in, again));
+  }
+  {
+    PairMode off("0");
+    runner->forward(host_args(in, single));
+  }
+  make_reference_backend()->create_runner(spec, w, plat, {})->forward(host_args(in, want));
+  const double tol = tolerance_for(spec).rel_l2;
+  int64_t bad = 0;
+  EXPECT_LT(rel_error(paired, want, m * spec.hidden, &bad), tol);
+  EXPECT_EQ(bad, 0);
+  EXPECT_LT(rel_error(paired, single, m * spec.hidden, &bad), tol);
+  EXPECT_EQ(std::memcmp(paired.data(), again.data(), paired.nbytes()), 0) << "two paired forwards differ";
+  const bool same = std::memcmp(paired.data(), single.data(), paired.nbytes()) == 0;
+  std::printf("[paired] %s m=%lld: %s the unpaired engine's output\n", spec.summary().c_str(),
+              static_cast<long long>(m), same ? "bit for bit" : "within tolerance of (not bitwise)");
+}
+
+TEST(CudaBackend, SmallPairedMatchesUnpaired) {
+  REQUIRE_GPU();
+  for (bool fused : {true, false}) {
+    check_paired(make_spec(8, 2, 264, 200), 257, 1500, Route::kLogits, fused);  // ~64 rows an expert
+    check_paired(make_spec(8, 2, 264, 200), 900, 1501, Route::kLogits, fused);  // ~225: pairs and solos
+    check_paired(make_spec(16, 3, 136, 96, ActivationKind::kGeluAndMul, WeightFormat::kF16), 700, 1502,
+                 Route::kHotExpert, fused);
+    MoeSpec b = make_spec(64, 4, 200, 136, ActivationKind::kSwigluOai);
+    b.expert_bias = true;
+    b.activation.interleaved_gate_up = true;
+    b.shared.count = 1;
+    b.shared.intermediate = 200;
+    b.shared.gated_by_router = true;
+    check_paired(b, 1601, 1503, Route::kLogits, fused);
+  }
+  PairMode swap_too("1");
+  setenv("MOERUN_CUDA_SWAP_TAILS", "16", 1);  // refused together, with a message
+  const MoeSpec s = make_spec(8, 2, 264, 200);
+  const MoeWeights w = random_weights(s, 1504);
+  ForceGemm force(kWgmma);
+  auto runner = make_cuda_backend()->create_runner(s, w, sm90_platform(), {});
+  const Inputs in = make_inputs(s, 257, 1505, Route::kLogits);
+  HostTensor out(s.act_dtype, {257, s.hidden});
+  try {
+    runner->forward(host_args(in, out));
+    ADD_FAILURE() << "MOERUN_CUDA_PAIR=1 with MOERUN_CUDA_SWAP_TAILS=16 ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MOERUN_CUDA_PAIR"), std::string::npos) << e.what();
+  }
+  unsetenv("MOERUN_CUDA_SWAP_TAILS");
+}
+
 // H = 264 (gate_up: five 64-k tiles, so 4 splits fall back to 3) and I = 200 (down: four); odd group
 // sizes, a hot expert, fp16, biases, a gated shared expert (split too: one group), 64-row tiles.
 TEST(CudaBackend, SmallSplitKMatchesUnsplit) {
@@ -1056,8 +1161,9 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
   CK(cudaMalloc(&dsplit, split_bytes));
   CK(cudaMemset(dsplit, 0, split_bytes));
   // CUTLASS, wgmma, wgmma with K in 2 splits (the activation after the sum), wgmma with swap-AB tail
-  // tiles of up to 48 rows (their transposed activation epilogue; off by default).
-  for (int engine : {0, 1, 2, 3})
+  // tiles of up to 48 rows (their transposed activation epilogue; off by default), wgmma paired (a
+  // solo item's two CTAs each on 128 columns: 64 of the activation).
+  for (int engine : {0, 1, 2, 3, 4})
   for (Act act : {Act::kSiluAndMul, Act::kSwigluOai}) {
     const bool wgmma = engine > 0;
     auto launch = [&](const CutlassGroupedParams& x0) {
@@ -1068,10 +1174,11 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
         x.split_workspace_bytes = split_bytes;
       }
       if (engine == 3) return launch_wgmma_grouped(Elem::kBF16, x, counters, nullptr, WgmmaTiles{1, 48, 1});
+      if (engine == 4) return launch_wgmma_grouped(Elem::kBF16, x, counters, nullptr, WgmmaTiles{1, 0, 1, 1});
       return wgmma ? launch_wgmma_grouped(Elem::kBF16, x, counters, nullptr) : launch_cutlass_grouped(Elem::kBF16, x, nullptr);
     };
     const bool with_bias = act == Act::kSwigluOai;
-    const char* names[] = {"cutlass ", "wgmma ", "wgmma split ", "wgmma swap-AB tails "};
+    const char* names[] = {"cutlass ", "wgmma ", "wgmma split ", "wgmma swap-AB tails ", "wgmma paired "};
     const std::string what_s = std::string(names[engine]) + (with_bias ? "swiglu-oai + bias" : "silu-and-mul");
     const char* what = what_s.c_str();
     CutlassGroupedParams q = p;
@@ -1421,6 +1528,10 @@ TEST(CudaLaunch, WgmmaTailTilesCoverEveryRowOnce) {
   EXPECT_FALSE(wgmma_tiles_valid(WgmmaTiles{1, 24, 1}));
   EXPECT_FALSE(wgmma_tiles_valid(WgmmaTiles{0, 16, 1}));  // swap tails need the 64-row tiles' order
   EXPECT_FALSE(wgmma_tiles_valid(WgmmaTiles{1, 16, 2}));
+  EXPECT_FALSE(wgmma_tiles_valid(WgmmaTiles{1, 16, 1, 1}));  // pairs take no swap-AB tails
+  EXPECT_FALSE(wgmma_tiles_valid(WgmmaTiles{1, 0, 1, 2}));
+  EXPECT_TRUE(wgmma_tiles_valid(WgmmaTiles{1, 0, 1, 1}));
+  EXPECT_TRUE(wgmma_tiles_valid(WgmmaTiles{0, 0, 0, 1}));
   // gpt-oss-120b at 8192 tokens: 256 +- 16 rows an expert.
   const WgmmaTiles swap48{1, 48, 1};
   EXPECT_EQ(wgmma_m_tiles(256, swap48), 2);

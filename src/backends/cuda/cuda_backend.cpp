@@ -140,7 +140,8 @@ bool gemm_gather_enabled() {
 
 // The wgmma engine's tail tiles (launch.hpp, WgmmaTiles): MOERUN_CUDA_SWAP_TAILS=0|16|32|48 (an
 // expert's last rows up to that many as swap-AB tiles; default 0, which measured fastest) and MOERUN_CUDA_NARROW_N=0|1 (the
-// last column block's MMA as wide as its columns; default 1). Read per call, so one process can time
+// last column block's MMA as wide as its columns; default 1) and MOERUN_CUDA_PAIR=0|1 (clusters of two
+// CTAs sharing each weight tile by multicast; default 0, measured slower: launch.hpp). Read per call, so one process can time
 // the forms side by side (cuda_moe_bench --ab env:...); any other value is an error.
 cuda_kernels::WgmmaTiles wgmma_tiles_from_env() {
   cuda_kernels::WgmmaTiles t;
@@ -156,6 +157,9 @@ cuda_kernels::WgmmaTiles wgmma_tiles_from_env() {
   };
   read("MOERUN_CUDA_SWAP_TAILS", {0, 16, 32, 48}, t.swap_rows);
   read("MOERUN_CUDA_NARROW_N", {0, 1}, t.narrow_n);
+  read("MOERUN_CUDA_PAIR", {0, 1}, t.pair);
+  if (t.pair && t.swap_rows)
+    throw_error(ErrorKind::kInvalidArgument, "cuda: MOERUN_CUDA_PAIR=1 does not combine with MOERUN_CUDA_SWAP_TAILS");
   return t;
 }
 
@@ -497,7 +501,9 @@ class CudaRunner final : public Runner {
         q.split_workspace_bytes = wgmma_split_workspace_bytes(q.rows, q.groups, q.n, q.k_splits);
         q.split_workspace = split_workspace(q.split_workspace_bytes, st);
       }
-      return launch_wgmma_grouped(el, q, wgmma_counters_.as<int>(), st, tiles);
+      WgmmaTiles tq = tiles;
+      if (q.k_splits > 1 || q.a_row_index) tq.pair = 0;  // (the paired mode has neither)
+      return launch_wgmma_grouped(el, q, wgmma_counters_.as<int>(), st, tq);
     };
     // scratch: sorted tokens (not with the gather in the GEMM), later the down output [rows, H]
     //          | gate_up [rows, R] (unfused only) | shared gate_up [m, Rs] | shared down [m, H]

@@ -320,15 +320,30 @@ inline constexpr int kWgmmaMaxGroups = 1024;  // groups per launch (the runner f
 // a k step, as much as a 64-row tile's MMA takes), not by its MMA, so fewer rows buy nothing and two
 // half-width tiles cost more. So swap_rows defaults to 0 (MOERUN_CUDA_SWAP_TAILS turns them on);
 // narrow_n is on.
+//
+// pair: the CTAs run in clusters of two, and the two of a cluster take an expert's consecutive M tiles
+// (2i, 2i + 1) of one 256-column block; each copies half of the block's weight tile and multicasts it
+// to both, so each SM reads 32 KiB from L2 per k step instead of 48 (ncu found the L2 the limit at
+// M = 8192: 91-97% of its throughput, bench/results/2026-12-03_s22_h200/NOTES.md). An expert's odd
+// last M tile runs on both CTAs, each on 128 of the block's columns. Not with swap-AB tails, split K
+// or the gathered A (the launcher refuses them; the runner turns pair off for them).
+// Measured on the H200 (bench/results/2026-12-03_s23_h200/NOTES.md, alternated graph replay): it is
+// correct (bit for bit the unpaired output) but SLOWER on every sweep row, 2-4% where nearly every
+// tile pairs (mixtral-8x7b M = 8192 9.50 against 9.27 ms) and up to 20% where most items are solo
+// (deepseek-v3 M = 1024, 32 rows an expert: 6.44 against 5.38). ncu (deepseek-v3 M = 8192 gate_up):
+// the L2 reads fell 22% and the L2 throughput from 98% to 90%, but every SM still takes in as many
+// bytes, and the two CTAs' stage rings in lockstep (each stage waits for the slower CTA's release)
+// took the tensor pipe from 84% to 75%. So pair defaults to 0 (MOERUN_CUDA_PAIR=1 turns it on).
 struct WgmmaTiles {
   int half = 1;
   int swap_rows = 0;  // (off: measured slower, above)
   int narrow_n = 1;
+  int pair = 0;
 };
 inline constexpr bool wgmma_tiles_valid(WgmmaTiles t) {
   return (t.half == 0 || t.half == 1) && (t.narrow_n == 0 || t.narrow_n == 1) &&
          (t.swap_rows == 0 || t.swap_rows == 16 || t.swap_rows == 32 || t.swap_rows == 48) &&
-         (t.half == 1 || t.swap_rows == 0);
+         (t.half == 1 || t.swap_rows == 0) && (t.pair == 0 || (t.pair == 1 && t.swap_rows == 0));
 }
 enum class WgmmaTileKind : int { kRows128 = 0, kRows64 = 1, kSwapAB = 2 };
 struct WgmmaMTile {
@@ -410,6 +425,9 @@ cudaError_t launch_wgmma_grouped_bf16(const CutlassGroupedParams& p, int* counte
                                       cudaStream_t stream);
 cudaError_t launch_wgmma_grouped_f16(const CutlassGroupedParams& p, int* counters, WgmmaTiles tiles,
                                      cudaStream_t stream);
+// The paired mode's clusters of two CTAs that fit on the current device at once (its grid is twice
+// that, at most sm_count CTAs; every instantiation has the same threads and shared memory).
+cudaError_t wgmma_pair_clusters(int* clusters);
 inline cudaError_t launch_wgmma_grouped(Elem elem, const CutlassGroupedParams& p, int* counters,
                                         cudaStream_t stream, WgmmaTiles tiles = {}) {
   if (elem == Elem::kBF16) return launch_wgmma_grouped_bf16(p, counters, tiles, stream);

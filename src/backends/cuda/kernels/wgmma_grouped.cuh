@@ -2,7 +2,7 @@
 // expert g over expert-sorted rows (bf16 or fp16, fp32 accumulation), TMA loads into an mbarrier
 // ring, warp-specialized wgmma, and an epilogue that writes D or, for a gated w13, the activation.
 // Included by wgmma_grouped_{bf16,f16}.cu, one element type each (five kernels: D, and D through each
-// of the four gated activations).
+// of the four gated activations; each unpaired and paired).
 //
 // WHY (the measurements are in bench/results/2026-12-02_s19_h200/NOTES.md):
 //   At about 256 rows per expert (deepseek-v3 and gpt-oss-120b at M = 8192, mixtral at M = 1024) half
@@ -71,6 +71,15 @@
 //   Split s > 0 waits on a flag for split s - 1's fp32 partial (its consumers' accumulators, stored in
 //   their register order through L2), adds it, and passes the sum on or, as the last, runs the epilogue
 //   (the activation too) and zeroes the flag. So the sum has one order whichever SM runs what.
+//   Paired mode (WgmmaTiles::pair, off: measured slower, launch.hpp): a cluster of two CTAs takes
+//   items of two M tiles of one expert's N block; CTA r copies weight rows 128 r .. + 128 of the block
+//   with .multicast::cluster into both CTAs' stage, so each stage's full barrier counts both halves'
+//   bytes and each empty barrier four releases (both CTAs' consumers: the stage is written by both
+//   producers). Both CTAs run the same items, hence the same k steps, so their rings stay in step;
+//   an expert's odd last M tile is a solo item that both run, each on 128 columns. Rank 0's
+//   producer takes the item numbers and writes them into both CTAs' tile slots (DSMEM), and rank 1's
+//   readers release rank 0's slot. The remote stage releases are plain arrives: with a cluster-scope
+//   release each one compiled to MEMBAR.ALL.GPU, and the paired mode ran 1.3-1.9x slower.
 //   With the activation (CutlassTile::kTokens128x256Act): B is a gated w13 in GateUpLayout::kBlocks8,
 //   where a thread's accumulator block j (even) holds gate columns and block j + 1 their up columns, so
 //   act(gate + bias, up + bias) is computed in registers and D is the intermediate [rows, n / 2]. One
@@ -81,6 +90,8 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -167,6 +178,69 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
       "[%2];\n" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
+}
+// The same copy into the same shared offset of every CTA in cta_mask (its bit r: cluster rank r),
+// each CTA's barrier at bar's offset counting the bytes that land there.
+__device__ __forceinline__ void tma_load_3d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0,
+                                                      int c1, int c2, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+      "%4, %5}], [%2], %6;\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask)
+      : "memory");
+}
+// ---- clusters (the paired mode: two CTAs share each weight tile) ----
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_id_x() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_count_x() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
+  return r;
+}
+// Every thread of the cluster: what each did before is visible to all after (barrier init, exit).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// The shared::cluster address of p's counterpart in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t peer_addr(const void* p, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_u32(p)), "r"(rank));
+  return r;
+}
+// An arrival on a barrier of another CTA of the cluster that orders nothing else (release at CTA scope:
+// the arriving thread's own reads are done). A release at cluster scope compiles to MEMBAR.ALL.GPU
+// (and waits for this thread's pending global stores); on every k step's stage release it made the
+// paired mode 1.3-1.9x slower than the unpaired engine (s23 call 1).
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_addr) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+}
+// The same, ordering this thread's earlier writes to the other CTA's shared memory (st_remote) before it.
+__device__ __forceinline__ void mbar_arrive_remote_release(uint32_t cluster_addr) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+}
+__device__ __forceinline__ void st_remote(uint32_t cluster_addr, int v) {
+  asm volatile("st.shared::cluster.u32 [%0], %1;\n" ::"r"(cluster_addr), "r"(v) : "memory");
+}
+// mbar_wait for a barrier that a CTA of the cluster arrived on (release.cluster), with what it
+// wrote before (the tile slot) visible after.
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, "
+        "p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
 }
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -334,6 +408,7 @@ struct Tile {
   int width;        // columns of the product the MMA covers: 256, or fewer in the last N block (narrow_n);
                     // a swap-AB tile's 128 (n0 may be past n: an empty tile, skipped)
   int split, unit;  // K split of this tile and the output tile's index (t / k_splits)
+  bool solo;        // paired mode: the item's one M tile, this CTA on its 128 columns of the block
 };
 
 // prefix[g] = tiles of the experts before g (prefix[groups] = all tiles, each output tile counted
@@ -360,7 +435,54 @@ __device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int*
   tl.kind = m.kind;
   tl.n0 = nb * kBN + m.n_half * (kBN / 2);
   tl.width = m.kind == WgmmaTileKind::kSwapAB ? kBN / 2 : tiles.narrow_n ? min(kBN, (n - tl.n0 + 63) / 64 * 64) : kBN;
+  tl.solo = false;
   return tl;
+}
+
+// Paired mode (WgmmaTiles::pair, a cluster of two CTAs): item t is M tiles 2i and 2i + 1 of one
+// expert's N block, numbered expert by expert, N block by N block, pair i fastest (prefix counts
+// items). CTA `rank` runs M tile 2i + rank on the whole block. An expert with an odd M tile count
+// has a solo last item: both CTAs run its one M tile, CTA `rank` on columns 128 rank .. + 128 of the
+// block (none where they are past n: it still runs the main loop, in step with the other, and
+// stores nothing).
+__device__ __forceinline__ Tile decode_pair(int t, const int* prefix, const int* seg, int groups, int n,
+                                            WgmmaTiles tiles, int rank) {
+  int lo = 0, hi = groups;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (prefix[mid] <= t) lo = mid;
+    else hi = mid;
+  }
+  const int count = seg[lo + 1] - seg[lo];
+  const int m_tiles = wgmma_m_tiles(count, tiles), pairs = (m_tiles + 1) / 2;
+  const int local = t - prefix[lo];
+  const int nb = local / pairs, pi = local - nb * pairs;
+  const bool solo = 2 * pi + 1 == m_tiles;
+  const WgmmaMTile m = wgmma_m_tile(count, solo ? 2 * pi : 2 * pi + rank, tiles);
+  Tile tl;
+  tl.split = 0;
+  tl.unit = t;
+  tl.g = lo;
+  tl.row0 = seg[lo] + m.row0;
+  tl.rows = m.rows;
+  tl.kind = m.kind;
+  tl.solo = solo;
+  tl.n0 = nb * kBN + (solo ? rank * (kBN / 2) : 0);
+  const int span = solo ? kBN / 2 : kBN, left = (n - tl.n0 + 63) / 64 * 64;
+  tl.width = left <= 0 ? 64 : tiles.narrow_n ? min(span, left) : span;
+  return tl;
+}
+// Weight rows of the paired mode's B half h (rows 128 h .. + 128 of a block whose MMA is `width` wide):
+// the box each CTA copies, multicast to both (0: none, the half is past the columns).
+__device__ __forceinline__ int pair_half_rows(int width, int h) {
+  return h == 0 ? (width <= 64 ? 64 : 128) : width <= 128 ? 0 : width <= 192 ? 64 : 128;
+}
+
+// A consumer warpgroup is done with stage s: its arrival on the stage's empty barrier, and in the
+// paired mode on the other CTA's too (peer_empty: that CTA's empty[0]; its copies write this CTA's stage).
+__device__ __forceinline__ void release_stage(uint64_t* empty, int s, uint32_t peer_empty) {
+  mbar_arrive(&empty[s]);
+  if (peer_empty) mbar_arrive_remote(peer_empty + uint32_t(s) * 8u);
 }
 
 // One tile's main loop for one consumer warpgroup: k_tiles stages from (s, phase) on, each released
@@ -369,7 +491,7 @@ __device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int*
 template <typename T, int kN>
 __device__ __forceinline__ int mainloop(float (&acc)[128], uint32_t a_base, uint32_t a_stride, uint32_t b_base,
                                         uint32_t b_stride, uint64_t* full, uint64_t* empty, int k_tiles, int& s,
-                                        uint32_t& phase, int tid, int gathered) {
+                                        uint32_t& phase, int tid, int gathered, uint32_t peer_empty) {
   int prev = -1;
   for (int kt = 0; kt < k_tiles; ++kt) {
     mbar_wait(&full[s], phase);
@@ -384,7 +506,7 @@ __device__ __forceinline__ int mainloop(float (&acc)[128], uint32_t a_base, uint
     fence_acc(acc);
     if (prev >= 0) {
       wgmma_wait<1>();
-      if (tid == 0) mbar_arrive(&empty[prev]);
+      if (tid == 0) release_stage(empty, prev, peer_empty);
     }
     prev = s;
     if (++s == kStages) {
@@ -412,8 +534,11 @@ __device__ __forceinline__ uint32_t pack2(float x, float y) {
 // kernel with the activation chosen at run time ran 12-23% slower than the unfused GEMM plus pass,
 // deepseek-v3, mixtral and qwen3 at M = 1024 / 8192, because its epilogue unrolled every activation's
 // code 64 times and the instruction cache could not hold it).
+// kPair: the paired mode (WgmmaTiles::pair; launched as clusters of two). A template argument so that
+// the unpaired kernel carries none of its code (its instruction mix is the one of the kernel before
+// the paired mode existed; s23 NOTES, calls 4 and 5).
 inline constexpr int kNoAct = -1;
-template <typename T, int kAct>
+template <typename T, int kAct, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_kernel(const __grid_constant__ CUtensorMap map_a128, const __grid_constant__ CUtensorMap map_a64,
                    const __grid_constant__ CUtensorMap map_b, const __grid_constant__ CUtensorMap map_b128,
@@ -444,18 +569,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     seg[1] = static_cast<int>(args.rows);
   }
   const bool gathered = args.a_index != nullptr;
+  // Paired mode: rank 0 of each cluster takes the items and hands them to both CTAs (see NOTES).
+  constexpr bool pair = kPair;
+  const int rank = pair ? static_cast<int>(cluster_rank()) : 0;
+  const int team = pair ? static_cast<int>(cluster_id_x()) : static_cast<int>(blockIdx.x);
+  const int teams = pair ? static_cast<int>(cluster_count_x()) : static_cast<int>(gridDim.x);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], gathered ? 1 + kProducerThreads : 1);  // + every producer thread's cp.async arrival
-      mbar_init(&empty[s], 2);  // one arrival from each consumer warpgroup
+      mbar_init(&empty[s], pair ? 4 : 2);  // one arrival from each consumer warpgroup (of both CTAs)
     }
     for (int i = 0; i < kTileSlots; ++i) {
       mbar_init(&tile_full[i], 1);
-      mbar_init(&tile_empty[i], 256);  // every consumer thread has read the slot
+      // every consumer thread has read the slot (paired: rank 0's, and rank 1's consumers and producer)
+      mbar_init(&tile_empty[i], pair ? 256 + 256 + 1 : 256);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+  if (pair) cluster_sync();  // both CTAs' barriers exist before either copies into the other or arrives
   if (threadIdx.x < 32) {  // prefix[g] over the experts' tile counts, 32 experts a step
     const int lane = threadIdx.x;
     int carry = 0;
@@ -463,7 +595,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int base = 0; base < groups; base += 32) {
       const int g = base + lane;
       int v = 0;
-      if (g < groups) v = wgmma_m_tiles(seg[g + 1] - seg[g], args.tiles) * n_blocks * args.k_splits;
+      if (g < groups) {
+        const int mt = wgmma_m_tiles(seg[g + 1] - seg[g], args.tiles);
+        v = (pair ? (mt + 1) / 2 : mt) * n_blocks * args.k_splits;
+      }
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
         const int u = __shfl_up_sync(0xffffffffu, v, o);
@@ -496,12 +631,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       const T* a_src = static_cast<const T*>(args.a_src);
       int s = 0;
       uint32_t phase = 0;
-      for (int t = blockIdx.x, i = 0;; ++i) {
+      for (int t = team, i = 0;; ++i) {
         if (dynamic) {  // hand t to the consumers (slot i % 2), the end marker (t >= total) too
-          if (p == 0) {
-            mbar_wait(&tile_empty[i % kTileSlots], ((i / kTileSlots) & 1) ^ 1);
-            tile_slot[i % kTileSlots] = t;
-            mbar_arrive(&tile_full[i % kTileSlots]);
+          const int slot = i % kTileSlots;
+          if (p == 0 && rank == 0) {  // (paired: to rank 1's producer and consumers too)
+            mbar_wait(&tile_empty[slot], ((i / kTileSlots) & 1) ^ 1);
+            tile_slot[slot] = t;
+            if (pair) {
+              st_remote(peer_addr(&tile_slot[slot], 1), t);
+              mbar_arrive_remote_release(peer_addr(&tile_full[slot], 1));
+            }
+            mbar_arrive(&tile_full[slot]);
+          } else if (p == 0) {  // paired rank 1: the number rank 0 took
+            mbar_wait_cluster(&tile_full[slot], (i / kTileSlots) & 1);
+            t = tile_slot[slot];
+            mbar_arrive_remote(peer_addr(&tile_empty[slot], 0));
           }
           if (gathered) {  // and to the other producer threads (slot i % 2 is rewritten only after
             named_barrier_sync(3, kProducerThreads);  // every one has passed the next barrier)
@@ -509,11 +653,22 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         if (t >= total) break;
-        const Tile tl = decode_tile(t, prefix, seg, groups, args.n, args.tiles, args.k_splits);
+        const Tile tl = pair ? decode_pair(t, prefix, seg, groups, args.n, args.tiles, rank)
+                             : decode_tile(t, prefix, seg, groups, args.n, args.tiles, args.k_splits);
         const bool a64 = tl.kind != WgmmaTileKind::kRows128;  // (a swap-AB tile's at most 48 rows too)
         // B's box: the weight rows the MMA reads (a narrow last block's 64 or 128, a swap-AB tile's 128).
-        const int b_rows = tl.width <= 64 ? 64 : tl.width <= 128 ? 128 : kBN;
+        // Paired: this CTA's half of the block (rows 128 rank on), multicast, and the stage receives
+        // both halves; a solo item's own 128 columns, copied only here (none past n).
+        int b_rows = tl.width <= 64 ? 64 : tl.width <= 128 ? 128 : kBN, b_row_off = 0, b_stage_rows = b_rows;
+        if (pair && tl.solo) {
+          b_rows = b_stage_rows = tl.n0 < args.n ? b_rows : 0;
+        } else if (pair) {
+          b_rows = pair_half_rows(tl.width, rank);
+          b_row_off = rank * (kBN / 2);
+          b_stage_rows = pair_half_rows(tl.width, 0) + pair_half_rows(tl.width, 1);
+        }
         const CUtensorMap* map_bx = b_rows == 64 ? &map_b64 : b_rows == 128 ? &map_b128 : &map_b;
+        const bool multicast = pair && !tl.solo;
         // Gather: 8 lanes copy one 128-byte k row of a token (a whole cache line), so a warp
         // instruction reads 4 lines. Thread p copies chunk p % 8 of rows 4 (p / 32) + (p % 32) / 8 +
         // 16 j, j < 8 (4 for a 64-row tile).
@@ -527,15 +682,22 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int r = row_in + 16 * j;
           if (gathered) tok_s[j * kProducerThreads + p] = j < nrows && r < tl.rows ? args.a_index[tl.row0 + r] : -1;
         }
-        const uint32_t bytes = (gathered ? 0 : a64 ? kStageA / 2 : kStageA) + uint32_t(b_rows) * kBK * 2;
-        const int kt_end = tl.n0 < args.n ? min(k_tiles, (tl.split + 1) * split_tiles) : 0;  // (an empty tile: no loads)
+        const uint32_t bytes = (gathered ? 0 : a64 ? kStageA / 2 : kStageA) + uint32_t(b_stage_rows) * kBK * 2;
+        // (an empty tile: no loads; paired, both CTAs run every k step of every item in step)
+        const int kt_end = tl.n0 < args.n || pair ? min(k_tiles, (tl.split + 1) * split_tiles) : 0;
         for (int kt = tl.split * split_tiles; kt < kt_end; ++kt) {
           mbar_wait(&empty[s], phase ^ 1);
           if (p == 0) {
             mbar_expect_tx(&full[s], bytes);
             if (!gathered)
               tma_load_2d(sa + s * kStageA, a64 ? &map_a64 : &map_a128, &full[s], kt * kBK, tl.row0);
-            tma_load_3d(sb + s * kStageB, map_bx, &full[s], kt * kBK, tl.n0, tl.g);
+            if (multicast) {
+              if (b_rows > 0)
+                tma_load_3d_multicast(sb + s * kStageB + b_row_off * 128, map_bx, &full[s], kt * kBK,
+                                      tl.n0 + b_row_off, tl.g, uint16_t(0x3));
+            } else if (b_rows > 0) {
+              tma_load_3d(sb + s * kStageB, map_bx, &full[s], kt * kBK, tl.n0, tl.g);
+            }
           }
           if (gathered) {
             // The 128-byte swizzle, as the tensor copy would write it: 16-byte chunk c of row r at
@@ -559,16 +721,16 @@ __global__ void __launch_bounds__(kThreads, 1)
             phase ^= 1;
           }
         }
-        if (p == 0)
-          t = dynamic ? static_cast<int>(gridDim.x) + atomicAdd(&args.counters[0], 1) : t + static_cast<int>(gridDim.x);
+        if (p == 0 && rank == 0 && dynamic)
+          t = teams + atomicAdd(&args.counters[0], 1);
         else
-          t += static_cast<int>(gridDim.x);  // (static striding; with the scheduler the slot overrides it)
+          t += teams;  // (static striding; with the scheduler the slot overrides it)
       }
       if (gathered) asm volatile("cp.async.wait_all;\n" ::: "memory");
-      if (dynamic && p == 0) {
+      if (dynamic && p == 0 && rank == 0) {
         // The last producer to finish resets the pair: every other one has taken its last number.
         __threadfence();
-        if (atomicAdd(&args.counters[1], 1) == gridDim.x - 1) {
+        if (atomicAdd(&args.counters[1], 1) == teams - 1) {
           atomicExch(&args.counters[0], 0);
           atomicExch(&args.counters[1], 0);
         }
@@ -584,17 +746,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     float acc[128];
     int s = 0;
     uint32_t phase = 0;
-    for (int t = blockIdx.x, i = 0;; ++i) {
+    // Paired: the other CTA's empty barriers, on which this one's consumers also release each stage.
+    const uint32_t peer_empty = pair ? peer_addr(empty, rank ^ 1) : 0u;
+    for (int t = team, i = 0;; ++i) {
       if (dynamic) {
-        mbar_wait(&tile_full[i % kTileSlots], (i / kTileSlots) & 1);
-        t = tile_slot[i % kTileSlots];
-        mbar_arrive(&tile_empty[i % kTileSlots]);
+        const int slot = i % kTileSlots;
+        if (rank == 0) {
+          mbar_wait(&tile_full[slot], (i / kTileSlots) & 1);
+          t = tile_slot[slot];
+          mbar_arrive(&tile_empty[slot]);
+        } else {
+          mbar_wait_cluster(&tile_full[slot], (i / kTileSlots) & 1);
+          t = tile_slot[slot];
+          mbar_arrive_remote(peer_addr(&tile_empty[slot], 0));
+        }
       } else if (i > 0) {
-        t += gridDim.x;
+        t += teams;
       }
       if (t >= total) break;
-      const Tile tl = decode_tile(t, prefix, seg, groups, args.n, args.tiles, args.k_splits);
-      if (tl.n0 >= args.n) continue;  // (a swap-AB tile's second half past the last column)
+      const Tile tl = pair ? decode_pair(t, prefix, seg, groups, args.n, args.tiles, rank)
+                           : decode_tile(t, prefix, seg, groups, args.n, args.tiles, args.k_splits);
+      // No columns: a swap-AB tile's second half past the last column (skipped), or a paired solo
+      // item's half past it (run in step with the other CTA, nothing stored).
+      const bool no_cols = tl.n0 >= args.n;
+      if (no_cols && !pair) continue;
       const bool swap = tl.kind == WgmmaTileKind::kSwapAB, rows64 = tl.kind == WgmmaTileKind::kRows64;
       // This consumer's columns of the product: a 128-row tile's all (its own 64 rows), a 64-row
       // tile's half (the same rows as the other consumer), a swap-AB tile's 64 of its 128.
@@ -607,7 +782,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t tok = sa0 + (tl.kind == WgmmaTileKind::kRows128 ? uint32_t(c * 64 * 128) : 0u);
       const uint32_t wts = sb0 + uint32_t((col_base - tl.n0) * 128);
       int prev;
-#define MOERUN_MAINLOOP(N, A, SA, B, SB) mainloop<T, N>(acc, A, SA, B, SB, full, empty, my_tiles, s, phase, tid, gathered)
+#define MOERUN_MAINLOOP(N, A, SA, B, SB) \
+  mainloop<T, N>(acc, A, SA, B, SB, full, empty, my_tiles, s, phase, tid, gathered, peer_empty)
       if (swap) {  // the weights as the 64-row operand, the tokens as N
         prev = tl.rows <= 16   ? MOERUN_MAINLOOP(16, wts, kStageB, tok, kStageA)
                : tl.rows <= 32 ? MOERUN_MAINLOOP(32, wts, kStageB, tok, kStageA)
@@ -625,7 +801,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #undef MOERUN_MAINLOOP
       wgmma_wait<0>();
       fence_acc(acc);
-      if (prev >= 0 && tid == 0) mbar_arrive(&empty[prev]);
+      if (prev >= 0 && tid == 0) release_stage(empty, prev, peer_empty);
+      if (no_cols) continue;
       if (args.k_splits > 1) {
         // Splits of one output tile take adjacent numbers, and every CTA runs its tiles in increasing
         // order, so the lowest unfinished tile never waits on a higher one: the chain cannot deadlock
@@ -767,6 +944,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+  // Paired: neither CTA leaves while the other may still arrive on its barriers.
+  if (pair) cluster_sync();
 #endif
 }
 
@@ -795,19 +974,67 @@ inline CUresult encode_map(CUtensorMap* m, int rank, const void* base, const cuu
 
 // p: as for launch_cutlass_grouped (p.tile kTokens128x256 or kTokens128x256Act; p.rows = the rows of
 // p.a and p.d, also with seg_offsets), counters as launch_wgmma_grouped (launch.hpp) says.
-template <typename T, int kAct>
+template <typename T, int kAct, bool kPair>
 struct KernelTag {};  // one dynamic shared-memory record per instantiation (ensure_max_dynamic_smem)
+
+// Clusters of two that fit on the device at once (one CTA an SM; two SMs of one GPC each), found once
+// per device: the paired mode's grid is twice that, so every cluster is resident (the scheduler's
+// waits assume it).
+template <typename Tag, typename Kernel>
+cudaError_t pair_clusters(Kernel* kernel, int& clusters) {
+  static std::atomic<int> known[64] = {};
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (device >= 0 && device < 64 && (clusters = known[device].load(std::memory_order_acquire)) > 0)
+    return cudaSuccess;
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 2;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.gridDim = dim3(2);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  if (const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg); e != cudaSuccess) return e;
+  if (clusters <= 0) return cudaErrorNotSupported;
+  if (device >= 0 && device < 64) known[device].store(clusters, std::memory_order_release);
+  return cudaSuccess;
+}
 
 template <typename T, int kAct>
 cudaError_t launch_kernel(const CUtensorMap& ma128, const CUtensorMap& ma64, const CUtensorMap& mb,
                           const CUtensorMap& mb128, const CUtensorMap& mb64, const KernelArgs& a,
                           int grid, cudaStream_t stream) {
-  if (const cudaError_t e =
-          ensure_max_dynamic_smem<KernelTag<T, kAct>>(grouped_kernel<T, kAct>, static_cast<int>(kSmemBytes));
+  if (!a.tiles.pair) {
+    if (const cudaError_t e = ensure_max_dynamic_smem<KernelTag<T, kAct, false>>(grouped_kernel<T, kAct, false>,
+                                                                                 static_cast<int>(kSmemBytes));
+        e != cudaSuccess)
+      return e;
+    grouped_kernel<T, kAct, false><<<grid, kThreads, kSmemBytes, stream>>>(ma128, ma64, mb, mb128, mb64, a);
+    return cudaGetLastError();
+  }
+  using Tag = KernelTag<T, kAct, true>;
+  if (const cudaError_t e = ensure_max_dynamic_smem<Tag>(grouped_kernel<T, kAct, true>, static_cast<int>(kSmemBytes));
       e != cudaSuccess)
     return e;
-  grouped_kernel<T, kAct><<<grid, kThreads, kSmemBytes, stream>>>(ma128, ma64, mb, mb128, mb64, a);
-  return cudaGetLastError();
+  int clusters = 0;
+  if (const cudaError_t e = pair_clusters<Tag>(grouped_kernel<T, kAct, true>, clusters); e != cudaSuccess) return e;
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 2;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.gridDim = dim3(2 * std::min(clusters, grid / 2 > 0 ? grid / 2 : 1));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, grouped_kernel<T, kAct, true>, ma128, ma64, mb, mb128, mb64, a);
 }
 
 template <typename T>
@@ -821,6 +1048,7 @@ cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, WgmmaTiles ti
       reinterpret_cast<uintptr_t>(p.d) % 16 != 0 ||
       (act && (p.n % 16 != 0 || !act_gated(p.act) || p.layout != GateUpLayout::kBlocks8)))
     return cudaErrorInvalidValue;
+  if (tiles.pair && (p.k_splits != 1 || p.a_row_index)) return cudaErrorInvalidValue;
   if (p.k_splits < 1 || p.k_splits > kWgmmaMaxKSplits || (p.k_splits > 1 && (!wgmma_k_splits_fit(p.k, p.k_splits) ||
       !p.split_workspace || reinterpret_cast<uintptr_t>(p.split_workspace) % 256 != 0 ||
       p.split_workspace_bytes < wgmma_split_workspace_bytes(p.rows, p.groups, p.n, p.k_splits))))
