@@ -148,13 +148,22 @@ std::shared_ptr<const Backend> backend_named(const std::string& name) {
   return name == "cublas" ? make_cublas_backend() : make_cuda_backend();
 }
 
-// Forces one GEMM variant of the cuda backend for the scope (MOERUN_CUDA_GEMM).
-class ForceGemm {
+// Sets an environment variable for the scope, however the scope is left (the cuda backend reads its
+// MOERUN_CUDA_* knobs per call, so one process tests every form).
+class ScopedEnv {
  public:
-  explicit ForceGemm(const char* variant) { setenv("MOERUN_CUDA_GEMM", variant, 1); }
-  ~ForceGemm() { unsetenv("MOERUN_CUDA_GEMM"); }
-  ForceGemm(const ForceGemm&) = delete;
-  ForceGemm& operator=(const ForceGemm&) = delete;
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// Forces one GEMM variant of the cuda backend for the scope (MOERUN_CUDA_GEMM).
+struct ForceGemm : ScopedEnv {
+  explicit ForceGemm(const char* variant) : ScopedEnv("MOERUN_CUDA_GEMM", variant) {}
 };
 constexpr const char* kCutlass = "cutlass-sm90-grouped";
 constexpr const char* kCutlassSwap = "cutlass-sm90-swapab";
@@ -678,13 +687,9 @@ TEST(CudaCutlass, SmallGroupedGemmWritesOnlyItsRows) {
 
 // ---- the gated activation fused into the 128x256 gate_up GEMM (CutlassTile::kTokens128x256Act) ----
 
-// Sets MOERUN_CUDA_FUSED_ACT for the scope (the cuda backend reads it per call).
-class FusedAct {
- public:
-  explicit FusedAct(bool on) { setenv("MOERUN_CUDA_FUSED_ACT", on ? "1" : "0", 1); }
-  ~FusedAct() { unsetenv("MOERUN_CUDA_FUSED_ACT"); }
-  FusedAct(const FusedAct&) = delete;
-  FusedAct& operator=(const FusedAct&) = delete;
+// Sets MOERUN_CUDA_FUSED_ACT for the scope.
+struct FusedAct : ScopedEnv {
+  explicit FusedAct(bool on) : ScopedEnv("MOERUN_CUDA_FUSED_ACT", on ? "1" : "0") {}
 };
 
 // One runner and one set of inputs on a forced 128x256 path (CUTLASS or wgmma), once with the activation in
@@ -803,12 +808,8 @@ TEST(CudaFusedAct, SmallRoutingAndShapes) {
 // the outputs must be equal bit for bit, fused and unfused, with shared experts and biases, one hot
 // expert, empty experts. A device input 2 bytes off 16-byte alignment must take the pass (the row
 // copies need 16-byte rows) and still agree with the reference.
-class GemmGather {
- public:
-  explicit GemmGather(const char* mode) { setenv("MOERUN_CUDA_GEMM_GATHER", mode, 1); }
-  ~GemmGather() { unsetenv("MOERUN_CUDA_GEMM_GATHER"); }
-  GemmGather(const GemmGather&) = delete;
-  GemmGather& operator=(const GemmGather&) = delete;
+struct GemmGather : ScopedEnv {
+  explicit GemmGather(const char* mode) : ScopedEnv("MOERUN_CUDA_GEMM_GATHER", mode) {}
 };
 
 void check_gather_in_gemm(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, bool fused) {
@@ -897,12 +898,8 @@ TEST(CudaBackend, SmallGatherInGemmEqualsGatherPass) {
 // ---- split K in the wgmma engine (MOERUN_CUDA_KSPLIT: off by default, =auto the rule, =2-4 forced) ----
 
 // Sets MOERUN_CUDA_KSPLIT for the scope (read per call).
-class KSplit {
- public:
-  explicit KSplit(int s) { setenv("MOERUN_CUDA_KSPLIT", std::to_string(s).c_str(), 1); }
-  ~KSplit() { unsetenv("MOERUN_CUDA_KSPLIT"); }
-  KSplit(const KSplit&) = delete;
-  KSplit& operator=(const KSplit&) = delete;
+struct KSplit : ScopedEnv {
+  explicit KSplit(int s) : ScopedEnv("MOERUN_CUDA_KSPLIT", std::to_string(s)) {}
 };
 
 // One runner on the wgmma path, its forward with K in `splits` runs against the reference and against
@@ -956,12 +953,8 @@ void check_split_k(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, i
 // group), fp16, and gate_up widths that leave a narrow last column block. The products are the same
 // wgmma k steps in the same order, so the two must agree to rounding (they are expected to be equal
 // bit for bit; the message says whether they were).
-class PairMode {
- public:
-  explicit PairMode(const char* v) { setenv("MOERUN_CUDA_PAIR", v, 1); }
-  ~PairMode() { unsetenv("MOERUN_CUDA_PAIR"); }
-  PairMode(const PairMode&) = delete;
-  PairMode& operator=(const PairMode&) = delete;
+struct PairMode : ScopedEnv {
+  explicit PairMode(const char* v) : ScopedEnv("MOERUN_CUDA_PAIR", v) {}
 };
 
 void check_paired(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, bool fused) {
@@ -1016,7 +1009,7 @@ TEST(CudaBackend, SmallPairedMatchesUnpaired) {
     check_paired(b, 1601, 1503, Route::kLogits, fused);
   }
   PairMode swap_too("1");
-  setenv("MOERUN_CUDA_SWAP_TAILS", "16", 1);  // refused together, with a message
+  ScopedEnv tails("MOERUN_CUDA_SWAP_TAILS", "16");  // refused together, with a message
   const MoeSpec s = make_spec(8, 2, 264, 200);
   const MoeWeights w = random_weights(s, 1504);
   ForceGemm force(kWgmma);
@@ -1029,7 +1022,6 @@ TEST(CudaBackend, SmallPairedMatchesUnpaired) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("MOERUN_CUDA_PAIR"), std::string::npos) << e.what();
   }
-  unsetenv("MOERUN_CUDA_SWAP_TAILS");
 }
 
 // H = 264 (gate_up: five 64-k tiles, so 4 splits fall back to 3) and I = 200 (down: four); odd group
@@ -1343,9 +1335,8 @@ TEST(CudaBackend, SmallStreamTilingsBitwiseEqual) {
 // against the reference; MOERUN_CUDA_GEMM still overrides the measured choice.
 TEST(CudaBackend, SmallTunedRunnerMatchesReference) {
   REQUIRE_GPU();
-  struct TuneAlways {  // unset however the test leaves
-    TuneAlways() { setenv("MOERUN_CUDA_STREAM_TUNE", "1", 1); }
-    ~TuneAlways() { unsetenv("MOERUN_CUDA_STREAM_TUNE"); }
+  struct TuneAlways : ScopedEnv {
+    TuneAlways() : ScopedEnv("MOERUN_CUDA_STREAM_TUNE", "1") {}
   };
   const MoeSpec s = make_spec(16, 4, 264, 136, ActivationKind::kSiluAndMul);  // streams up to m = 32
   const Platform plat = sm90_platform();
