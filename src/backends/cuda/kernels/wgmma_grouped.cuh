@@ -977,6 +977,26 @@ inline CUresult encode_map(CUtensorMap* m, int rank, const void* base, const cuu
 template <typename T, int kAct, bool kPair>
 struct KernelTag {};  // one dynamic shared-memory record per instantiation (ensure_max_dynamic_smem)
 
+// The paired mode's launch configuration: clusters of two CTAs of the engine's threads and shared memory.
+struct PairLaunch {
+  cudaLaunchAttribute attr{};
+  cudaLaunchConfig_t cfg{};
+  PairLaunch(int grid, cudaStream_t stream) {
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 2;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kSmemBytes;
+    cfg.stream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+  }
+  PairLaunch(const PairLaunch&) = delete;  // (cfg points at attr)
+  PairLaunch& operator=(const PairLaunch&) = delete;
+};
+
 // Clusters of two that fit on the device at once (one CTA an SM; two SMs of one GPC each), found once
 // per device: the paired mode's grid is twice that, so every cluster is resident (the scheduler's
 // waits assume it).
@@ -987,18 +1007,8 @@ cudaError_t pair_clusters(Kernel* kernel, int& clusters) {
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
   if (device >= 0 && device < 64 && (clusters = known[device].load(std::memory_order_acquire)) > 0)
     return cudaSuccess;
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 2;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.gridDim = dim3(2);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  if (const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg); e != cudaSuccess) return e;
+  const PairLaunch pl(2, nullptr);
+  if (const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &pl.cfg); e != cudaSuccess) return e;
   if (clusters <= 0) return cudaErrorNotSupported;
   if (device >= 0 && device < 64) known[device].store(clusters, std::memory_order_release);
   return cudaSuccess;
@@ -1022,19 +1032,8 @@ cudaError_t launch_kernel(const CUtensorMap& ma128, const CUtensorMap& ma64, con
     return e;
   int clusters = 0;
   if (const cudaError_t e = pair_clusters<Tag>(grouped_kernel<T, kAct, true>, clusters); e != cudaSuccess) return e;
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 2;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.gridDim = dim3(2 * std::min(clusters, grid / 2 > 0 ? grid / 2 : 1));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
-  cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, grouped_kernel<T, kAct, true>, ma128, ma64, mb, mb128, mb64, a);
+  const PairLaunch pl(2 * std::min(clusters, grid / 2 > 0 ? grid / 2 : 1), stream);
+  return cudaLaunchKernelEx(&pl.cfg, grouped_kernel<T, kAct, true>, ma128, ma64, mb, mb128, mb64, a);
 }
 
 template <typename T>
