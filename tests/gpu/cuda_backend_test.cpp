@@ -528,12 +528,13 @@ void check_grouped_engines(int n, int k = 72) {
   void* dsplit;
   CK(cudaMalloc(&dsplit, split_bytes));
   CK(cudaMemset(dsplit, 0, split_bytes));
-  for (int engine = 0; engine < 13; ++engine) {
+  for (int engine = 0; engine < 15; ++engine) {
     const char* names[] = {"128x256", "swap-AB", "wgmma", "wgmma static (swap-AB tails)", "wgmma 128-row tiles",
                            "wgmma gathered (swap-AB tails)",
                            "wgmma gathered, static, 128-row tiles", "wgmma, K in 2 splits (swap-AB tails)",
                            "wgmma, swap-AB tails of 16", "wgmma, 64-row tails only, full-width N",
-                           "wgmma paired", "wgmma paired, static, full-width N", "wgmma paired, 128-row tiles"};
+                           "wgmma paired", "wgmma paired, static, full-width N", "wgmma paired, 128-row tiles",
+                           "wgmma 128-column blocks", "wgmma 128-column blocks, static, 128-row tiles, full width"};
     const char* what = names[engine];
     const CutlassTile tile = engine == 1 ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256;
     auto launch = [&](const CutlassGroupedParams& q0) {
@@ -561,12 +562,14 @@ void check_grouped_engines(int n, int k = 72) {
       if (engine == 10) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr, WgmmaTiles{1, 0, 1, 1});
       if (engine == 11) return launch_wgmma_grouped(Elem::kBF16, q, nullptr, nullptr, WgmmaTiles{1, 0, 0, 1});
       if (engine == 12) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr, WgmmaTiles{0, 0, 1, 1});
+      if (engine == 13) return launch_wgmma_grouped(Elem::kBF16, q, counters, nullptr, WgmmaTiles{1, 0, 1, 0, 1});
+      if (engine == 14) return launch_wgmma_grouped(Elem::kBF16, q, nullptr, nullptr, WgmmaTiles{0, 0, 0, 0, 1});
       return launch_wgmma_grouped_bf16(q, engine == 3 ? nullptr : counters, engine == 3 ? swap48 : rows128, nullptr);
     };
     CutlassGroupedParams p = grouped_params(groups, dseg, da, db, dd, n, k, dws, ws, sms);
     p.tile = tile;
     p.rows = alloc_rows;  // (the wgmma engine's tensor maps; CUTLASS ignores it with seg_offsets)
-    for (int rep = 0; rep < (engine == 2 || engine == 5 || engine == 7 || engine == 8 || engine == 10 ? 3 : 1); ++rep) {  // the counters (and split flags) are left zero for the next launch
+    for (int rep = 0; rep < (engine == 2 || engine == 5 || engine == 7 || engine == 8 || engine == 10 || engine == 13 ? 3 : 1); ++rep) {  // the counters (and split flags) are left zero for the next launch
       CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
       CK(launch(p));
       CK(cudaDeviceSynchronize());
@@ -624,6 +627,9 @@ void check_grouped_engines(int n, int k = 72) {
     bad.split_workspace = dsplit;
     bad.split_workspace_bytes = split_bytes;
     EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr, WgmmaTiles{1, 0, 1, 1}), cudaErrorInvalidValue);
+    // Nor do the 128-column blocks take split K (or swap-AB tails or pairs: wgmma_tiles_valid).
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr, WgmmaTiles{1, 0, 1, 0, 1}), cudaErrorInvalidValue);
+    EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, p, counters, nullptr, WgmmaTiles{1, 16, 1, 0, 1}), cudaErrorInvalidValue);
     EXPECT_EQ(launch_wgmma_grouped(Elem::kF32, p, counters, nullptr), cudaErrorInvalidValue);
     bad = p;  // a misaligned gather source
     bad.a = static_cast<const char*>(dsrc) + 8;
@@ -953,12 +959,9 @@ void check_split_k(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, i
 // group), fp16, and gate_up widths that leave a narrow last column block. The products are the same
 // wgmma k steps in the same order, so the two must agree to rounding (they are expected to be equal
 // bit for bit; the message says whether they were).
-struct PairMode : ScopedEnv {
-  explicit PairMode(const char* v) : ScopedEnv("MOERUN_CUDA_PAIR", v) {}
-};
-
-void check_paired(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, bool fused) {
-  SCOPED_TRACE(spec.summary() + " m=" + std::to_string(m) + (fused ? " fused" : " unfused"));
+// knob = 1 against knob = 0 (an engine form that must not change results beyond rounding).
+void check_engine_form(const char* knob, const MoeSpec& spec, int64_t m, uint64_t seed, Route route, bool fused) {
+  SCOPED_TRACE(std::string(knob) + " " + spec.summary() + " m=" + std::to_string(m) + (fused ? " fused" : " unfused"));
   ForceGemm force(kWgmma);
   FusedAct act(fused);
   spec.validate();
@@ -973,12 +976,12 @@ void check_paired(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, bo
   poison(again);
   poison(single);
   {
-    PairMode on("1");
+    ScopedEnv on(knob, "1");
     runner->forward(host_args(in, paired));
     runner->forward(host_args(in, again));
   }
   {
-    PairMode off("0");
+    ScopedEnv off(knob, "0");
     runner->forward(host_args(in, single));
   }
   make_reference_backend()->create_runner(spec, w, plat, {})->forward(host_args(in, want));
@@ -987,28 +990,32 @@ void check_paired(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, bo
   EXPECT_LT(rel_error(paired, want, m * spec.hidden, &bad), tol);
   EXPECT_EQ(bad, 0);
   EXPECT_LT(rel_error(paired, single, m * spec.hidden, &bad), tol);
-  EXPECT_EQ(std::memcmp(paired.data(), again.data(), paired.nbytes()), 0) << "two paired forwards differ";
+  EXPECT_EQ(std::memcmp(paired.data(), again.data(), paired.nbytes()), 0) << "two forwards with " << knob << "=1 differ";
   const bool same = std::memcmp(paired.data(), single.data(), paired.nbytes()) == 0;
-  std::printf("[paired] %s m=%lld: %s the unpaired engine's output\n", spec.summary().c_str(),
-              static_cast<long long>(m), same ? "bit for bit" : "within tolerance of (not bitwise)");
+  std::printf("[%s] %s m=%lld: %s the output with it off\n", knob, spec.summary().c_str(), static_cast<long long>(m),
+              same ? "bit for bit" : "within tolerance of (not bitwise)");
 }
 
-TEST(CudaBackend, SmallPairedMatchesUnpaired) {
-  REQUIRE_GPU();
+void check_engine_form_cases(const char* knob) {
   for (bool fused : {true, false}) {
-    check_paired(make_spec(8, 2, 264, 200), 257, 1500, Route::kLogits, fused);  // ~64 rows an expert
-    check_paired(make_spec(8, 2, 264, 200), 900, 1501, Route::kLogits, fused);  // ~225: pairs and solos
-    check_paired(make_spec(16, 3, 136, 96, ActivationKind::kGeluAndMul, WeightFormat::kF16), 700, 1502,
-                 Route::kHotExpert, fused);
+    check_engine_form(knob, make_spec(8, 2, 264, 200), 257, 1500, Route::kLogits, fused);  // ~64 rows an expert
+    check_engine_form(knob, make_spec(8, 2, 264, 200), 900, 1501, Route::kLogits, fused);  // ~225: pairs and solos
+    check_engine_form(knob, make_spec(16, 3, 136, 96, ActivationKind::kGeluAndMul, WeightFormat::kF16), 700, 1502,
+                      Route::kHotExpert, fused);
     MoeSpec b = make_spec(64, 4, 200, 136, ActivationKind::kSwigluOai);
     b.expert_bias = true;
     b.activation.interleaved_gate_up = true;
     b.shared.count = 1;
     b.shared.intermediate = 200;
     b.shared.gated_by_router = true;
-    check_paired(b, 1601, 1503, Route::kLogits, fused);
+    check_engine_form(knob, b, 1601, 1503, Route::kLogits, fused);
   }
-  PairMode swap_too("1");
+}
+
+TEST(CudaBackend, SmallPairedMatchesUnpaired) {
+  REQUIRE_GPU();
+  check_engine_form_cases("MOERUN_CUDA_PAIR");
+  ScopedEnv swap_too("MOERUN_CUDA_PAIR", "1");
   ScopedEnv tails("MOERUN_CUDA_SWAP_TAILS", "16");  // refused together, with a message
   const MoeSpec s = make_spec(8, 2, 264, 200);
   const MoeWeights w = random_weights(s, 1504);
@@ -1021,6 +1028,26 @@ TEST(CudaBackend, SmallPairedMatchesUnpaired) {
     ADD_FAILURE() << "MOERUN_CUDA_PAIR=1 with MOERUN_CUDA_SWAP_TAILS=16 ran";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("MOERUN_CUDA_PAIR"), std::string::npos) << e.what();
+  }
+}
+
+// The 128-column blocks (MOERUN_CUDA_N128=1) on every launch, against 256-column ones; a bad value
+// is an error that names the variable.
+TEST(CudaBackend, Small128ColumnBlocksMatch256) {
+  REQUIRE_GPU();
+  check_engine_form_cases("MOERUN_CUDA_N128");
+  ScopedEnv bad("MOERUN_CUDA_N128", "2");
+  const MoeSpec s = make_spec(8, 2, 264, 200);
+  const MoeWeights w = random_weights(s, 1506);
+  ForceGemm force(kWgmma);
+  auto runner = make_cuda_backend()->create_runner(s, w, sm90_platform(), {});
+  const Inputs in = make_inputs(s, 257, 1507, Route::kLogits);
+  HostTensor out(s.act_dtype, {257, s.hidden});
+  try {
+    runner->forward(host_args(in, out));
+    ADD_FAILURE() << "MOERUN_CUDA_N128=2 ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MOERUN_CUDA_N128"), std::string::npos) << e.what();
   }
 }
 
@@ -1154,8 +1181,8 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
   CK(cudaMemset(dsplit, 0, split_bytes));
   // CUTLASS, wgmma, wgmma with K in 2 splits (the activation after the sum), wgmma with swap-AB tail
   // tiles of up to 48 rows (their transposed activation epilogue; off by default), wgmma paired (a
-  // solo item's two CTAs each on 128 columns: 64 of the activation).
-  for (int engine : {0, 1, 2, 3, 4})
+  // solo item's two CTAs each on 128 columns: 64 of the activation), wgmma in 128-column blocks.
+  for (int engine : {0, 1, 2, 3, 4, 5})
   for (Act act : {Act::kSiluAndMul, Act::kSwigluOai}) {
     const bool wgmma = engine > 0;
     auto launch = [&](const CutlassGroupedParams& x0) {
@@ -1167,10 +1194,12 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
       }
       if (engine == 3) return launch_wgmma_grouped(Elem::kBF16, x, counters, nullptr, WgmmaTiles{1, 48, 1});
       if (engine == 4) return launch_wgmma_grouped(Elem::kBF16, x, counters, nullptr, WgmmaTiles{1, 0, 1, 1});
+      if (engine == 5) return launch_wgmma_grouped(Elem::kBF16, x, counters, nullptr, WgmmaTiles{1, 0, 1, 0, 1});
       return wgmma ? launch_wgmma_grouped(Elem::kBF16, x, counters, nullptr) : launch_cutlass_grouped(Elem::kBF16, x, nullptr);
     };
     const bool with_bias = act == Act::kSwigluOai;
-    const char* names[] = {"cutlass ", "wgmma ", "wgmma split ", "wgmma swap-AB tails ", "wgmma paired "};
+    const char* names[] = {"cutlass ", "wgmma ", "wgmma split ", "wgmma swap-AB tails ", "wgmma paired ",
+                           "wgmma 128-column blocks "};
     const std::string what_s = std::string(names[engine]) + (with_bias ? "swiglu-oai + bias" : "silu-and-mul");
     const char* what = what_s.c_str();
     CutlassGroupedParams q = p;
@@ -1468,6 +1497,14 @@ TEST(CudaLaunch, SplitKOnlyWhereTheTilesLeaveTheSmsIdle) {
   EXPECT_EQ(wgmma_k_splits(256, 8, 4096, 1024, 132), 1);          // 16 k tiles: no split leaves 16 each
   EXPECT_EQ(wgmma_k_splits(256, 8, 4096, 2048, 132), 2);          // 32 k tiles: two runs of 16
   EXPECT_EQ(wgmma_k_splits(0, 8, 4096, 14336, 132), 4);
+  // 128-column blocks: mixtral's down GEMM at 1024 tokens (384 tiles of 256 columns, 2.9 waves; 768 of
+  // 128 columns, 5.8), not its gate_up (2688 tiles) nor qwen3's GEMMs at 1024 (1152 and 1536).
+  EXPECT_TRUE(wgmma_n128_wanted(2048, 8, 4096, 132));
+  EXPECT_FALSE(wgmma_n128_wanted(2048, 8, 28672, 132));
+  EXPECT_FALSE(wgmma_n128_wanted(8192, 128, 1536, 132));
+  EXPECT_FALSE(wgmma_n128_wanted(8192, 128, 2048, 132));
+  EXPECT_FALSE(wgmma_n128_wanted(2048, 8, 4096, 0));
+  EXPECT_FALSE(wgmma_n128_wanted(100, 1, 200, 132));  // one wave either way: nothing gained
   EXPECT_EQ(wgmma_k_splits(256, 8, 4096, 14336, 0), 1);
   EXPECT_EQ(wgmma_split_workspace_bytes(2048, 8, 4096, 1), 0u);
   EXPECT_EQ(wgmma_split_workspace_bytes(2048, 8, 4096, 2), 640u * (256 + 128 * 256 * 4));
@@ -1523,6 +1560,10 @@ TEST(CudaLaunch, WgmmaTailTilesCoverEveryRowOnce) {
   EXPECT_FALSE(wgmma_tiles_valid(WgmmaTiles{1, 0, 1, 2}));
   EXPECT_TRUE(wgmma_tiles_valid(WgmmaTiles{1, 0, 1, 1}));
   EXPECT_TRUE(wgmma_tiles_valid(WgmmaTiles{0, 0, 0, 1}));
+  EXPECT_TRUE(wgmma_tiles_valid(WgmmaTiles{1, 0, 1, 0, 1}));
+  EXPECT_FALSE(wgmma_tiles_valid(WgmmaTiles{1, 0, 1, 1, 1}));  // 128-column blocks do not pair
+  EXPECT_FALSE(wgmma_tiles_valid(WgmmaTiles{1, 32, 1, 0, 1}));
+  EXPECT_FALSE(wgmma_tiles_valid(WgmmaTiles{1, 0, 1, 0, 2}));
   // gpt-oss-120b at 8192 tokens: 256 +- 16 rows an expert.
   const WgmmaTiles swap48{1, 48, 1};
   EXPECT_EQ(wgmma_m_tiles(256, swap48), 2);

@@ -503,6 +503,7 @@ class CudaRunner final : public Runner {
       }
       WgmmaTiles tq = tiles;
       if (q.k_splits > 1 || q.a_row_index) tq.pair = 0;  // (the paired mode has neither)
+      tq.n128 = q.k_splits == 1 && !tq.pair && !tq.swap_rows && n128_for(q.rows, q.groups, q.n);
       return launch_wgmma_grouped(el, q, wgmma_counters_.as<int>(), st, tq);
     };
     // scratch: sorted tokens (not with the gather in the GEMM), later the down output [rows, H]
@@ -611,6 +612,15 @@ class CudaRunner final : public Runner {
   // until the runs are non-empty). Off by default because it measured no gain where the rule splits:
   // mixtral-8x7b at 1024 tokens tied (0.99x, its down GEMM in two runs) and lost 4% at 128 (four runs),
   // alternated with the unsplit forward on the H200 (bench/results/2026-12-03_s21_h200/NOTES.md).
+  // MOERUN_CUDA_N128: 128-column blocks in the wgmma engine (launch.hpp, WgmmaTiles::n128) for every
+  // launch (1), where wgmma_n128_wanted says (auto), or none (0 or unset). Read per call.
+  bool n128_for(int64_t rows, int groups, int n) const {
+    const char* v = std::getenv("MOERUN_CUDA_N128");
+    if (!v || !*v || std::strcmp(v, "0") == 0) return false;
+    if (std::strcmp(v, "1") == 0) return true;
+    if (std::strcmp(v, "auto") == 0) return wgmma_n128_wanted(rows, groups, n, sm_count_);
+    throw_error(ErrorKind::kInvalidArgument, std::string("cuda: MOERUN_CUDA_N128='") + v + "' is not 0, 1 or auto");
+  }
   int k_splits_for(int64_t rows, int groups, int n, int k) const {
     const char* v = std::getenv("MOERUN_CUDA_KSPLIT");
     if (!v || !*v) return 1;

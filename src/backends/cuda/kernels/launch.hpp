@@ -334,17 +334,27 @@ inline constexpr int kWgmmaMaxGroups = 1024;  // groups per launch (the runner f
 // the L2 reads fell 22% and the L2 throughput from 98% to 90%, but every SM still takes in as many
 // bytes, and the two CTAs' stage rings in lockstep (each stage waits for the slower CTA's release)
 // took the tensor pipe from 84% to 75%. So pair defaults to 0 (MOERUN_CUDA_PAIR=1 turns it on).
+//
+// n128: 128-column blocks instead of 256 (each tile's MMA m64n128 a consumer, its weight box 128 rows):
+// twice the tiles, for launches whose 256-column tiles fill too few waves of the SMs (the down GEMM
+// of mixtral-8x7b at 1024 tokens: about 320 tiles on 132 SMs, 2.4 waves), at the price of 1.5x the
+// L2 bytes per FLOP. Not with swap-AB tails, the paired mode or split K (the launcher refuses them).
+// wgmma_n128_wanted is the rule the runner applies under MOERUN_CUDA_N128=auto.
 struct WgmmaTiles {
   int half = 1;
   int swap_rows = 0;  // (off: measured slower, above)
   int narrow_n = 1;
   int pair = 0;
+  int n128 = 0;
 };
 inline constexpr bool wgmma_tiles_valid(WgmmaTiles t) {
   return (t.half == 0 || t.half == 1) && (t.narrow_n == 0 || t.narrow_n == 1) &&
          (t.swap_rows == 0 || t.swap_rows == 16 || t.swap_rows == 32 || t.swap_rows == 48) &&
-         (t.half == 1 || t.swap_rows == 0) && (t.pair == 0 || (t.pair == 1 && t.swap_rows == 0));
+         (t.half == 1 || t.swap_rows == 0) && (t.pair == 0 || (t.pair == 1 && t.swap_rows == 0)) &&
+         (t.n128 == 0 || (t.n128 == 1 && t.swap_rows == 0 && t.pair == 0));
 }
+// The columns of one N block of the engine under t.
+MOERUN_HD constexpr int wgmma_block_n(WgmmaTiles t) { return t.n128 ? 128 : 256; }
 enum class WgmmaTileKind : int { kRows128 = 0, kRows64 = 1, kSwapAB = 2 };
 struct WgmmaMTile {
   int row0 = 0, rows = 0;  // within the expert
@@ -402,6 +412,14 @@ constexpr int64_t wgmma_output_tiles_bound(int64_t rows, int groups, int n) {
 inline constexpr size_t kWgmmaSplitUnitBytes = 256 + size_t(2) * 128 * 128 * 4;
 constexpr size_t wgmma_split_workspace_bytes(int64_t rows, int groups, int n, int k_splits) {
   return k_splits <= 1 ? 0 : static_cast<size_t>(wgmma_output_tiles_bound(rows, groups, n)) * kWgmmaSplitUnitBytes;
+}
+// The n128 rule: 128-column blocks where the 256-column tiles (as wgmma_k_splits counts them) would
+// fill fewer than kWaves waves of the SMs and 128-column ones reach at least one more whole wave.
+constexpr bool wgmma_n128_wanted(int64_t rows, int groups, int n, int sm_count) {
+  constexpr int64_t kWaves = 4;
+  const int64_t m_tiles = (rows + 127) / 128 + groups, t256 = m_tiles * ((n + 255) / 256),
+                t128 = m_tiles * ((n + 127) / 128);
+  return sm_count > 0 && t256 < kWaves * sm_count && t128 / sm_count > t256 / sm_count;
 }
 // Whether k splits into k_splits non-empty runs of ceil(k tiles / k_splits) tiles of 64.
 constexpr bool wgmma_k_splits_fit(int k, int k_splits) {

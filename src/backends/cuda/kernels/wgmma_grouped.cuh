@@ -433,8 +433,9 @@ __device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int*
   tl.row0 = seg[lo] + m.row0;
   tl.rows = m.rows;
   tl.kind = m.kind;
-  tl.n0 = nb * kBN + m.n_half * (kBN / 2);
-  tl.width = m.kind == WgmmaTileKind::kSwapAB ? kBN / 2 : tiles.narrow_n ? min(kBN, (n - tl.n0 + 63) / 64 * 64) : kBN;
+  const int bn = wgmma_block_n(tiles);
+  tl.n0 = nb * bn + m.n_half * (kBN / 2);
+  tl.width = m.kind == WgmmaTileKind::kSwapAB ? kBN / 2 : tiles.narrow_n ? min(bn, (n - tl.n0 + 63) / 64 * 64) : bn;
   tl.solo = false;
   return tl;
 }
@@ -559,7 +560,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int* tok_s = prefix + kMaxGroups + 1;            // [8][128]: gathered row j of producer thread p at j * 128 + p
 
   const int groups = args.groups;
-  const int n_blocks = (args.n + kBN - 1) / kBN;
+  const int n_blocks = (args.n + wgmma_block_n(args.tiles) - 1) / wgmma_block_n(args.tiles);
   const int k_tiles = (args.k + kBK - 1) / kBK;
   const int split_tiles = (k_tiles + args.k_splits - 1) / args.k_splits;  // k tiles per split (the last may be short)
   if (args.seg) {
@@ -1048,6 +1049,7 @@ cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, WgmmaTiles ti
       (act && (p.n % 16 != 0 || !act_gated(p.act) || p.layout != GateUpLayout::kBlocks8)))
     return cudaErrorInvalidValue;
   if (tiles.pair && (p.k_splits != 1 || p.a_row_index)) return cudaErrorInvalidValue;
+  if (tiles.n128 && p.k_splits != 1) return cudaErrorInvalidValue;
   if (p.k_splits < 1 || p.k_splits > kWgmmaMaxKSplits || (p.k_splits > 1 && (!wgmma_k_splits_fit(p.k, p.k_splits) ||
       !p.split_workspace || reinterpret_cast<uintptr_t>(p.split_workspace) % 256 != 0 ||
       p.split_workspace_bytes < wgmma_split_workspace_bytes(p.rows, p.groups, p.n, p.k_splits))))
