@@ -340,6 +340,12 @@ inline constexpr int kWgmmaMaxGroups = 1024;  // groups per launch (the runner f
 // of mixtral-8x7b at 1024 tokens: about 320 tiles on 132 SMs, 2.4 waves), at the price of 1.5x the
 // L2 bytes per FLOP. Not with swap-AB tails, the paired mode or split K (the launcher refuses them).
 // wgmma_n128_wanted is the rule the runner applies under MOERUN_CUDA_N128=auto.
+// Measured on the H200 (bench/results/2026-12-03_s24_h200/NOTES.md, alternated graph replay): correct
+// (bit for bit the 256-column output) but it does NOT pay. On every launch (=1) it is 7-27% slower on
+// every sweep row (mixtral-8x7b M = 1024 1.69 against 1.50 ms, qwen3-30b-a3b M = 1024 0.443 against
+// 0.397); where the rule applies it (=auto: mixtral at M = 128 and 1024) it ties (1.493 against
+// 1.491 ms, 0.708 against 0.699): the fuller last wave is paid for by the 1.5x L2 bytes. So the
+// runner's default is 0 (MOERUN_CUDA_N128 unset).
 struct WgmmaTiles {
   int half = 1;
   int swap_rows = 0;  // (off: measured slower, above)
