@@ -184,7 +184,8 @@ __global__ void router_linear_kernel(const T* __restrict__ hidden, int64_t m, in
   if (lane == 0) logits[gw] = acc + (bias ? bias[x] : 0.0f);
 }
 
-constexpr int kAlignThreads = 1024;
+constexpr int kAlignThreads = 1024;                                   // the one-block kernel
+constexpr int kAlignBlockThreads = static_cast<int>(kAlignRowsPerBlock);  // the two multi-block kernels: a row each
 
 // From the per-expert row counts (shared memory, E entries): the exclusive scans of rows and tiles
 // (warp 0, each lane a contiguous run of experts), then seg_offsets, the tile table and num_tiles.
@@ -252,7 +253,7 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* __r
 // each reserve a run inside the expert's global count (atomicAdd returns the run's start, kept in
 // base[block][e]); the last block to finish scans the totals into the tables and zeroes the counters
 // for the next call. ws = [E] counts | [1] finished blocks | [blocks * E] bases, zero on entry.
-__global__ void __launch_bounds__(kAlignThreads) align_count_kernel(const int32_t* __restrict__ ids, int64_t rows,
+__global__ void __launch_bounds__(kAlignBlockThreads) align_count_kernel(const int32_t* __restrict__ ids, int64_t rows,
                                                                     int E, int block_m, int32_t* ws,
                                                                     AlignOutput out) {
   __shared__ int count[kMaxRoutingExperts];
@@ -284,7 +285,7 @@ __global__ void __launch_bounds__(kAlignThreads) align_count_kernel(const int32_
 }
 
 // Pass 2: each block places its rows at seg_offsets[e] + its run start + a block-local cursor.
-__global__ void __launch_bounds__(kAlignThreads) align_fill_kernel(const int32_t* __restrict__ ids,
+__global__ void __launch_bounds__(kAlignBlockThreads) align_fill_kernel(const int32_t* __restrict__ ids,
                                                                    const float* __restrict__ weights, int64_t rows,
                                                                    int top_k, int E, const int32_t* __restrict__ ws,
                                                                    AlignOutput out) {
@@ -453,10 +454,10 @@ cudaError_t launch_align(const int32_t* ids, const float* weights, int64_t m, in
   }
   if (!out.workspace || blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const unsigned grid = static_cast<unsigned>(blocks);
-  const cudaError_t e = launch_pdl(align_count_kernel, dim3(grid), dim3(kAlignThreads), 0, stream, ids, rows, experts,
+  const cudaError_t e = launch_pdl(align_count_kernel, dim3(grid), dim3(kAlignBlockThreads), 0, stream, ids, rows, experts,
                                    block_m, out.workspace, out);
   if (e != cudaSuccess) return e;
-  return launch_pdl(align_fill_kernel, dim3(grid), dim3(kAlignThreads), 0, stream, ids, weights, rows, top_k, experts,
+  return launch_pdl(align_fill_kernel, dim3(grid), dim3(kAlignBlockThreads), 0, stream, ids, weights, rows, top_k, experts,
                     static_cast<const int32_t*>(out.workspace), out);
 }
 
