@@ -66,7 +66,9 @@ for run in ${GPU_CHECK_SANITIZERS:-memcheck racecheck racecheck-m64}; do
   [ $tool = memcheck ] && filt='*Small*:*MZero*:*Graph*'
   force=""; [ $run = racecheck-m64 ] && force=mma-tile-m64
   echo "---- $run" >> "$OUT/sanitizer.log"
-  MOERUN_CUDA_GEMM=$force timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$TESTS" --gtest_filter="$filt" \
+  # (memcheck: 300 s; the engine test alone takes 65-90 s unchecked, its host reference included)
+  lim=200; [ $tool = memcheck ] && lim=300
+  MOERUN_CUDA_GEMM=$force timeout $lim compute-sanitizer --tool $tool --error-exitcode 9 "$TESTS" --gtest_filter="$filt" \
     >> "$OUT/sanitizer.log" 2>&1
   echo "compute-sanitizer $run rc=$?" | tee -a "$OUT/summary.log"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -1 | tee -a "$OUT/summary.log"

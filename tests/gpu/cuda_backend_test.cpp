@@ -528,13 +528,14 @@ void check_grouped_engines(int n, int k = 72) {
   void* dsplit;
   CK(cudaMalloc(&dsplit, split_bytes));
   CK(cudaMemset(dsplit, 0, split_bytes));
-  for (int engine = 0; engine < 15; ++engine) {
+  for (int engine = 0; engine < 17; ++engine) {
     const char* names[] = {"128x256", "swap-AB", "wgmma", "wgmma static (swap-AB tails)", "wgmma 128-row tiles",
                            "wgmma gathered (swap-AB tails)",
                            "wgmma gathered, static, 128-row tiles", "wgmma, K in 2 splits (swap-AB tails)",
                            "wgmma, swap-AB tails of 16", "wgmma, 64-row tails only, full-width N",
                            "wgmma paired", "wgmma paired, static, full-width N", "wgmma paired, 128-row tiles",
-                           "wgmma 128-column blocks", "wgmma 128-column blocks, static, 128-row tiles, full width"};
+                           "wgmma 128-column blocks", "wgmma 128-column blocks, static, 128-row tiles, full width",
+                           "wgmma, tail split on 8 CTAs", "wgmma, tail split on 16 CTAs"};
     const char* what = names[engine];
     const CutlassTile tile = engine == 1 ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256;
     auto launch = [&](const CutlassGroupedParams& q0) {
@@ -547,6 +548,15 @@ void check_grouped_engines(int n, int k = 72) {
         q.k_splits = 2;
         q.split_workspace = dsplit;
         q.split_workspace_bytes = split_bytes;
+      }
+      // The tail split on a grid of 8 or 16 CTAs: the 18 (n = 136) or 36 (n = 328) output tiles leave
+      // 2 or 4 for a last partial wave, split in 2 (k = 72: two 64-k tiles) or up to 4 (k = 1480).
+      if (engine == 15 || engine == 16) {
+        q.k_splits = k >= 256 ? 4 : 2;
+        q.split_tail = true;
+        q.split_workspace = dsplit;
+        q.split_workspace_bytes = split_bytes;
+        q.sm_count = engine == 15 ? 8 : 16;
       }
       if (engine < 2) return launch_cutlass_grouped(Elem::kBF16, q, nullptr);
       // Tail forms: 128-row tiles only (engines 4, 6), swap-AB tails of 48 (3, 5, 7) and 16 (8) rows,
@@ -569,7 +579,8 @@ void check_grouped_engines(int n, int k = 72) {
     CutlassGroupedParams p = grouped_params(groups, dseg, da, db, dd, n, k, dws, ws, sms);
     p.tile = tile;
     p.rows = alloc_rows;  // (the wgmma engine's tensor maps; CUTLASS ignores it with seg_offsets)
-    for (int rep = 0; rep < (engine == 2 || engine == 5 || engine == 7 || engine == 8 || engine == 10 || engine == 13 ? 3 : 1); ++rep) {  // the counters (and split flags) are left zero for the next launch
+    for (int rep = 0; rep < (engine == 2 || engine == 5 || engine == 7 || engine == 8 || engine == 10 || engine == 13 ||
+                                     engine >= 15 ? 3 : 1); ++rep) {  // the counters (and split flags) are left zero for the next launch
       CK(cudaMemcpy(dd, sentinel.data(), d_elems * 2, cudaMemcpyHostToDevice));
       CK(launch(p));
       CK(cudaDeviceSynchronize());
@@ -901,7 +912,8 @@ TEST(CudaBackend, SmallGatherInGemmEqualsGatherPass) {
 // The own mma.sync kernels read the routed w13 in kBlocks8 (uploaded from split or interleaved
 // checkpoints): every variant, split and interleaved input, with and without biases, fp16, one
 // token (direct mode) and several tiles.
-// ---- split K in the wgmma engine (MOERUN_CUDA_KSPLIT: off by default, =auto the rule, =2-4 forced) ----
+// ---- split K in the wgmma engine (MOERUN_CUDA_KSPLIT: the tail split by default, =1 none, =auto the
+// rule for every tile, =2-4 forced) ----
 
 // Sets MOERUN_CUDA_KSPLIT for the scope (read per call).
 struct KSplit : ScopedEnv {
@@ -959,9 +971,11 @@ void check_split_k(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, i
 // group), fp16, and gate_up widths that leave a narrow last column block. The products are the same
 // wgmma k steps in the same order, so the two must agree to rounding (they are expected to be equal
 // bit for bit; the message says whether they were).
-// knob = 1 against knob = 0 (an engine form that must not change results beyond rounding).
-void check_engine_form(const char* knob, const MoeSpec& spec, int64_t m, uint64_t seed, Route route, bool fused) {
-  SCOPED_TRACE(std::string(knob) + " " + spec.summary() + " m=" + std::to_string(m) + (fused ? " fused" : " unfused"));
+// knob = on (1) against knob = off (0) (an engine form that must not change results beyond rounding).
+void check_engine_form(const char* knob, const MoeSpec& spec, int64_t m, uint64_t seed, Route route, bool fused,
+                       const char* on_value = "1", const char* off_value = "0") {
+  SCOPED_TRACE(std::string(knob) + "=" + on_value + " " + spec.summary() + " m=" + std::to_string(m) +
+               (fused ? " fused" : " unfused"));
   ForceGemm force(kWgmma);
   FusedAct act(fused);
   spec.validate();
@@ -976,12 +990,12 @@ void check_engine_form(const char* knob, const MoeSpec& spec, int64_t m, uint64_
   poison(again);
   poison(single);
   {
-    ScopedEnv on(knob, "1");
+    ScopedEnv on(knob, on_value);
     runner->forward(host_args(in, paired));
     runner->forward(host_args(in, again));
   }
   {
-    ScopedEnv off(knob, "0");
+    ScopedEnv off(knob, off_value);
     runner->forward(host_args(in, single));
   }
   make_reference_backend()->create_runner(spec, w, plat, {})->forward(host_args(in, want));
@@ -990,10 +1004,11 @@ void check_engine_form(const char* knob, const MoeSpec& spec, int64_t m, uint64_
   EXPECT_LT(rel_error(paired, want, m * spec.hidden, &bad), tol);
   EXPECT_EQ(bad, 0);
   EXPECT_LT(rel_error(paired, single, m * spec.hidden, &bad), tol);
-  EXPECT_EQ(std::memcmp(paired.data(), again.data(), paired.nbytes()), 0) << "two forwards with " << knob << "=1 differ";
+  EXPECT_EQ(std::memcmp(paired.data(), again.data(), paired.nbytes()), 0)
+      << "two forwards with " << knob << "=" << on_value << " differ";
   const bool same = std::memcmp(paired.data(), single.data(), paired.nbytes()) == 0;
-  std::printf("[%s] %s m=%lld: %s the output with it off\n", knob, spec.summary().c_str(), static_cast<long long>(m),
-              same ? "bit for bit" : "within tolerance of (not bitwise)");
+  std::printf("[%s=%s] %s m=%lld: %s the output with %s\n", knob, on_value, spec.summary().c_str(),
+              static_cast<long long>(m), same ? "bit for bit" : "within tolerance of (not bitwise)", off_value);
 }
 
 void check_engine_form_cases(const char* knob) {
@@ -1048,6 +1063,26 @@ TEST(CudaBackend, Small128ColumnBlocksMatch256) {
     ADD_FAILURE() << "MOERUN_CUDA_N128=2 ran";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("MOERUN_CUDA_N128"), std::string::npos) << e.what();
+  }
+}
+
+// The tail split (MOERUN_CUDA_KSPLIT=tail) against no split. 64 experts of about 37 rows (one M
+// tile each) and h = 520 give the down GEMM 192 tiles of three 256-column blocks: on the H200's 132
+// SMs the last 60 split in two (i = 136: three 64-k tiles, runs of 2 and 1); gate_up (n = 272: two
+// blocks, 128 tiles) fits one wave and runs whole. Also fp16 with biases and a gated shared expert
+// (one group: a single wave, no split), and a hot expert (few, long tiles).
+TEST(CudaBackend, SmallTailSplitMatchesUnsplit) {
+  REQUIRE_GPU();
+  for (bool fused : {true, false}) {
+    check_engine_form("MOERUN_CUDA_KSPLIT", make_spec(64, 4, 520, 136), 600, 1510, Route::kLogits, fused, "tail", "1");
+    MoeSpec b = make_spec(64, 4, 520, 136, ActivationKind::kSwigluOai, WeightFormat::kF16);
+    b.expert_bias = true;
+    b.shared.count = 1;
+    b.shared.intermediate = 200;
+    b.shared.gated_by_router = true;
+    check_engine_form("MOERUN_CUDA_KSPLIT", b, 700, 1511, Route::kLogits, fused, "tail", "1");
+    check_engine_form("MOERUN_CUDA_KSPLIT", make_spec(16, 3, 1544, 264), 900, 1512, Route::kHotExpert, fused, "tail",
+                      "1");
   }
 }
 
@@ -1488,6 +1523,28 @@ TEST(CudaLaunch, L2PrefetchSlicesCoverTheBytesOnce) {
 // a bound of 384 tiles for 132 SMs) split; enough tiles, or too short a K, do not.
 TEST(CudaLaunch, SplitKOnlyWhereTheTilesLeaveTheSmsIdle) {
   using namespace cuda_kernels;
+  // The tail split: the last partial wave's tiles, into grid / (tiles % grid) runs (at most k_max,
+  // every run non-empty), none with one wave or none partial.
+  EXPECT_EQ(wgmma_tail_splits(320, 132, 4, 14336), 2);  // mixtral down, M = 1024: 56 tiles left
+  EXPECT_EQ(wgmma_tail_splits(300, 132, 4, 14336), 3);  // 36 left: 3.7 SMs a tile
+  EXPECT_EQ(wgmma_tail_splits(230, 132, 4, 14336), 1);  // 98 left: more than half a wave
+  EXPECT_EQ(wgmma_tail_splits(264, 132, 4, 14336), 1);  // whole waves
+  EXPECT_EQ(wgmma_tail_splits(100, 132, 4, 14336), 1);  // one partial wave: nothing waits for it
+  EXPECT_EQ(wgmma_tail_splits(18, 16, 4, 72), 2);       // two 64-k tiles: two runs at most
+  EXPECT_EQ(wgmma_tail_splits(18, 16, 4, 136), 3);      // three: one each (four would leave one empty)
+  EXPECT_EQ(wgmma_tail_splits(18, 16, 2, 1480), 2);     // k_max
+  EXPECT_EQ(wgmma_tail_splits(18, 8, 4, 1480), 4);
+  EXPECT_EQ(wgmma_tail_splits(18, 0, 4, 1480), 1);
+  EXPECT_EQ(wgmma_tail_splits(600, 132, 4, 14336), 1);  // over kWgmmaTailMaxWaves waves
+  EXPECT_EQ(wgmma_tail_splits(528, 132, 4, 14336), 1);  // four whole waves
+  EXPECT_EQ(wgmma_tail_splits(450, 132, 4, 14336), 2);  // four waves: 54 left
+  // The runner's pre-check (the workspace only where the kernel may split).
+  EXPECT_TRUE(wgmma_tail_split_may_apply(2048, 8, 4096, 132));     // mixtral down, M = 1024
+  EXPECT_FALSE(wgmma_tail_split_may_apply(2048, 8, 28672, 132));   // its gate_up: 1792 tiles at least
+  EXPECT_FALSE(wgmma_tail_split_may_apply(65536, 256, 7168, 132)); // deepseek-v3 down, M = 8192
+  EXPECT_FALSE(wgmma_tail_split_may_apply(100, 1, 256, 132));      // one tile
+  EXPECT_FALSE(wgmma_tail_split_may_apply(2048, 8, 4096, 0));
+  EXPECT_EQ(wgmma_tail_split_workspace_bytes(132), 132 * kWgmmaSplitUnitBytes);
   EXPECT_EQ(wgmma_output_tiles_bound(2048, 8, 4096), (16 + 3 * 8) * 16);
   EXPECT_EQ(wgmma_k_splits(2048, 8, 4096, 14336, 132), 2);        // mixtral down, M = 1024
   EXPECT_EQ(wgmma_k_splits(2048, 8, 28672, 4096, 132), 1);        // its gate_up: 2688 tiles
@@ -1772,8 +1829,11 @@ TEST(CudaBackend, CaptureThatWouldAllocateIsRefused) {
   }
   {
     auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
-    runner->forward(a);  // sizes everything but the split workspace
-    CK(cudaStreamSynchronize(st));
+    {
+      KSplit none(1);
+      runner->forward(a);  // sizes everything but the split workspace
+      CK(cudaStreamSynchronize(st));
+    }
     KSplit split(2);
     refused(*runner, "split-K workspace");
     runner->forward(a);  // eager: grows it; a capture now succeeds

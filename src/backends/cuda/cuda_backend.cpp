@@ -497,8 +497,10 @@ class CudaRunner final : public Runner {
       if (!wgmma) return launch_cutlass_grouped(el, p, st);
       CutlassGroupedParams q = p;
       q.k_splits = k_splits_for(q.rows, q.groups, q.n, q.k);
+      q.split_tail = q.k_splits > 1 && split_tail_wanted();
       if (q.k_splits > 1) {
-        q.split_workspace_bytes = wgmma_split_workspace_bytes(q.rows, q.groups, q.n, q.k_splits);
+        q.split_workspace_bytes = q.split_tail ? wgmma_tail_split_workspace_bytes(q.sm_count)
+                                               : wgmma_split_workspace_bytes(q.rows, q.groups, q.n, q.k_splits);
         q.split_workspace = split_workspace(q.split_workspace_bytes, st);
       }
       WgmmaTiles tq = tiles;
@@ -607,11 +609,15 @@ class CudaRunner final : public Runner {
     d_.finish(args, call);
   }
 
-  // The wgmma engine's K splits for one GEMM: none by default; MOERUN_CUDA_KSPLIT=auto takes
-  // wgmma_k_splits (launch.hpp), =2-4 forces that many, =1 none (read per call, for side-by-side runs; lowered
-  // until the runs are non-empty). Off by default because it measured no gain where the rule splits:
-  // mixtral-8x7b at 1024 tokens tied (0.99x, its down GEMM in two runs) and lost 4% at 128 (four runs),
-  // alternated with the unsplit forward on the H200 (bench/results/2026-12-03_s21_h200/NOTES.md).
+  // The wgmma engine's K splits for one GEMM. By default (unset, or =tail) the tail split: only the
+  // last partial wave's output tiles, in launches of at most kWgmmaTailMaxWaves waves
+  // (wgmma_tail_splits and wgmma_tail_split_may_apply, launch.hpp; at most kWgmmaMaxKSplits runs, as
+  // many as fit k). It measured 3% faster on mixtral-8x7b at M = 1024 (its down GEMM: 2.4 waves of
+  // tiles), alternated with no split on the H200 (bench/results/2026-12-03_s24_h200/NOTES.md, call 4);
+  // launches of more waves do not split (there it lost 0.5-2.5%). =1 (or 0) splits nothing; =auto takes
+  // wgmma_k_splits, a split of every tile; =2-4 splits every tile in that many runs (read per call, for
+  // side-by-side runs; lowered until the runs are non-empty). Splitting every tile measured no gain:
+  // mixtral-8x7b at 1024 tokens tied (0.99x, two runs) and lost 4% at 128 (four runs, s21 NOTES).
   // MOERUN_CUDA_N128: 128-column blocks in the wgmma engine (launch.hpp, WgmmaTiles::n128) for every
   // launch (1), where wgmma_n128_wanted says (auto), or none (0 or unset). Read per call.
   bool n128_for(int64_t rows, int groups, int n) const {
@@ -623,13 +629,18 @@ class CudaRunner final : public Runner {
   }
   int k_splits_for(int64_t rows, int groups, int n, int k) const {
     const char* v = std::getenv("MOERUN_CUDA_KSPLIT");
-    if (!v || !*v) return 1;
-    if (std::strcmp(v, "auto") == 0) return wgmma_k_splits(rows, groups, n, k, sm_count_);
-    int s = std::atoi(v);
+    if (std::strcmp(v && *v ? v : "tail", "auto") == 0) return wgmma_k_splits(rows, groups, n, k, sm_count_);
+    const bool tail = split_tail_wanted();
+    if (tail && !wgmma_tail_split_may_apply(rows, groups, n, sm_count_)) return 1;
+    int s = tail ? kWgmmaMaxKSplits : std::atoi(v);
     if (s <= 1) return 1;
     s = std::min(s, kWgmmaMaxKSplits);
     while (s > 1 && !wgmma_k_splits_fit(k, s)) --s;
     return s;
+  }
+  static bool split_tail_wanted() {
+    const char* v = std::getenv("MOERUN_CUDA_KSPLIT");
+    return !v || !*v || std::strcmp(v, "tail") == 0;
   }
   // The split partials and flags, grown like the other workspaces (never while the stream is being
   // captured) and zero-filled when they grow: the flags must start at zero, and every launch leaves

@@ -236,6 +236,9 @@ struct CutlassGroupedParams {
   int k_splits = 1;
   void* split_workspace = nullptr;
   size_t split_workspace_bytes = 0;
+  // With k_splits > 1: split only the output tiles of the last partial wave, each into
+  // wgmma_tail_splits runs (k_splits the most); every other tile runs whole.
+  bool split_tail = false;
 };
 
 size_t cutlass_grouped_workspace_bytes_bf16(int groups, int sm_count);
@@ -427,6 +430,36 @@ constexpr bool wgmma_n128_wanted(int64_t rows, int groups, int n, int sm_count) 
   const int64_t m_tiles = (rows + 127) / 128 + groups, t256 = m_tiles * ((n + 255) / 256),
                 t128 = m_tiles * ((n + 127) / 128);
   return sm_count > 0 && t256 < kWaves * sm_count && t128 / sm_count > t256 / sm_count;
+}
+// The tail split (CutlassGroupedParams::split_tail). `tiles` output tiles on `grid` CTAs leave
+// s = tiles % grid of them for a last, partial wave, during which grid - s SMs idle for a whole tile.
+// Splitting each of those s tiles into n = grid / s runs (at most k_max, each a non-empty run of
+// ceil(k tiles / n) tiles of 64) fills that wave and shortens it to 1 / n of a tile; the tiles before
+// stay whole, so their partials cost nothing. 1 (no split) with at most one wave or no partial one.
+// Only launches of at most kWgmmaTailMaxWaves waves split: with more, the tiles' differing lengths
+// have spread their ends over the last wave, and the split measured 0.5-2.5% slower (deepseek-v3,
+// gpt-oss-120b and qwen3-30b-a3b at M = 1024 and 8192), where it gains 3% on mixtral-8x7b's down GEMM
+// at M = 1024 (about 320 tiles, 2.4 waves; s24 NOTES, call 4).
+// A host and device function: the kernel takes it from the tile count it finds on the device.
+inline constexpr int kWgmmaTailMaxWaves = 4;
+MOERUN_HD constexpr int wgmma_tail_splits(int tiles, int grid, int k_max, int k) {
+  if (grid <= 0 || tiles <= grid || tiles % grid == 0 || tiles > kWgmmaTailMaxWaves * grid) return 1;
+  int n = grid / (tiles % grid);
+  if (n > k_max) n = k_max;
+  const int k_tiles = (k + 63) / 64;
+  while (n > 1 && (n - 1) * ((k_tiles + n - 1) / n) >= k_tiles) --n;
+  return n < 2 ? 1 : n;
+}
+// The tail split's workspace: fewer than `grid` output tiles split, one block each.
+constexpr size_t wgmma_tail_split_workspace_bytes(int grid) {
+  return static_cast<size_t>(grid > 0 ? grid : 0) * kWgmmaSplitUnitBytes;
+}
+// Whether a launch may take the tail split: at least the tiles of ceil(rows / 128) full 128-row
+// tiles in ceil(n / 256) blocks exceed one wave and stay within kWgmmaTailMaxWaves (the kernel decides
+// from the exact count; this spares the others the workspace).
+constexpr bool wgmma_tail_split_may_apply(int64_t rows, int groups, int n, int sm_count) {
+  const int64_t low = (rows + 127) / 128 * ((n + 255) / 256);
+  return sm_count > 0 && wgmma_output_tiles_bound(rows, groups, n) > sm_count && low <= kWgmmaTailMaxWaves * sm_count;
 }
 // Whether k splits into k_splits non-empty runs of ceil(k tiles / k_splits) tiles of 64.
 constexpr bool wgmma_k_splits_fit(int k, int k_splits) {

@@ -71,6 +71,9 @@
 //   Split s > 0 waits on a flag for split s - 1's fp32 partial (its consumers' accumulators, stored in
 //   their register order through L2), adds it, and passes the sum on or, as the last, runs the epilogue
 //   (the activation too) and zeroes the flag. So the sum has one order whichever SM runs what.
+//   Tail split (KernelArgs::split_tail): the whole output tiles take the first numbers, then each tile
+//   of the last partial wave takes wgmma_tail_splits adjacent numbers (launch.hpp), counted by every
+//   CTA from the tile total it finds on the device; the same flags and order as above.
 //   Paired mode (WgmmaTiles::pair, off: measured slower, launch.hpp): a cluster of two CTAs takes
 //   items of two M tiles of one expert's N block; CTA r copies weight rows 128 r .. + 128 of the block
 //   with .multicast::cluster into both CTAs' stage, so each stage's full barrier counts both halves'
@@ -138,6 +141,9 @@ struct KernelArgs {
   // k4-major so a warp's loads are whole lines).
   int k_splits = 1;
   char* split_ws = nullptr;
+  // Tail split (launch.hpp, wgmma_tail_splits): only the output tiles of the last partial wave split,
+  // into wgmma_tail_splits(tiles, grid, k_splits, k) runs each (k_splits: the most); the others whole.
+  bool split_tail = false;
 };
 
 // ---- PTX wrappers ---------------------------------------------------------------------------------
@@ -408,6 +414,7 @@ struct Tile {
   int width;        // columns of the product the MMA covers: 256, or fewer in the last N block (narrow_n);
                     // a swap-AB tile's 128 (n0 may be past n: an empty tile, skipped)
   int split, unit;  // K split of this tile and the output tile's index (t / k_splits)
+  int splits;       // the K runs of this output tile (1: whole)
   bool solo;        // paired mode: the item's one M tile, this CTA on its 128 columns of the block
 };
 
@@ -429,6 +436,7 @@ __device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int*
   Tile tl;
   tl.split = (t - prefix[lo]) - local * k_splits;
   tl.unit = t / k_splits;  // (every prefix is a multiple of k_splits)
+  tl.splits = k_splits;
   tl.g = lo;
   tl.row0 = seg[lo] + m.row0;
   tl.rows = m.rows;
@@ -462,6 +470,7 @@ __device__ __forceinline__ Tile decode_pair(int t, const int* prefix, const int*
   const WgmmaMTile m = wgmma_m_tile(count, solo ? 2 * pi : 2 * pi + rank, tiles);
   Tile tl;
   tl.split = 0;
+  tl.splits = 1;
   tl.unit = t;
   tl.g = lo;
   tl.row0 = seg[lo] + m.row0;
@@ -562,7 +571,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int groups = args.groups;
   const int n_blocks = (args.n + wgmma_block_n(args.tiles) - 1) / wgmma_block_n(args.tiles);
   const int k_tiles = (args.k + kBK - 1) / kBK;
-  const int split_tiles = (k_tiles + args.k_splits - 1) / args.k_splits;  // k tiles per split (the last may be short)
   if (args.seg) {
     for (int i = threadIdx.x; i <= groups; i += blockDim.x) seg[i] = args.seg[i];
   } else if (threadIdx.x == 0) {
@@ -598,7 +606,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       int v = 0;
       if (g < groups) {
         const int mt = wgmma_m_tiles(seg[g + 1] - seg[g], args.tiles);
-        v = (pair ? (mt + 1) / 2 : mt) * n_blocks * args.k_splits;
+        v = (pair ? (mt + 1) / 2 : mt) * n_blocks * (args.split_tail ? 1 : args.k_splits);
       }
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -610,7 +618,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   __syncthreads();
-  const int total = prefix[groups];
+  // Work numbers: tile t (each numbered k_splits times with a uniform split), or with the tail split the
+  // output tiles before split_from whole, then tail_k adjacent numbers for each tile from it on.
+  const int out_tiles = prefix[groups];
+  const int tail_k = args.split_tail ? wgmma_tail_splits(out_tiles, teams, args.k_splits, args.k) : 1;
+  const int split_from = tail_k > 1 ? out_tiles - out_tiles % teams : out_tiles;
+  const int total = args.split_tail ? split_from + (out_tiles - split_from) * tail_k : out_tiles;
+  auto decode = [&](int t) {
+    if (pair) return decode_pair(t, prefix, seg, groups, args.n, args.tiles, rank);
+    if (!args.split_tail) return decode_tile(t, prefix, seg, groups, args.n, args.tiles, args.k_splits);
+    const bool cut = t >= split_from;
+    const int u = cut ? split_from + (t - split_from) / tail_k : t;
+    Tile tl = decode_tile(u, prefix, seg, groups, args.n, args.tiles, 1);
+    tl.split = cut ? (t - split_from) % tail_k : 0;
+    tl.splits = cut ? tail_k : 1;
+    tl.unit = u - split_from;  // (its workspace block: fewer than the grid's CTAs are split)
+    return tl;
+  };
   const int wg = threadIdx.x / 128;
   const bool dynamic = args.counters != nullptr;
 
@@ -654,8 +678,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         if (t >= total) break;
-        const Tile tl = pair ? decode_pair(t, prefix, seg, groups, args.n, args.tiles, rank)
-                             : decode_tile(t, prefix, seg, groups, args.n, args.tiles, args.k_splits);
+        const Tile tl = decode(t);
+        const int split_tiles = (k_tiles + tl.splits - 1) / tl.splits;  // k tiles per split (the last may be short)
         const bool a64 = tl.kind != WgmmaTileKind::kRows128;  // (a swap-AB tile's at most 48 rows too)
         // B's box: the weight rows the MMA reads (a narrow last block's 64 or 128, a swap-AB tile's 128).
         // Paired: this CTA's half of the block (rows 128 rank on), multicast, and the stage receives
@@ -765,8 +789,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         t += teams;
       }
       if (t >= total) break;
-      const Tile tl = pair ? decode_pair(t, prefix, seg, groups, args.n, args.tiles, rank)
-                           : decode_tile(t, prefix, seg, groups, args.n, args.tiles, args.k_splits);
+      const Tile tl = decode(t);
+      const int split_tiles = (k_tiles + tl.splits - 1) / tl.splits;
       // No columns: a swap-AB tile's second half past the last column (skipped), or a paired solo
       // item's half past it (run in step with the other CTA, nothing stored).
       const bool no_cols = tl.n0 >= args.n;
@@ -804,7 +828,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_acc(acc);
       if (prev >= 0 && tid == 0) release_stage(empty, prev, peer_empty);
       if (no_cols) continue;
-      if (args.k_splits > 1) {
+      if (tl.splits > 1) {
         // Splits of one output tile take adjacent numbers, and every CTA runs its tiles in increasing
         // order, so the lowest unfinished tile never waits on a higher one: the chain cannot deadlock
         // (with the grid co-resident, one CTA an SM). The sum is p0 + p1 + ... in split order whoever
@@ -828,7 +852,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
         }
-        if (tl.split < args.k_splits - 1) {
+        if (tl.split < tl.splits - 1) {
 #pragma unroll
           for (int j = 0; j < 32; ++j)
             if (j < nv) __stcg(slot + j * 128, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
@@ -963,6 +987,8 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
+// (L2 promotion 256: each 128-byte row piece of a box brings the next k step's piece into L2 with it.
+// Without promotion or with 128 the sweep shapes tied within 1.5% in two alternated calls, s24 NOTES.)
 template <typename T>
 inline CUresult encode_map(CUtensorMap* m, int rank, const void* base, const cuuint64_t* dims, const cuuint64_t* strides,
                            const cuuint32_t* box) {
@@ -1052,7 +1078,8 @@ cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, WgmmaTiles ti
   if (tiles.n128 && p.k_splits != 1) return cudaErrorInvalidValue;
   if (p.k_splits < 1 || p.k_splits > kWgmmaMaxKSplits || (p.k_splits > 1 && (!wgmma_k_splits_fit(p.k, p.k_splits) ||
       !p.split_workspace || reinterpret_cast<uintptr_t>(p.split_workspace) % 256 != 0 ||
-      p.split_workspace_bytes < wgmma_split_workspace_bytes(p.rows, p.groups, p.n, p.k_splits))))
+      p.split_workspace_bytes < (p.split_tail ? wgmma_tail_split_workspace_bytes(p.sm_count)
+                                              : wgmma_split_workspace_bytes(p.rows, p.groups, p.n, p.k_splits)))))
     return cudaErrorInvalidValue;
   if (!tensor_map_encoder()) return cudaErrorNotSupported;
   CUtensorMap ma128{}, ma64{}, mb{}, mb128{}, mb64{};  // (with a gather the A maps stay unused)
@@ -1086,6 +1113,7 @@ cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, WgmmaTiles ti
   a.a_src = gather ? p.a : nullptr;
   a.a_index = p.a_row_index;
   a.k_splits = p.k_splits;
+  a.split_tail = p.split_tail && p.k_splits > 1;
   if (p.k_splits > 1) a.split_ws = static_cast<char*>(p.split_workspace);
   if (!act) return launch_kernel<T, kNoAct>(ma128, ma64, mb, mb128, mb64, a, p.sm_count, stream);
   switch (p.act) {
