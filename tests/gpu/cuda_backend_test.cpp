@@ -1027,23 +1027,28 @@ void check_engine_form_cases(const char* knob) {
   }
 }
 
+// A wgmma forward under the environment the caller set must throw an error that names `knob`.
+void expect_knob_refused(const char* knob, const std::string& setting, uint64_t seed) {
+  const MoeSpec s = make_spec(8, 2, 264, 200);
+  const MoeWeights w = random_weights(s, seed);
+  ForceGemm force(kWgmma);
+  auto runner = make_cuda_backend()->create_runner(s, w, sm90_platform(), {});
+  const Inputs in = make_inputs(s, 257, seed + 1, Route::kLogits);
+  HostTensor out(s.act_dtype, {257, s.hidden});
+  try {
+    runner->forward(host_args(in, out));
+    ADD_FAILURE() << setting << " ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(knob), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaBackend, SmallPairedMatchesUnpaired) {
   REQUIRE_GPU();
   check_engine_form_cases("MOERUN_CUDA_PAIR");
   ScopedEnv swap_too("MOERUN_CUDA_PAIR", "1");
   ScopedEnv tails("MOERUN_CUDA_SWAP_TAILS", "16");  // refused together, with a message
-  const MoeSpec s = make_spec(8, 2, 264, 200);
-  const MoeWeights w = random_weights(s, 1504);
-  ForceGemm force(kWgmma);
-  auto runner = make_cuda_backend()->create_runner(s, w, sm90_platform(), {});
-  const Inputs in = make_inputs(s, 257, 1505, Route::kLogits);
-  HostTensor out(s.act_dtype, {257, s.hidden});
-  try {
-    runner->forward(host_args(in, out));
-    ADD_FAILURE() << "MOERUN_CUDA_PAIR=1 with MOERUN_CUDA_SWAP_TAILS=16 ran";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MOERUN_CUDA_PAIR"), std::string::npos) << e.what();
-  }
+  expect_knob_refused("MOERUN_CUDA_PAIR", "MOERUN_CUDA_PAIR=1 with MOERUN_CUDA_SWAP_TAILS=16", 1504);
 }
 
 // The 128-column blocks (MOERUN_CUDA_N128=1) on every launch, against 256-column ones; a bad value
@@ -1052,18 +1057,7 @@ TEST(CudaBackend, Small128ColumnBlocksMatch256) {
   REQUIRE_GPU();
   check_engine_form_cases("MOERUN_CUDA_N128");
   ScopedEnv bad("MOERUN_CUDA_N128", "2");
-  const MoeSpec s = make_spec(8, 2, 264, 200);
-  const MoeWeights w = random_weights(s, 1506);
-  ForceGemm force(kWgmma);
-  auto runner = make_cuda_backend()->create_runner(s, w, sm90_platform(), {});
-  const Inputs in = make_inputs(s, 257, 1507, Route::kLogits);
-  HostTensor out(s.act_dtype, {257, s.hidden});
-  try {
-    runner->forward(host_args(in, out));
-    ADD_FAILURE() << "MOERUN_CUDA_N128=2 ran";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MOERUN_CUDA_N128"), std::string::npos) << e.what();
-  }
+  expect_knob_refused("MOERUN_CUDA_N128", "MOERUN_CUDA_N128=2", 1506);
 }
 
 // The tail split (MOERUN_CUDA_KSPLIT=tail) against no split. 64 experts of about 37 rows (one M

@@ -496,8 +496,9 @@ class CudaRunner final : public Runner {
     auto gemm = [&](const CutlassGroupedParams& p, cudaStream_t st) {
       if (!wgmma) return launch_cutlass_grouped(el, p, st);
       CutlassGroupedParams q = p;
-      q.k_splits = k_splits_for(q.rows, q.groups, q.n, q.k);
-      q.split_tail = q.k_splits > 1 && split_tail_wanted();
+      const SplitK split = split_k_for(q.rows, q.groups, q.n, q.k);
+      q.k_splits = split.k;
+      q.split_tail = split.tail;
       if (q.k_splits > 1) {
         q.split_workspace_bytes = q.split_tail ? wgmma_tail_split_workspace_bytes(q.sm_count)
                                                : wgmma_split_workspace_bytes(q.rows, q.groups, q.n, q.k_splits);
@@ -609,15 +610,6 @@ class CudaRunner final : public Runner {
     d_.finish(args, call);
   }
 
-  // The wgmma engine's K splits for one GEMM. By default (unset, or =tail) the tail split: only the
-  // last partial wave's output tiles, in launches of at most kWgmmaTailMaxWaves waves
-  // (wgmma_tail_splits and wgmma_tail_split_may_apply, launch.hpp; at most kWgmmaMaxKSplits runs, as
-  // many as fit k). It measured 3% faster on mixtral-8x7b at M = 1024 (its down GEMM: 2.4 waves of
-  // tiles), alternated with no split on the H200 (bench/results/2026-12-03_s24_h200/NOTES.md, call 4);
-  // launches of more waves do not split (there it lost 0.5-2.5%). =1 (or 0) splits nothing; =auto takes
-  // wgmma_k_splits, a split of every tile; =2-4 splits every tile in that many runs (read per call, for
-  // side-by-side runs; lowered until the runs are non-empty). Splitting every tile measured no gain:
-  // mixtral-8x7b at 1024 tokens tied (0.99x, two runs) and lost 4% at 128 (four runs, s21 NOTES).
   // MOERUN_CUDA_N128: 128-column blocks in the wgmma engine (launch.hpp, WgmmaTiles::n128) for every
   // launch (1), where wgmma_n128_wanted says (auto), or none (0 or unset). Read per call.
   bool n128_for(int64_t rows, int groups, int n) const {
@@ -627,20 +619,30 @@ class CudaRunner final : public Runner {
     if (std::strcmp(v, "auto") == 0) return wgmma_n128_wanted(rows, groups, n, sm_count_);
     throw_error(ErrorKind::kInvalidArgument, std::string("cuda: MOERUN_CUDA_N128='") + v + "' is not 0, 1 or auto");
   }
-  int k_splits_for(int64_t rows, int groups, int n, int k) const {
+  // The wgmma engine's K splits for one GEMM. By default (unset, or =tail) the tail split: only the
+  // last partial wave's output tiles, in launches of at most kWgmmaTailMaxWaves waves
+  // (wgmma_tail_splits and wgmma_tail_split_may_apply, launch.hpp; at most kWgmmaMaxKSplits runs, as
+  // many as fit k). It measured 3% faster on mixtral-8x7b at M = 1024 (its down GEMM: 2.4 waves of
+  // tiles), alternated with no split on the H200 (bench/results/2026-12-03_s24_h200/NOTES.md, call 4);
+  // launches of more waves do not split (there it lost 0.5-2.5%). =1 (or 0) splits nothing; =auto takes
+  // wgmma_k_splits, a split of every tile; =2-4 splits every tile in that many runs (read per call, for
+  // side-by-side runs; lowered until the runs are non-empty). Splitting every tile measured no gain:
+  // mixtral-8x7b at 1024 tokens tied (0.99x, two runs) and lost 4% at 128 (four runs, s21 NOTES).
+  struct SplitK {
+    int k = 1;          // runs (the most, with the tail split)
+    bool tail = false;  // only the last partial wave's tiles
+  };
+  SplitK split_k_for(int64_t rows, int groups, int n, int k) const {
     const char* v = std::getenv("MOERUN_CUDA_KSPLIT");
-    if (std::strcmp(v && *v ? v : "tail", "auto") == 0) return wgmma_k_splits(rows, groups, n, k, sm_count_);
-    const bool tail = split_tail_wanted();
-    if (tail && !wgmma_tail_split_may_apply(rows, groups, n, sm_count_)) return 1;
-    int s = tail ? kWgmmaMaxKSplits : std::atoi(v);
-    if (s <= 1) return 1;
+    const char* mode = v && *v ? v : "tail";
+    if (std::strcmp(mode, "auto") == 0) return {wgmma_k_splits(rows, groups, n, k, sm_count_), false};
+    const bool tail = std::strcmp(mode, "tail") == 0;
+    if (tail && !wgmma_tail_split_may_apply(rows, groups, n, sm_count_)) return {};
+    int s = tail ? kWgmmaMaxKSplits : std::atoi(mode);
+    if (s <= 1) return {};
     s = std::min(s, kWgmmaMaxKSplits);
     while (s > 1 && !wgmma_k_splits_fit(k, s)) --s;
-    return s;
-  }
-  static bool split_tail_wanted() {
-    const char* v = std::getenv("MOERUN_CUDA_KSPLIT");
-    return !v || !*v || std::strcmp(v, "tail") == 0;
+    return {s, tail && s > 1};
   }
   // The split partials and flags, grown like the other workspaces (never while the stream is being
   // captured) and zero-filled when they grow: the flags must start at zero, and every launch leaves
