@@ -192,12 +192,12 @@ int main(int argc, char** argv) {
           "cuda_moe_bench [--quick] [--ms 1,16,...] [--shapes a,b] [--no-forced] [--json out.json] [--torch t.json]\n"
           "               [--read-flush-max-m N] [--ab list]\n"
           "  --ab list  comma-separated contenders, each timed against the rule's own graph call by call\n"
-          "             (rows ab:<name> and ab:rule-vs-<name>) at M >= 128: a GEMM variant name as\n"
-          "             MOERUN_CUDA_GEMM takes (+unfused: its activation epilogue off), 'gather' (the\n"
-          "             token gather in the wgmma operand load), or 'ksplit=N' (the wgmma engine's K in\n"
-          "             N runs, MOERUN_CUDA_KSPLIT: 2-4, or auto for its rule), or 'env:VAR=VALUE' (a\n"
-          "             MOERUN_CUDA_* variable set for the contender's capture, e.g. env:MOERUN_CUDA_SWAP_TAILS=0;\n"
-          "             these three where the rule takes the wgmma engine); 'none' for no A/B rows.\n"
+          "             (rows ab:<name> and ab:rule-vs-<name>): at M >= 128 a GEMM variant name as\n"
+          "             MOERUN_CUDA_GEMM takes (+unfused: its activation epilogue off), and where the rule\n"
+          "             takes the wgmma engine 'gather' (the token gather in its operand load) or 'ksplit=N'\n"
+          "             (its K in N runs, MOERUN_CUDA_KSPLIT: 2-4, or auto for its rule); at every M\n"
+          "             'env:VAR=VALUE' (a MOERUN_CUDA_* variable set for the contender's capture, e.g.\n"
+          "             env:MOERUN_CUDA_FUSED_COMBINE=0); 'none' for no A/B rows.\n"
           "             Default: cutlass-sm90-grouped.");
       return 0;
     } else {
@@ -414,16 +414,18 @@ int main(int argc, char** argv) {
       // Side by side with the rule (--ab): each contender's graph and the rule's alternated call by call,
       // so the card's moving clocks fall on both alike (the forced rows below run one after another).
       // "gather" (the tokens gathered in the wgmma operand load, MOERUN_CUDA_GEMM_GATHER=1) and
-      // "ksplit=N" (MOERUN_CUDA_KSPLIT=N) only where the rule takes that engine.
+      // "ksplit=N" (MOERUN_CUDA_KSPLIT=N) only where the rule takes that engine; an engine from 128
+      // tokens; "env:NAME=VALUE" at every M (a knob of the decode path, e.g. MOERUN_CUDA_FUSED_COMBINE,
+      // acts below 128 tokens).
       for (const std::string& x : ab_list) {
-        if (M < 128) break;
         const size_t plus = x.find('+');
         const std::string var = x.substr(0, plus), suffix = plus == std::string::npos ? "" : x.substr(plus);
         const bool gather = x == "gather", ksplit = x.rfind("ksplit=", 0) == 0, env = x.rfind("env:", 0) == 0;
         const size_t eq = env ? x.find('=') : std::string::npos;
         const std::string env_name = env ? x.substr(4, eq - 4) : "";
-        if (gather || ksplit || env ? cuda_runner->variant_for(M) != "sm90-wgmma-grouped"
-                             : var == cuda_runner->variant_for(M) && suffix.empty())
+        if (!env && M < 128) continue;
+        if (gather || ksplit ? cuda_runner->variant_for(M) != "sm90-wgmma-grouped"
+                             : !env && var == cuda_runner->variant_for(M) && suffix.empty())
           continue;  // (nothing to compare)
         if (gather) setenv("MOERUN_CUDA_GEMM_GATHER", "1", 1);
         else if (ksplit) setenv("MOERUN_CUDA_KSPLIT", x.substr(7).c_str(), 1);
