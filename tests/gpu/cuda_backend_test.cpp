@@ -909,6 +909,82 @@ TEST(CudaBackend, SmallGatherInGemmEqualsGatherPass) {
   cudaFree(dout);
 }
 
+// The tokens gathered by the alignment's fill grid (launch.hpp, AlignGather; the default) against the
+// gather pass after it (MOERUN_CUDA_FILL_GATHER=0): bit for bit, and both against the reference. Row
+// counts on both sides of kAlignSingleBlockRows (the one-block alignment runs the pass itself), a last
+// count block that is partial, every token on one expert with seven experts empty (k = 1, hot
+// expert), fp16, the CUTLASS engine, and hidden states on the device 2 bytes past a 16-byte boundary
+// (the 2-byte copies).
+TEST(CudaBackend, FillGatherMatchesGatherPass) {
+  REQUIRE_GPU();
+  struct Case {
+    MoeSpec spec;
+    int64_t m;
+    Route route;
+    const char* engine;
+    bool misaligned;
+  };
+  const std::vector<Case> cases = {
+      {make_spec(16, 4, 264, 200), 700, Route::kLogits, kWgmma, false},   // 2800 rows: 11 count blocks
+      {make_spec(16, 4, 264, 200), 300, Route::kLogits, kWgmma, false},   // 1200 rows: one block
+      {make_spec(8, 1, 264, 200), 2500, Route::kHotExpert, kWgmma, false},  // all on expert 3
+      {make_spec(32, 8, 136, 72, ActivationKind::kGeluAndMul, WeightFormat::kF16), 333, Route::kTopkGiven,
+       kWgmma, true},
+      {make_spec(16, 4, 264, 200), 700, Route::kTopkGiven, kCutlass, true},
+  };
+  const Platform plat = sm90_platform();
+  uint64_t seed = 1700;
+  for (const Case& c : cases) {
+    const MoeSpec& s = c.spec;
+    SCOPED_TRACE(std::string(c.engine) + " " + s.summary() + " m=" + std::to_string(c.m) +
+                 (c.misaligned ? " misaligned" : ""));
+    ForceGemm force(c.engine);
+    const MoeWeights w = random_weights(s, seed++);
+    auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+    ASSERT_EQ(runner->variant_for(c.m), c.engine);
+    const Inputs in = make_inputs(s, c.m, seed++, c.route);
+    const size_t hb = in.hidden.nbytes();
+    // One forward: host tensors, or device tensors with the hidden states at an offset of 2 bytes.
+    auto forward = [&](HostTensor& out) {
+      poison(out);
+      if (!c.misaligned) {
+        runner->forward(host_args(in, out));
+        return;
+      }
+      ASSERT_TRUE(in.logits.empty());  // (the device form below passes topk)
+      char* dh = nullptr;
+      void *di = nullptr, *dw = nullptr, *dout = nullptr;
+      CK(cudaMalloc(&dh, hb + 16));
+      CK(cudaMalloc(&di, in.ids.nbytes()));
+      CK(cudaMalloc(&dw, in.weights.nbytes()));
+      CK(cudaMalloc(&dout, hb));
+      CK(cudaMemcpy(dh + 2, in.hidden.data(), hb, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(di, in.ids.data(), in.ids.nbytes(), cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(dw, in.weights.data(), in.weights.nbytes(), cudaMemcpyHostToDevice));
+      ForwardArgs a;
+      a.hidden = {dh + 2, s.act_dtype, {c.m, s.hidden}, DeviceKind::kCuda, 0};
+      a.topk_ids = {di, DType::kI32, {c.m, s.top_k}, DeviceKind::kCuda, 0};
+      a.topk_weights = {dw, DType::kF32, {c.m, s.top_k}, DeviceKind::kCuda, 0};
+      a.output = {dout, s.act_dtype, {c.m, s.hidden}, DeviceKind::kCuda, 0};
+      runner->forward(a);
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(out.data(), dout, hb, cudaMemcpyDeviceToHost));
+      for (void* p : {static_cast<void*>(dh), di, dw, dout}) cudaFree(p);
+    };
+    HostTensor fill(s.act_dtype, {c.m, s.hidden}), pass(s.act_dtype, {c.m, s.hidden}), want(s.act_dtype, {c.m, s.hidden});
+    forward(fill);
+    {
+      ScopedEnv off("MOERUN_CUDA_FILL_GATHER", "0");
+      forward(pass);
+    }
+    EXPECT_EQ(std::memcmp(fill.data(), pass.data(), hb), 0) << "the fill's gather and the pass differ";
+    make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
+    int64_t bad = 0;
+    EXPECT_LT(rel_error(fill, want, c.m * s.hidden, &bad), tolerance_for(s).rel_l2);
+    EXPECT_EQ(bad, 0);
+  }
+}
+
 // The own mma.sync kernels read the routed w13 in kBlocks8 (uploaded from split or interleaved
 // checkpoints): every variant, split and interleaved input, with and without biases, fp16, one
 // token (direct mode) and several tiles.

@@ -138,6 +138,13 @@ bool gemm_gather_enabled() {
   return v && v[0] == '1' && v[1] == '\0';
 }
 
+// Whether the sorted path's token gather rides in the alignment's fill grid (launch.hpp, AlignGather)
+// or runs as its own pass after it (MOERUN_CUDA_FILL_GATHER=0; side-by-side runs). Read per call.
+bool fill_gather_enabled() {
+  const char* v = std::getenv("MOERUN_CUDA_FILL_GATHER");
+  return !(v && v[0] == '0' && v[1] == '\0');
+}
+
 // The wgmma engine's tail tiles (launch.hpp, WgmmaTiles): MOERUN_CUDA_SWAP_TAILS=0|16|32|48 (an
 // expert's last rows up to that many as swap-AB tiles; default 0, which measured fastest) and MOERUN_CUDA_NARROW_N=0|1 (the
 // last column block's MMA as wide as its columns; default 1) and MOERUN_CUDA_PAIR=0|1 (clusters of two
@@ -515,7 +522,7 @@ class CudaRunner final : public Runner {
     const size_t off_sgu = off_gu + (fused ? 0 : align256(rows * R * es));
     const size_t off_sd = off_sgu + align256(static_cast<size_t>(m) * Rs * es);
     const size_t scratch = off_sd + align256(Is > 0 ? static_cast<size_t>(m) * H * es : 0);
-    const auto call = d_.begin(args, 128, scratch);
+    const auto call = d_.begin(args, 128, scratch, /*align=*/false);
     const cudaStream_t s = call.stream;
     const auto al = d_.align_out();
     char* base = static_cast<char*>(d_.scratch.get());
@@ -523,10 +530,18 @@ class CudaRunner final : public Runner {
     void* gu = base + off_gu;
     const int32_t* total = al.seg_offsets + E;
 
-    // A pass gathers the tokens expert-sorted, unless the wgmma engine is to gather them in gate_up's
-    // operand load (MOERUN_CUDA_GEMM_GATHER=1, from 16-byte aligned rows; CUTLASS cannot).
+    // The tokens are gathered expert-sorted by the alignment (AlignGather), or by a pass after it
+    // (MOERUN_CUDA_FILL_GATHER=0), unless the wgmma engine is to gather them in gate_up's operand load
+    // (MOERUN_CUDA_GEMM_GATHER=1, from 16-byte aligned rows; CUTLASS cannot).
     const bool gather_in_gemm = wgmma && gemm_gather_enabled() && reinterpret_cast<uintptr_t>(call.hidden) % 16 == 0;
-    if (!gather_in_gemm)
+    const bool gather_in_fill = !gather_in_gemm && fill_gather_enabled();
+    AlignGather gather;
+    gather.src = call.hidden;
+    gather.dst = xs;
+    gather.h = H;
+    gather.elem = el;
+    d_.align(call, 128, gather_in_fill ? &gather : nullptr);
+    if (!gather_in_gemm && !gather_in_fill)
       MOERUN_CUDA_CHECK(launch_gather_sorted(el, call.hidden, H, al.token_of_row, total, static_cast<int64_t>(rows),
                                              xs, s));
     CutlassGroupedParams g;

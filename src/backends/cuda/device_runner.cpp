@@ -319,8 +319,13 @@ DeviceMoe::Call DeviceMoe::begin(const ForwardArgs& args, int block_m, size_t sc
   (void)need_tiles_;
   c.ids = id_ptr;
   c.weights = w_ptr;
-  if (align) MOERUN_CUDA_CHECK(cuda_kernels::launch_align(id_ptr, w_ptr, m, K_, E_, block_m, align_out(), s));
+  if (align) this->align(c, block_m);
   return c;
+}
+
+void DeviceMoe::align(const Call& c, int block_m, const cuda_kernels::AlignGather* gather) {
+  if (c.m == 0) return;
+  MOERUN_CUDA_CHECK(cuda_kernels::launch_align(c.ids, c.weights, c.m, K_, E_, block_m, align_out(), c.stream, gather));
 }
 
 void DeviceMoe::finish(const ForwardArgs& args, const Call& c) {

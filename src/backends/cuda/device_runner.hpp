@@ -71,8 +71,12 @@ class DeviceMoe {
     const int32_t* ids = nullptr;  // [m * top_k] on the device: given or routed
     const float* weights = nullptr;
   };
-  // align = false skips the alignment (one-token calls, whose GEMMs read ids and weights directly).
+  // align = false skips the alignment (one-token calls, whose GEMMs read ids and weights directly;
+  // callers that align later, with a gather, through align()).
   Call begin(const ForwardArgs& args, int block_m, size_t scratch_bytes = 0, bool align = true);
+  // Aligns the call's (token, slot) pairs by expert with tiles of block_m rows (align_out()'s tables);
+  // with a gather, also writes the expert-sorted tokens (launch.hpp, AlignGather).
+  void align(const Call& call, int block_m, const cuda_kernels::AlignGather* gather = nullptr);
   // Copies the output back for host calls and synchronises; nothing for device calls.
   void finish(const ForwardArgs& args, const Call& call);
 

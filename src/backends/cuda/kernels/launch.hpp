@@ -78,10 +78,22 @@ inline int64_t max_tiles(int64_t rows, int64_t experts, int block_m) {
   return (rows + block_m - 1) / block_m + (experts < rows ? experts : rows);
 }
 
+// The expert-sorted tokens, made with the alignment: dst[r, :] = src[token_of_row[r], :] for every row
+// r, h elements of elem (2-byte elements only; h a multiple of 8). Above kAlignSingleBlockRows the
+// fill grid copies them, one block a row, loading the token before its place is known: one pass fewer
+// than the gather after the fill, which the small calls still run (launch_gather_sorted).
+struct AlignGather {
+  const void* src = nullptr;  // [m, h]
+  void* dst = nullptr;        // [m*k, h]
+  int h = 0;
+  Elem elem = Elem::kBF16;
+};
+
 // ids [m*k] must be in [0, E) (E <= kMaxRoutingExperts). One block up to kAlignSingleBlockRows rows,
-// then two grids that need out.workspace.
+// then two grids that need out.workspace; with a gather (non-null) the sorted tokens too.
 cudaError_t launch_align(const int32_t* ids, const float* weights, int64_t m, int top_k, int experts,
-                         int block_m, const AlignOutput& out, cudaStream_t stream);
+                         int block_m, const AlignOutput& out, cudaStream_t stream,
+                         const AlignGather* gather = nullptr);
 
 // ---- grouped GEMM (gate_up with gathered A and fused activation; down with weighted scatter) --------
 

@@ -9,6 +9,9 @@
 //   per-expert cursors. Above kAlignSingleBlockRows rows one block cannot keep up (65536 rows took
 //   270 us of a 1.6 ms forward on the H200), so a grid counts (block histograms reserving runs of
 //   each expert's rows through global atomics; the last block scans) and a second grid fills.
+//   With an AlignGather the second grid also copies the tokens into their sorted rows (one block a
+//   row): one kernel fewer than a gather pass after the fill, which measured as fast at 512 and 1024
+//   tokens and 0.4-1% faster at 8192 (H200, bench/results/2026-12-04_s26_h200/NOTES.md).
 //   Rows inside an expert's segment are in no particular order; every row's result depends
 //   on its own data only and is written to its (token, slot) place, so outputs are deterministic.
 #include <cuda_bf16.h>
@@ -17,6 +20,7 @@
 #include <cfloat>
 #include <climits>
 #include <cmath>
+#include <cstdint>
 
 #include "common.cuh"
 
@@ -311,6 +315,52 @@ __global__ void __launch_bounds__(kAlignBlockThreads) align_fill_kernel(const in
   }
 }
 
+// Pass 2 with the gather (AlignGather): one block per row i. Thread 0 takes the row's place from its
+// count block's run, as a global atomic on that run's start (the count pass rewrites every start, so
+// nothing needs zeroing), and writes the tables; meanwhile every thread loads its first vectors of the
+// token (known from i alone), then stores them at the place.
+constexpr int kFillGatherThreads = 128;
+constexpr int kFillGatherUnroll = 4;
+
+template <typename V>
+__global__ void __launch_bounds__(kFillGatherThreads)
+    align_fill_gather_kernel(const int32_t* __restrict__ ids, const float* __restrict__ weights, int top_k, int E,
+                             int32_t* ws, AlignOutput out, const V* __restrict__ src, int vecs,
+                             V* __restrict__ dst) {
+  __shared__ int place;
+  pdl_wait();
+  pdl_trigger();
+  const int64_t i = blockIdx.x;
+  if (threadIdx.x == 0) {
+    const int e = ids[i];
+    int32_t* run = ws + E + 1 + (i / kAlignRowsPerBlock) * E + e;
+    const int pos = out.seg_offsets[e] + atomicAdd(run, 1);
+    out.token_of_row[pos] = static_cast<int32_t>(i / top_k);
+    out.slot_of_row[pos] = static_cast<int32_t>(i);
+    if (out.row_of_slot) out.row_of_slot[i] = pos;
+    out.weight_of_row[pos] = weights[i];
+    place = pos;
+  }
+  const V* s = src + (i / top_k) * vecs;
+  V v[kFillGatherUnroll];
+  int c = threadIdx.x;
+#pragma unroll
+  for (int u = 0; u < kFillGatherUnroll; ++u)
+    if (c + u * kFillGatherThreads < vecs) v[u] = s[c + u * kFillGatherThreads];
+  __syncthreads();
+  V* d = dst + static_cast<int64_t>(place) * vecs;
+  for (;;) {
+#pragma unroll
+    for (int u = 0; u < kFillGatherUnroll; ++u)
+      if (c + u * kFillGatherThreads < vecs) d[c + u * kFillGatherThreads] = v[u];
+    c += kFillGatherUnroll * kFillGatherThreads;
+    if (c >= vecs) break;
+#pragma unroll
+    for (int u = 0; u < kFillGatherUnroll; ++u)
+      if (c + u * kFillGatherThreads < vecs) v[u] = s[c + u * kFillGatherThreads];
+  }
+}
+
 // Grid (tokens, column chunks): kCombineThreads threads x 4 columns per block, so a decode call with
 // one token still spreads its k rows over several SMs (one block per token took 10 us at h = 2048).
 constexpr int kCombineThreads = 128;
@@ -444,21 +494,37 @@ cudaError_t launch_router_linear(Elem elem, const void* hidden, int64_t m, int h
 }
 
 cudaError_t launch_align(const int32_t* ids, const float* weights, int64_t m, int top_k, int experts,
-                         int block_m, const AlignOutput& out, cudaStream_t stream) {
+                         int block_m, const AlignOutput& out, cudaStream_t stream, const AlignGather* gather) {
   if (experts > kMaxRoutingExperts) return cudaErrorInvalidValue;
   const int64_t rows = m * top_k;
+  if (gather && (gather->elem == Elem::kF32 || gather->h <= 0 || gather->h % 8 != 0 || !gather->src || !gather->dst))
+    return cudaErrorInvalidValue;
   const int64_t blocks = align_blocks(rows);
   if (blocks <= 1) {
-    return launch_pdl(align_kernel, dim3(1), dim3(kAlignThreads), 0, stream, ids, weights, rows, top_k, experts,
-                      block_m, out);
+    const cudaError_t e = launch_pdl(align_kernel, dim3(1), dim3(kAlignThreads), 0, stream, ids, weights, rows, top_k,
+                                     experts, block_m, out);
+    if (e != cudaSuccess || !gather) return e;
+    return launch_gather_sorted(gather->elem, gather->src, gather->h, out.token_of_row, out.seg_offsets + experts, rows,
+                                gather->dst, stream);
   }
-  if (!out.workspace || blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  if (!out.workspace || rows > 0x7fffffff) return cudaErrorInvalidValue;
   const unsigned grid = static_cast<unsigned>(blocks);
   const cudaError_t e = launch_pdl(align_count_kernel, dim3(grid), dim3(kAlignBlockThreads), 0, stream, ids, rows, experts,
                                    block_m, out.workspace, out);
   if (e != cudaSuccess) return e;
-  return launch_pdl(align_fill_kernel, dim3(grid), dim3(kAlignBlockThreads), 0, stream, ids, weights, rows, top_k, experts,
-                    static_cast<const int32_t*>(out.workspace), out);
+  if (!gather)
+    return launch_pdl(align_fill_kernel, dim3(grid), dim3(kAlignBlockThreads), 0, stream, ids, weights, rows, top_k,
+                      experts, static_cast<const int32_t*>(out.workspace), out);
+  // 16-byte vectors where both row bases allow them (the caller's hidden states may sit anywhere).
+  const bool vec = ((reinterpret_cast<uintptr_t>(gather->src) | reinterpret_cast<uintptr_t>(gather->dst)) & 15u) == 0;
+  const dim3 g(static_cast<unsigned>(rows));
+  if (vec)
+    return launch_pdl(align_fill_gather_kernel<uint4>, g, dim3(kFillGatherThreads), 0, stream, ids, weights, top_k,
+                      experts, out.workspace, out, static_cast<const uint4*>(gather->src), gather->h / 8,
+                      static_cast<uint4*>(gather->dst));
+  return launch_pdl(align_fill_gather_kernel<uint16_t>, g, dim3(kFillGatherThreads), 0, stream, ids, weights, top_k,
+                    experts, out.workspace, out, static_cast<const uint16_t*>(gather->src), gather->h,
+                    static_cast<uint16_t*>(gather->dst));
 }
 
 cudaError_t launch_combine(const float* rows, int64_t m, int top_k, int h, const float* shared,
