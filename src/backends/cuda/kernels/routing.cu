@@ -11,7 +11,7 @@
 //   each expert's rows through global atomics; the last block scans) and a second grid fills.
 //   With an AlignGather the second grid also copies the tokens into their sorted rows (one block a
 //   row): one kernel fewer than a gather pass after the fill, which measured as fast at 512 and 1024
-//   tokens and 0.4-1% faster at 8192 (H200, bench/results/2026-12-04_s26_h200/NOTES.md).
+//   tokens and 0.2-1.3% faster at 8192 (H200, bench/results/2026-12-04_s26_h200/NOTES.md).
 //   Rows inside an expert's segment are in no particular order; every row's result depends
 //   on its own data only and is written to its (token, slot) place, so outputs are deterministic.
 #include <cuda_bf16.h>
