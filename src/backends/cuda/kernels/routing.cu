@@ -227,6 +227,15 @@ __device__ void write_alignment_tables(const int* count, int E, int block_m, int
   }
 }
 
+// Row pos of the sorted order is (token, slot) pair i: the tables every fill writes.
+__device__ __forceinline__ void place_row(const AlignOutput& out, int pos, int64_t i, int top_k,
+                                          const float* __restrict__ weights) {
+  out.token_of_row[pos] = static_cast<int32_t>(i / top_k);
+  out.slot_of_row[pos] = static_cast<int32_t>(i);
+  if (out.row_of_slot) out.row_of_slot[i] = pos;
+  out.weight_of_row[pos] = weights[i];
+}
+
 // Small calls: everything in one block (histogram, scans, tables, then a fill with per-expert cursors).
 __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* __restrict__ ids,
                                                               const float* __restrict__ weights,
@@ -246,10 +255,7 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* __r
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
     const int e = ids[i];
     const int pos = offset[e] + atomicAdd(&cursor[e], 1);
-    out.token_of_row[pos] = static_cast<int32_t>(i / top_k);
-    out.slot_of_row[pos] = static_cast<int32_t>(i);
-    if (out.row_of_slot) out.row_of_slot[i] = pos;
-    out.weight_of_row[pos] = weights[i];
+    place_row(out, pos, i, top_k, weights);
   }
 }
 
@@ -308,10 +314,7 @@ __global__ void __launch_bounds__(kAlignBlockThreads) align_fill_kernel(const in
   for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     const int e = ids[i];
     const int pos = start[e] + atomicAdd(&cursor[e], 1);
-    out.token_of_row[pos] = static_cast<int32_t>(i / top_k);
-    out.slot_of_row[pos] = static_cast<int32_t>(i);
-    if (out.row_of_slot) out.row_of_slot[i] = pos;
-    out.weight_of_row[pos] = weights[i];
+    place_row(out, pos, i, top_k, weights);
   }
 }
 
@@ -335,10 +338,7 @@ __global__ void __launch_bounds__(kFillGatherThreads)
     const int e = ids[i];
     int32_t* run = ws + E + 1 + (i / kAlignRowsPerBlock) * E + e;
     const int pos = out.seg_offsets[e] + atomicAdd(run, 1);
-    out.token_of_row[pos] = static_cast<int32_t>(i / top_k);
-    out.slot_of_row[pos] = static_cast<int32_t>(i);
-    if (out.row_of_slot) out.row_of_slot[i] = pos;
-    out.weight_of_row[pos] = weights[i];
+    place_row(out, pos, i, top_k, weights);
     place = pos;
   }
   const V* s = src + (i / top_k) * vecs;
