@@ -290,6 +290,66 @@ TEST_P(GpuConformance, MZeroDoesNothing) {
   EXPECT_NO_THROW(runner->forward(a));
 }
 
+// Device tensors whose hidden states sit 2 bytes off a 16-byte boundary (a row view into a larger
+// bf16 buffer can): every kernel reads the token rows as 16-byte vectors, so the runner stages them
+// (DeviceMoe::begin). Each path that reads them: the direct mode at M = 1, the stream GEMMs and the fill gather at M = 9 (router logits given), the sm90 engines at
+// M = 300, and for cuda the shared expert's GEMMs.
+TEST_P(GpuConformance, SmallDeviceHiddenOffAVectorBoundary) {
+  REQUIRE_GPU();
+  const Platform plat = sm90_platform();
+  std::vector<MoeSpec> specs = {make_spec(12, 8, 2048, 768)};
+  if (GetParam() == "cuda") {
+    MoeSpec sh = make_spec(8, 2, 256, 128);
+    sh.shared.count = 1;
+    sh.shared.intermediate = 192;
+    specs.push_back(sh);
+  }
+  uint64_t seed = 2300;
+  for (const MoeSpec& s : specs) {
+    s.validate();
+    const MoeWeights w = random_weights(s, seed++);
+    auto runner = backend_named(GetParam())->create_runner(s, w, plat, {});
+    auto ref = make_reference_backend()->create_runner(s, w, plat, {});
+    for (const int64_t m : {1, 9, 300}) {
+      SCOPED_TRACE(s.summary() + " m=" + std::to_string(m) + " variant " + runner->variant_for(m));
+      const Inputs in = make_inputs(s, m, seed++, m == 9 ? Route::kLogits : Route::kTopkGiven);
+      const size_t hb = in.hidden.nbytes();
+      char* dh = nullptr;
+      void* dout = nullptr;
+      void* dr[2] = {nullptr, nullptr};  // logits, or ids and weights
+      CK(cudaMalloc(&dh, hb + 16));
+      CK(cudaMalloc(&dout, hb));
+      CK(cudaMemcpy(dh + 2, in.hidden.data(), hb, cudaMemcpyHostToDevice));
+      ForwardArgs a;
+      a.hidden = {dh + 2, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+      a.output = {dout, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+      auto upload = [&](const HostTensor& t, void** d, TensorView& v) {
+        ASSERT_EQ(cudaMalloc(d, t.nbytes()), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(*d, t.data(), t.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+        v = t.view();
+        v.data = *d;
+        v.device = DeviceKind::kCuda;
+      };
+      if (!in.logits.empty()) {
+        upload(in.logits, &dr[0], a.router_logits);
+      } else {
+        upload(in.ids, &dr[0], a.topk_ids);
+        upload(in.weights, &dr[1], a.topk_weights);
+      }
+      runner->forward(a);
+      CK(cudaDeviceSynchronize());
+      HostTensor got(s.act_dtype, {m, s.hidden}), want(s.act_dtype, {m, s.hidden});
+      CK(cudaMemcpy(got.data(), dout, hb, cudaMemcpyDeviceToHost));
+      for (void* p : {static_cast<void*>(dh), dout, dr[0], dr[1]})
+        if (p) cudaFree(p);
+      ref->forward(host_args(in, want));
+      int64_t bad = 0;
+      EXPECT_LT(rel_error(got, want, m * s.hidden, &bad), tolerance_for(s).rel_l2);
+      EXPECT_EQ(bad, 0);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, GpuConformance, ::testing::Values("cuda", "cublas"));
 
 TEST(CudaBackend, SmallSharedExpertsGated) {

@@ -533,7 +533,7 @@ class CudaRunner final : public Runner {
     // The tokens are gathered expert-sorted by the alignment (AlignGather), or by a pass after it
     // (MOERUN_CUDA_FILL_GATHER=0), unless the wgmma engine is to gather them in gate_up's operand load
     // (MOERUN_CUDA_GEMM_GATHER=1, from 16-byte aligned rows; CUTLASS cannot).
-    const bool gather_in_gemm = wgmma && gemm_gather_enabled() && reinterpret_cast<uintptr_t>(call.hidden) % 16 == 0;
+    const bool gather_in_gemm = wgmma && gemm_gather_enabled();
     const bool gather_in_fill = !gather_in_gemm && fill_gather_enabled();
     AlignGather gather;
     gather.src = call.hidden;
@@ -599,13 +599,6 @@ class CudaRunner final : public Runner {
       sg.d = sgu;
       sg.n = Rs;
       sg.k = H;
-      if (reinterpret_cast<uintptr_t>(call.hidden) % 16 != 0) {
-        // TMA reads 16-byte aligned rows: stage the tokens in the shared down output's bytes (free
-        // until the shared down GEMM, which runs after this GEMM has read them).
-        MOERUN_CUDA_CHECK(cudaMemcpyAsync(sd, call.hidden, static_cast<size_t>(m) * H * es,
-                                          cudaMemcpyDeviceToDevice, s));
-        sg.a = sd;
-      }
       MOERUN_CUDA_CHECK(gemm(sg, s));
       MOERUN_CUDA_CHECK(launch_activation_sorted(el, sgu, Rs, nullptr, 1, nullptr, act, sp.activation.swiglu_alpha,
                                                  sp.activation.swiglu_limit, GateUpLayout::kHalves, nullptr, m,

@@ -266,14 +266,17 @@ DeviceMoe::Call DeviceMoe::begin(const ForwardArgs& args, int block_m, size_t sc
   const int64_t m = c.m;
   const size_t es = elem_size(elem_);
   const cudaStream_t s = c.stream;
-  const cudaMemcpyKind h2d = c.host ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice;
-  (void)h2d;
   c.hidden = args.hidden.data;
   c.out = args.output.data;
   if (c.host) {
     MOERUN_CUDA_CHECK(cudaMemcpyAsync(hidden_in.get(), args.hidden.data, m * H_ * es, cudaMemcpyHostToDevice, s));
     c.hidden = hidden_in.get();
     c.out = out.get();
+  } else if (reinterpret_cast<uintptr_t>(c.hidden) % 16 != 0) {
+    // Every kernel after this one reads the token rows as 16-byte vectors (cp.async, TMA, the
+    // one-token stage), so rows off that boundary are staged once here (H is a multiple of 8).
+    MOERUN_CUDA_CHECK(cudaMemcpyAsync(hidden_in.get(), c.hidden, m * H_ * es, cudaMemcpyDeviceToDevice, s));
+    c.hidden = hidden_in.get();
   }
   const int32_t* id_ptr;
   const float* w_ptr;

@@ -66,7 +66,7 @@ class DeviceMoe {
     int64_t m = 0;
     bool host = false;
     cudaStream_t stream = nullptr;
-    const void* hidden = nullptr;
+    const void* hidden = nullptr;  // [m, H] on the device, 16-byte aligned (begin stages it if not)
     void* out = nullptr;
     const int32_t* ids = nullptr;  // [m * top_k] on the device: given or routed
     const float* weights = nullptr;
