@@ -18,6 +18,7 @@
 #include "backends/cublas/cublas_backend.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/kernels/launch.hpp"
+#include "backends/cuda/kernels/one_token.hpp"
 #include "backends/cuda/stream_tune.hpp"
 #include "backends/reference/reference_backend.hpp"
 #include "moerun/backend.hpp"
@@ -292,7 +293,8 @@ TEST_P(GpuConformance, MZeroDoesNothing) {
 
 // Device tensors whose hidden states sit 2 bytes off a 16-byte boundary (a row view into a larger
 // bf16 buffer can): every kernel reads the token rows as 16-byte vectors, so the runner stages them
-// (DeviceMoe::begin). Each path that reads them: the direct mode at M = 1, the stream GEMMs and the fill gather at M = 9 (router logits given), the sm90 engines at
+// (DeviceMoe::begin). Each path that reads them: the fused one-token stage and the chain's direct mode
+// at M = 1, the stream GEMMs and the fill gather at M = 9 (router logits given), the sm90 engines at
 // M = 300, and for cuda the shared expert's GEMMs.
 TEST_P(GpuConformance, SmallDeviceHiddenOffAVectorBoundary) {
   REQUIRE_GPU();
@@ -310,7 +312,14 @@ TEST_P(GpuConformance, SmallDeviceHiddenOffAVectorBoundary) {
     const MoeWeights w = random_weights(s, seed++);
     auto runner = backend_named(GetParam())->create_runner(s, w, plat, {});
     auto ref = make_reference_backend()->create_runner(s, w, plat, {});
-    for (const int64_t m : {1, 9, 300}) {
+    struct Call {
+      int64_t m;
+      bool fused;  // MOERUN_CUDA_ONE_TOKEN=1: the fused one-token stage where the layer fits it
+    };
+    for (const Call c : {Call{1, false}, Call{1, true}, Call{9, false}, Call{300, false}}) {
+      const int64_t m = c.m;
+      std::unique_ptr<ScopedEnv> on;
+      if (c.fused) on = std::make_unique<ScopedEnv>("MOERUN_CUDA_ONE_TOKEN", "1");
       SCOPED_TRACE(s.summary() + " m=" + std::to_string(m) + " variant " + runner->variant_for(m));
       const Inputs in = make_inputs(s, m, seed++, m == 9 ? Route::kLogits : Route::kTopkGiven);
       const size_t hb = in.hidden.nbytes();
@@ -1461,6 +1470,95 @@ TEST(CudaBackend, SmallOneTokenDirect) {
   runner->forward(host_args(in, aligned));
   unsetenv("MOERUN_CUDA_DIRECT");
   EXPECT_EQ(std::memcmp(out.data(), aligned.data(), out.nbytes()), 0) << "direct and aligned paths differ";
+}
+
+// The fused one-token stage (kernels/one_token.hpp) against the reference and against the chain it
+// replaces (the same math but for the order of the f32 sums in each dot product, so close, not
+// bitwise), and against itself bit for bit over repeated calls (its grid barrier must be left zero by
+// every launch, or the next call would pass it early or hang). It is opt-in: MOERUN_CUDA_ONE_TOKEN=1.
+struct OneTokenCase {
+  MoeSpec spec;
+  Route route;
+  bool same_expert;
+};
+
+void check_one_token_fused(const std::vector<OneTokenCase>& cases, uint64_t seed) {
+  const Platform plat = sm90_platform();
+  for (const OneTokenCase& c : cases) {
+    const MoeSpec& s = c.spec;
+    s.validate();
+    SCOPED_TRACE(s.summary() + (c.same_expert ? " same expert" : ""));
+    const MoeWeights w = random_weights(s, seed++);
+    auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+    EXPECT_NE(runner->variant_for(1), "fused-one-token");  // not by default
+    ScopedEnv on("MOERUN_CUDA_ONE_TOKEN", "1");
+    ASSERT_EQ(runner->variant_for(1), "fused-one-token");
+    auto ref = make_reference_backend()->create_runner(s, w, plat, {});
+    for (int rep = 0; rep < 2; ++rep) {  // fresh inputs each time
+      Inputs in = make_inputs(s, 1, seed++, c.route);
+      if (c.same_expert)
+        for (int j = 0; j < s.top_k; ++j) in.ids.as<int32_t>()[j] = 5;
+      HostTensor fused(s.act_dtype, {1, s.hidden}), again(s.act_dtype, {1, s.hidden}),
+          chain(s.act_dtype, {1, s.hidden}), want(s.act_dtype, {1, s.hidden});
+      poison(fused);
+      runner->forward(host_args(in, fused));
+      for (int i = 0; i < 3; ++i) {
+        poison(again);
+        runner->forward(host_args(in, again));
+        ASSERT_EQ(std::memcmp(fused.data(), again.data(), fused.nbytes()), 0) << "call " << i + 2 << " differs";
+      }
+      {
+        ScopedEnv off("MOERUN_CUDA_ONE_TOKEN", "0");
+        EXPECT_NE(runner->variant_for(1), "fused-one-token");
+        runner->forward(host_args(in, chain));
+      }
+      ref->forward(host_args(in, want));
+      int64_t bad = 0;
+      EXPECT_LT(rel_error(fused, want, s.hidden, &bad), tolerance_for(s).rel_l2);
+      EXPECT_EQ(bad, 0);
+      EXPECT_LT(rel_error(fused, chain, s.hidden, &bad), tolerance_for(s).rel_l2 / 2) << "against the chain";
+    }
+  }
+}
+
+// qwen3-30b-a3b's row shape (H = 2048, I = 768: 16 output columns and 5-6 gate_up units a CTA).
+TEST(CudaBackend, OneTokenFusedQwen3RowShape) {
+  REQUIRE_GPU();
+  check_one_token_fused({{make_spec(12, 8, 2048, 768), Route::kLogits, false}}, 1900);
+}
+
+// H = 264 (2 columns a CTA, the last CTAs none) with biases and gpt-oss's SwiGLU from an interleaved
+// checkpoint; fp16 and GELU at H = 136; both slots on one expert;
+// given top-k; H = 4104 (a gate_up row in three passes, the last partial). (Device hidden states off
+// a 16-byte boundary: GpuConformance.SmallDeviceHiddenOff*.)
+TEST(CudaBackend, SmallOneTokenFusedMatchesChainAndReference) {
+  REQUIRE_GPU();
+  MoeSpec oai = make_spec(16, 4, 264, 136, ActivationKind::kSwigluOai);
+  oai.activation.interleaved_gate_up = true;
+  oai.expert_bias = true;
+  check_one_token_fused({{oai, Route::kLogits, false},
+                         {make_spec(32, 8, 136, 72, ActivationKind::kGeluAndMul, WeightFormat::kF16),
+                          Route::kTopkGiven, false},
+                         {make_spec(8, 2, 128, 64), Route::kTopkGiven, true},
+                         {make_spec(8, 2, 4104, 256), Route::kTopkGiven, false}},
+                        1950);
+}
+
+// Host-side: which layers the fused one-token stage takes on a 132-SM H200 (227 KiB a CTA).
+TEST(CudaLaunch, OneTokenGeometryFitsOnlySmallDownSlices) {
+  constexpr size_t kOptin = 232448;
+  const auto qwen3 = cuda_kernels::one_token_geometry(8, 2048, 768, 132, kOptin);
+  EXPECT_EQ(qwen3.grid, 132);
+  EXPECT_EQ(qwen3.cols, 16);  // 132 x 16 >= 2048
+  EXPECT_EQ(qwen3.units, 6);  // 8 x 96 units over 132 CTAs
+  EXPECT_GE(qwen3.smem, size_t(8) * 16 * 768 * 2);  // the down slice
+  EXPECT_LE(qwen3.smem, kOptin);
+  EXPECT_EQ(cuda_kernels::one_token_geometry(8, 7168, 2048, 132, kOptin).grid, 0);  // deepseek-v3
+  EXPECT_EQ(cuda_kernels::one_token_geometry(4, 2880, 2880, 132, kOptin).grid, 0);  // gpt-oss-120b
+  EXPECT_EQ(cuda_kernels::one_token_geometry(8, 2048, 764, 132, kOptin).grid, 0);   // I % 8
+  EXPECT_EQ(cuda_kernels::one_token_geometry(8, 2044, 768, 132, kOptin).grid, 0);   // H % 8
+  EXPECT_EQ(cuda_kernels::one_token_geometry(8, 2048, 768, 132, 150000).grid, 0);   // a smaller SM
+  EXPECT_EQ(cuda_kernels::one_token_geometry(8, 2048, 768, 0, kOptin).grid, 0);
 }
 
 // The one-token gate_up's L2 prefetch of the down weights (taken here: 4 experts x 72 KB fit in half the

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cuda/device_runner.hpp"
+#include "backends/cuda/kernels/one_token.hpp"
 #include "backends/cuda/stream_tune.hpp"
 
 namespace moerun {
@@ -55,6 +56,7 @@ constexpr double kStream32MaxTpe = 12.0;
 constexpr const char* kCutlassVariant = "cutlass-sm90-grouped";
 constexpr const char* kCutlassSwapVariant = "cutlass-sm90-swapab";
 constexpr const char* kWgmmaVariant = "sm90-wgmma-grouped";
+constexpr const char* kOneTokenVariant = "fused-one-token";
 
 // One GEMM path: an own mma.sync tile configuration, or the expert-sorted path (gather, two sm90
 // grouped GEMMs, activation and combine passes) on CUTLASS (either schedule) or the own wgmma engine.
@@ -63,7 +65,9 @@ struct Path {
   GemmConfig cfg = GemmConfig::kTileM64;
   bool swap_ab = false;  // with cutlass: CutlassTile::kSwapAB
   bool wgmma = false;    // with cutlass: the own grouped GEMM (wgmma_grouped.cuh) instead of CUTLASS
+  bool one_token = false;  // the fused one-token stage (one_token.hpp); cfg: the chain it falls back to
   const char* name() const {
+    if (one_token) return kOneTokenVariant;
     if (!cutlass) return gemm_config_name(cfg);
     return wgmma ? kWgmmaVariant : swap_ab ? kCutlassSwapVariant : kCutlassVariant;
   }
@@ -190,6 +194,13 @@ int down_prefetch_at(int k_tiles) {
   return k_tiles;
 }
 
+// Whether a one-token call takes the fused stage (one_token.hpp) where the layer fits it: only with
+// MOERUN_CUDA_ONE_TOKEN=1, as it measured no faster than the chain (read per call: side-by-side runs).
+bool one_token_enabled() {
+  const char* v = std::getenv("MOERUN_CUDA_ONE_TOKEN");
+  return v && v[0] == '1' && v[1] == '\0';
+}
+
 int device_sm_count(int device) {
   int n = 0;
   MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
@@ -210,6 +221,19 @@ class CudaRunner final : public Runner {
       wgmma_counters_.upload(zero, sizeof(zero));
     }
     tune_stream(o.device_index);
+    // The fused one-token stage: gated bf16/fp16 layers without shared experts whose down slice fits
+    // an SM's shared memory, on a device that launches cooperative grids.
+    int coop = 0, optin = 0;
+    MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, o.device_index));
+    MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, o.device_index));
+    if (cutlass_ok_ && coop && spec.activation.gated() && d_.shared_inter() == 0 &&
+        d_.gate_up_layout() == GateUpLayout::kBlocks8) {
+      one_token_geo_ = one_token_geometry(d_.top_k(), d_.hidden(), d_.inter(), sm_count_, static_cast<size_t>(optin));
+      if (one_token_geo_.grid > 0) {
+        const int32_t zero[2] = {0, 0};  // its grid barrier: zero, and left zero by each launch
+        one_token_barrier_.upload(zero, sizeof(zero));
+      }
+    }
   }
 
   std::string variant_for(int64_t m) const override { return path_for(m).name(); }
@@ -223,6 +247,10 @@ class CudaRunner final : public Runner {
  private:
   // The forward on a given path (the stream tune times both stream tilings through it).
   void forward_on(const ForwardArgs& args, int64_t m, const Path& path) {
+    if (path.one_token) {
+      forward_one_token(args);
+      return;
+    }
     if (path.cutlass) {
       forward_cutlass(args, m, path.swap_ab ? CutlassTile::kSwapAB : CutlassTile::kTokens128x256, path.wgmma);
       return;
@@ -339,6 +367,32 @@ class CudaRunner final : public Runner {
     d_.finish(args, call);
   }
 
+  // The fused one-token stage: one kernel, no alignment, no combine pass (one_token.hpp).
+  void forward_one_token(const ForwardArgs& args) {
+    const auto call = d_.begin(args, gemm_block_m(GemmConfig::kStreamM16N32), 0, false);
+    const MoeSpec& sp = d_.spec();
+    OneTokenParams p;
+    p.x = call.hidden;
+    p.ids = call.ids;
+    p.weights = call.weights;
+    p.w13 = d_.w13.get();
+    p.w2 = d_.w2.get();
+    p.b13 = sp.expert_bias ? d_.b13.as<float>() : nullptr;
+    p.b2 = sp.expert_bias ? d_.b2.as<float>() : nullptr;
+    p.experts = d_.experts();
+    p.top_k = d_.top_k();
+    p.hidden = d_.hidden();
+    p.inter = d_.inter();
+    p.act = cuda_detail::act_of(sp.activation.kind);
+    p.alpha = sp.activation.swiglu_alpha;
+    p.limit = sp.activation.swiglu_limit;
+    p.inter_buf = d_.inter_buf.get();
+    p.out = call.out;
+    p.barrier = one_token_barrier_.as<int>();
+    MOERUN_CUDA_CHECK(launch_one_token(d_.elem(), p, one_token_geo_, call.stream));
+    d_.finish(args, call);
+  }
+
   Path path_for(int64_t m) const {
     bool forced = false;
     const Path f = forced_path(cutlass_ok_, &forced);
@@ -346,6 +400,7 @@ class CudaRunner final : public Runner {
     Path p = path_for_tpe(static_cast<double>(m) * d_.top_k() / d_.experts(), cutlass_ok_);
     if (!p.cutlass && p.cfg == GemmConfig::kStreamM16N32) p.cfg = cuda_detail::stream_pick_for(picks_, m, p.cfg);
     if (p.wgmma && d_.experts() > kWgmmaMaxGroups) p.wgmma = false;  // CUTLASS's 128x256 takes any count
+    if (m == 1 && one_token_geo_.grid > 0 && direct_enabled() && one_token_enabled()) p.one_token = true;
     return p;
   }
 
@@ -671,6 +726,8 @@ class CudaRunner final : public Runner {
   cuda_detail::DeviceBuffer cutlass_ws_;
   cuda_detail::DeviceBuffer wgmma_counters_;  // int[2] for launch_wgmma_grouped
   cuda_detail::DeviceBuffer split_ws_;        // its split-K partials and flags (split_workspace)
+  OneTokenGeometry one_token_geo_;            // grid 0: the layer does not take the fused one-token stage
+  cuda_detail::DeviceBuffer one_token_barrier_;  // int[2] for launch_one_token
   std::vector<cuda_detail::StreamPick> picks_;  // tune_stream's, ascending m_hi; empty: the rule's 16x32
 };
 
@@ -688,7 +745,8 @@ class CudaBackend final : public cuda_detail::GpuBackendBase {
         {gemm_config_name(GemmConfig::kStreamM16N32), kStreamMaxTpe,
          "decode: 16x32 tiles (2 warps, 8-stage cp.async) stream each activated expert's weights once; "
          "a large layer's runner times them against 16x64 tiles (mma-stream-m16) per token count and "
-         "keeps the faster",
+         "keeps the faster (one token: MOERUN_CUDA_ONE_TOKEN=1 takes fused-one-token, the whole stage "
+         "in one kernel, where the down slice fits shared memory; opt-in, measured no faster)",
          CpuIsa::kScalar, 0.0, {}},
         {gemm_config_name(GemmConfig::kStreamM32), kStream32MaxTpe,
          "32x64 tiles, 5-stage cp.async: a few tokens per expert, weights still streamed once", CpuIsa::kScalar,

@@ -78,7 +78,8 @@ cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
 
 // Raises a kernel's dynamic shared-memory limit to `bytes`, once per device: the attribute belongs to
 // the device that is current, and runners may drive several GPUs from several threads. Tag names the
-// kernel instantiation (its shape or CUTLASS kernel type), so each gets its own record.
+// kernel instantiation (its shape or CUTLASS kernel type), so each gets its own record. Only the
+// first call's `bytes` count: a kernel whose size varies by launch passes the device's opt-in maximum.
 template <typename Tag, typename Kernel>
 cudaError_t ensure_max_dynamic_smem(Kernel* kernel, int bytes) {
   static std::atomic<uint64_t> done{0};  // bit d: set on device d (devices past 63 set it every launch)
