@@ -100,15 +100,16 @@ struct Timer {
     for (int i = 0; i < reps; ++i) t.push_back(time_once(f, mode, i));
     return median(t);
   }
-  // f and g alternated call by call, each after a write flush: their medians.
-  template <typename F, typename G> std::pair<double, double> median_pair(F&& f, G&& g, int reps) {
+  // f and g alternated call by call, each after a flush (a write flush unless told): their medians.
+  template <typename F, typename G>
+  std::pair<double, double> median_pair(F&& f, G&& g, int reps, Flush mode = Flush::kWrite) {
     f();
     g();
     CK(cudaStreamSynchronize(s));
     std::vector<float> tf, tg;
     for (int i = 0; i < reps; ++i) {
-      tf.push_back(time_once(f, Flush::kWrite, i));
-      tg.push_back(time_once(g, Flush::kWrite, i));
+      tf.push_back(time_once(f, mode, i));
+      tg.push_back(time_once(g, mode, i));
     }
     return {median(tf), median(tg)};
   }
@@ -197,7 +198,8 @@ int main(int argc, char** argv) {
           "             takes the wgmma engine 'gather' (the token gather in its operand load) or 'ksplit=N'\n"
           "             (its K in N runs, MOERUN_CUDA_KSPLIT: 2-4, or auto for its rule); at every M\n"
           "             'env:VAR=VALUE' (a MOERUN_CUDA_* variable set for the contender's capture, e.g.\n"
-          "             env:MOERUN_CUDA_FUSED_COMBINE=0); 'none' for no A/B rows.\n"
+          "             env:MOERUN_CUDA_ONE_TOKEN=1); 'none' for no A/B rows. At M <= --read-flush-max-m\n"
+          "             each pair is also timed after a read flush (rows ab:<name>-readflush).\n"
           "             Default: cutlass-sm90-grouped.");
       return 0;
     } else {
@@ -446,6 +448,12 @@ int main(int argc, char** argv) {
             timer.median_pair([&] { CK(cudaGraphLaunch(gx, s)); }, [&] { CK(cudaGraphLaunch(gr, s)); }, reps);
         vs.push_back({"ab:" + x, x_ms});
         vs.push_back({"ab:rule-vs-" + x, rule_ms});
+        if (M <= read_flush_max_m) {  // the same pair after a read flush (clean L2 lines only)
+          const auto [xr_ms, ruler_ms] = timer.median_pair([&] { CK(cudaGraphLaunch(gx, s)); },
+                                                           [&] { CK(cudaGraphLaunch(gr, s)); }, reps, Flush::kRead);
+          vs.push_back({"ab:" + x + "-readflush", xr_ms});
+          vs.push_back({"ab:rule-vs-" + x + "-readflush", ruler_ms});
+        }
         CK(cudaGraphExecDestroy(gx));
         CK(cudaGraphExecDestroy(gr));
       }
