@@ -109,6 +109,9 @@ class Runner {
   virtual ~Runner() = default;
   // Computes output = this rank's share of the MoE layer. Inputs were validated by the caller
   // (MoeLayer::forward); a runner may still throw Error for states it detects itself.
+  // One forward at a time: a runner's workspaces are its own. The cpu runner serializes calls made
+  // from several threads; a CUDA runner's calls must be ordered by the caller (one stream, or
+  // streams ordered with events), as the GPU work of two calls in flight would share them.
   virtual void forward(const ForwardArgs& args) = 0;
   // The kernel variant a call with m tokens takes ("" when the backend has one path).
   virtual std::string variant_for(int64_t m) const { (void)m; return ""; }

@@ -24,6 +24,7 @@ class MoeLayer {
 
   // Checks every tensor of args (dtype, shape, device, expert ids in range, adapter ids in range)
   // and throws Error{kInvalidArgument} naming the bad one before any kernel runs; then runs.
+  // One call at a time per layer: on CUDA, order calls on different streams (Runner::forward).
   void forward(const ForwardArgs& args);
 
   // The kernel variant a call with m tokens takes (the runner's answer, else the capabilities').

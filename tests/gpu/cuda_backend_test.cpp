@@ -21,6 +21,8 @@
 #include "backends/cuda/kernels/one_token.hpp"
 #include "backends/cuda/stream_tune.hpp"
 #include "backends/reference/reference_backend.hpp"
+#include "core/activation.hpp"
+#include "core/formats_codecs.hpp"
 #include "moerun/backend.hpp"
 #include "moerun/error.hpp"
 #include "moerun/formats.hpp"
@@ -320,6 +322,8 @@ TEST_P(GpuConformance, SmallDeviceHiddenOffAVectorBoundary) {
       const int64_t m = c.m;
       std::unique_ptr<ScopedEnv> on;
       if (c.fused) on = std::make_unique<ScopedEnv>("MOERUN_CUDA_ONE_TOKEN", "1");
+      // The qwen3 row shape fits the fused stage: the fused call must take it (cuda only).
+      if (c.fused && GetParam() == "cuda" && s.shared.count == 0) EXPECT_EQ(runner->variant_for(m), "fused-one-token");
       SCOPED_TRACE(s.summary() + " m=" + std::to_string(m) + " variant " + runner->variant_for(m));
       const Inputs in = make_inputs(s, m, seed++, m == 9 ? Route::kLogits : Route::kTopkGiven);
       const size_t hb = in.hidden.nbytes();
@@ -1527,8 +1531,8 @@ TEST(CudaBackend, OneTokenFusedQwen3RowShape) {
   check_one_token_fused({{make_spec(12, 8, 2048, 768), Route::kLogits, false}}, 1900);
 }
 
-// H = 264 (2 columns a CTA, the last CTAs none) with biases and gpt-oss's SwiGLU from an interleaved
-// checkpoint; fp16 and GELU at H = 136; both slots on one expert;
+// H = 264 (2 columns a CTA on 132 SMs) with biases and gpt-oss's SwiGLU from an interleaved
+// checkpoint; fp16 and GELU at H = 136 (CTAs 68.. without columns); both slots on one expert;
 // given top-k; H = 4104 (a gate_up row in three passes, the last partial). (Device hidden states off
 // a 16-byte boundary: GpuConformance.SmallDeviceHiddenOff*.)
 TEST(CudaBackend, SmallOneTokenFusedMatchesChainAndReference) {
@@ -1559,6 +1563,159 @@ TEST(CudaLaunch, OneTokenGeometryFitsOnlySmallDownSlices) {
   EXPECT_EQ(cuda_kernels::one_token_geometry(8, 2044, 768, 132, kOptin).grid, 0);   // H % 8
   EXPECT_EQ(cuda_kernels::one_token_geometry(8, 2048, 768, 132, 150000).grid, 0);   // a smaller SM
   EXPECT_EQ(cuda_kernels::one_token_geometry(8, 2048, 768, 0, kOptin).grid, 0);
+}
+
+// The fused one-token kernel called directly (launch_one_token), checked where the runner tests cannot
+// see: its grid barrier is read back as {0, 0} after every launch (a barrier left counting would let
+// the next launch pass it early), and the exchange buffer is filled with NaN between launches (a CTA
+// that read another's intermediate before it was written would show). Each launch matches a host
+// computation of the same math; slots with ids outside [0, E) contribute nothing; a repeat is bitwise
+// the first. Refused: pointers off 16 bytes, f32, and a grid too large to be co-resident (the
+// cooperative launch's error, not sticky: the next launch runs).
+TEST(CudaLaunch, OneTokenKernelLeavesBarrierZero) {
+  REQUIRE_GPU();
+  using cuda_kernels::Elem;
+  constexpr int E = 16, K = 4, H = 264, I = 136;
+  int dev = 0, sms = 0, optin = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const auto g = cuda_kernels::one_token_geometry(K, H, I, sms, static_cast<size_t>(optin));
+  ASSERT_GT(g.grid, 0);
+  bool resident = false;
+  CK(cuda_kernels::one_token_resident(Elem::kBF16, g, &resident));
+  EXPECT_TRUE(resident);
+
+  std::mt19937 rng(2400);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto bf16_vec = [&](size_t n, float scale) {
+    std::vector<uint16_t> v(n);
+    for (auto& x : v) x = codec::f32_to_bf16(scale * u(rng));
+    return v;
+  };
+  const std::vector<uint16_t> w13 = bf16_vec(size_t(E) * 2 * I * H, 0.1f), w2 = bf16_vec(size_t(E) * H * I, 0.1f),
+                              x = bf16_vec(H, 1.0f);
+  const std::vector<float> wts = {0.4f, 0.3f, 0.2f, 0.1f};
+  // out[h] = sum_j wts[j] * sum_i w2[e_j][h][i] * bf16(silu(gate_i) * up_i), w13 in kBlocks8 rows.
+  auto host_out = [&](const std::vector<int32_t>& ids) {
+    std::vector<double> out(H, 0.0);
+    for (int j = 0; j < K; ++j) {
+      const int e = ids[j];
+      if (e < 0 || e >= E) continue;
+      std::vector<float> inter(I);
+      for (int i = 0; i < I; ++i) {
+        const size_t gr = size_t(e) * 2 * I + 16 * (i / 8) + i % 8, ur = gr + 8;
+        double gs = 0, us = 0;
+        for (int h = 0; h < H; ++h) {
+          gs += double(codec::bf16_to_f32(w13[gr * H + h])) * codec::bf16_to_f32(x[h]);
+          us += double(codec::bf16_to_f32(w13[ur * H + h])) * codec::bf16_to_f32(x[h]);
+        }
+        inter[i] = codec::bf16_to_f32(codec::f32_to_bf16(act_silu(float(gs)) * float(us)));
+      }
+      for (int h = 0; h < H; ++h) {
+        double d = 0;
+        for (int i = 0; i < I; ++i) d += double(codec::bf16_to_f32(w2[(size_t(e) * H + h) * I + i])) * inter[i];
+        out[h] += wts[j] * d;
+      }
+    }
+    return out;
+  };
+  char *d13 = nullptr, *d2 = nullptr, *dx = nullptr, *dinter = nullptr, *dout = nullptr;
+  int32_t* dids = nullptr;
+  float* dw = nullptr;
+  int* dbar = nullptr;
+  CK(cudaMalloc(&d13, w13.size() * 2 + 16));
+  CK(cudaMalloc(&d2, w2.size() * 2 + 16));
+  CK(cudaMalloc(&dx, H * 2 + 16));
+  CK(cudaMalloc(&dinter, size_t(K) * I * 2 + 16));
+  CK(cudaMalloc(&dout, H * 2));
+  CK(cudaMalloc(&dids, K * 4));
+  CK(cudaMalloc(&dw, K * 4));
+  CK(cudaMalloc(&dbar, 2 * sizeof(int)));
+  CK(cudaMemcpy(d13, w13.data(), w13.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d2, w2.data(), w2.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dx, x.data(), H * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dw, wts.data(), K * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemset(dbar, 0, 2 * sizeof(int)));
+  cuda_kernels::OneTokenParams p;
+  p.x = dx;
+  p.ids = dids;
+  p.weights = dw;
+  p.w13 = d13;
+  p.w2 = d2;
+  p.experts = E;
+  p.top_k = K;
+  p.hidden = H;
+  p.inter = I;
+  p.act = cuda_kernels::Act::kSiluAndMul;
+  p.inter_buf = dinter;
+  p.out = dout;
+  p.barrier = dbar;
+  // One launch on fresh NaN in the exchange buffer and the output: the output, and the barrier after.
+  auto run = [&](const std::vector<int32_t>& ids, std::vector<uint16_t>& out) {
+    CK(cudaMemcpy(dids, ids.data(), K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dinter, 0xFF, size_t(K) * I * 2));
+    CK(cudaMemset(dout, 0xFF, H * 2));
+    CK(cuda_kernels::launch_one_token(Elem::kBF16, p, g, nullptr));
+    CK(cudaDeviceSynchronize());
+    int bar[2] = {-1, -1};
+    CK(cudaMemcpy(bar, dbar, sizeof(bar), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(bar[0], 0);
+    EXPECT_EQ(bar[1], 0);
+    out.assign(H, 0);
+    CK(cudaMemcpy(out.data(), dout, H * 2, cudaMemcpyDeviceToHost));
+  };
+  auto expect_close = [&](const std::vector<uint16_t>& got, const std::vector<int32_t>& ids) {
+    const std::vector<double> want = host_out(ids);
+    double num = 0, den = 0;
+    for (int h = 0; h < H; ++h) {
+      const double gv = codec::bf16_to_f32(got[h]);
+      ASSERT_TRUE(std::isfinite(gv)) << "column " << h;
+      num += (gv - want[h]) * (gv - want[h]);
+      den += want[h] * want[h];
+    }
+    EXPECT_GT(den, 0.0);
+    EXPECT_LT(std::sqrt(num / den), 1e-2);
+  };
+  const std::vector<int32_t> ids = {3, 11, 3, 0}, holes = {3, -1, 7, E};
+  std::vector<uint16_t> first, second, third;
+  run(ids, first);
+  expect_close(first, ids);
+  run(holes, second);
+  expect_close(second, holes);
+  run(ids, third);
+  EXPECT_EQ(first, third) << "a repeat differs";
+
+  auto refused = [&](cuda_kernels::OneTokenParams q, Elem el, const cuda_kernels::OneTokenGeometry& gg) {
+    return cuda_kernels::launch_one_token(el, q, gg, nullptr);
+  };
+  cuda_kernels::OneTokenParams bad = p;
+  bad.w13 = d13 + 8;
+  EXPECT_EQ(refused(bad, Elem::kBF16, g), cudaErrorInvalidValue);
+  bad = p;
+  bad.w2 = d2 + 8;
+  EXPECT_EQ(refused(bad, Elem::kBF16, g), cudaErrorInvalidValue);
+  bad = p;
+  bad.inter_buf = dinter + 8;
+  EXPECT_EQ(refused(bad, Elem::kBF16, g), cudaErrorInvalidValue);
+  bad = p;
+  bad.x = dx + 2;
+  EXPECT_EQ(refused(bad, Elem::kBF16, g), cudaErrorInvalidValue);
+  EXPECT_EQ(refused(p, Elem::kF32, g), cudaErrorInvalidValue);
+  // 5 CTAs an SM: more than 2048 threads an SM allow, whatever the registers and shared memory.
+  const auto wide = cuda_kernels::one_token_geometry(K, H, I, 5 * sms, static_cast<size_t>(optin));
+  ASSERT_EQ(wide.grid, 5 * sms);
+  CK(cuda_kernels::one_token_resident(Elem::kBF16, wide, &resident));
+  EXPECT_FALSE(resident);
+  EXPECT_EQ(refused(p, Elem::kBF16, wide), cudaErrorCooperativeLaunchTooLarge);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorCooperativeLaunchTooLarge);  // recorded once, then cleared:
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);                         // not sticky
+  std::vector<uint16_t> after;
+  run(ids, after);
+  EXPECT_EQ(first, after) << "after a refused launch";
+  for (void* q : {static_cast<void*>(d13), static_cast<void*>(d2), static_cast<void*>(dx), static_cast<void*>(dinter),
+                  static_cast<void*>(dout), static_cast<void*>(dids), static_cast<void*>(dw), static_cast<void*>(dbar)})
+    cudaFree(q);
 }
 
 // The one-token gate_up's L2 prefetch of the down weights (taken here: 4 experts x 72 KB fit in half the

@@ -2,6 +2,7 @@
 #include "backends/cuda/cuda_backend.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -229,6 +230,9 @@ class CudaRunner final : public Runner {
     if (cutlass_ok_ && coop && spec.activation.gated() && d_.shared_inter() == 0 &&
         d_.gate_up_layout() == GateUpLayout::kBlocks8) {
       one_token_geo_ = one_token_geometry(d_.top_k(), d_.hidden(), d_.inter(), sm_count_, static_cast<size_t>(optin));
+      bool resident = false;  // all its CTAs at once, one an SM (the cooperative launch's condition)
+      if (one_token_geo_.grid > 0) MOERUN_CUDA_CHECK(one_token_resident(d_.elem(), one_token_geo_, &resident));
+      if (!resident) one_token_geo_ = {};
       if (one_token_geo_.grid > 0) {
         const int32_t zero[2] = {0, 0};  // its grid barrier: zero, and left zero by each launch
         one_token_barrier_.upload(zero, sizeof(zero));
@@ -389,7 +393,18 @@ class CudaRunner final : public Runner {
     p.inter_buf = d_.inter_buf.get();
     p.out = call.out;
     p.barrier = one_token_barrier_.as<int>();
-    MOERUN_CUDA_CHECK(launch_one_token(d_.elem(), p, one_token_geo_, call.stream));
+    const cudaError_t e = launch_one_token(d_.elem(), p, one_token_geo_, call.stream);
+    if (e == cudaErrorCooperativeLaunchTooLarge) {
+      // Fewer SMs than at construction (MPS limits, say): nothing ran and the error is not sticky.
+      // This runner keeps the chain from now on, this call included (its begin runs again: the
+      // routing and staging are idempotent). Under stream capture CUDA may have invalidated the
+      // capture with the refused launch; the chain's launches then throw.
+      (void)cudaGetLastError();
+      one_token_refused_.store(true, std::memory_order_relaxed);
+      forward_on(args, 1, path_for(1));
+      return;
+    }
+    MOERUN_CUDA_CHECK(e);
     d_.finish(args, call);
   }
 
@@ -400,7 +415,9 @@ class CudaRunner final : public Runner {
     Path p = path_for_tpe(static_cast<double>(m) * d_.top_k() / d_.experts(), cutlass_ok_);
     if (!p.cutlass && p.cfg == GemmConfig::kStreamM16N32) p.cfg = cuda_detail::stream_pick_for(picks_, m, p.cfg);
     if (p.wgmma && d_.experts() > kWgmmaMaxGroups) p.wgmma = false;  // CUTLASS's 128x256 takes any count
-    if (m == 1 && one_token_geo_.grid > 0 && direct_enabled() && one_token_enabled()) p.one_token = true;
+    if (m == 1 && one_token_geo_.grid > 0 && direct_enabled() && one_token_enabled() &&
+        !one_token_refused_.load(std::memory_order_relaxed))
+      p.one_token = true;
     return p;
   }
 
@@ -728,6 +745,7 @@ class CudaRunner final : public Runner {
   cuda_detail::DeviceBuffer split_ws_;        // its split-K partials and flags (split_workspace)
   OneTokenGeometry one_token_geo_;            // grid 0: the layer does not take the fused one-token stage
   cuda_detail::DeviceBuffer one_token_barrier_;  // int[2] for launch_one_token
+  std::atomic<bool> one_token_refused_{false};   // a cooperative launch was refused: the chain from then on
   std::vector<cuda_detail::StreamPick> picks_;  // tune_stream's, ascending m_hi; empty: the rule's 16x32
 };
 

@@ -45,6 +45,7 @@ namespace moerun::cuda_kernels {
 namespace {
 
 constexpr int kThreads = 512, kWarps = kThreads / 32;
+static_assert(kWarps == 16, "warp w computes row w of each 16-row gate_up unit");
 constexpr int kPassVecs = 8;  // 16-byte loads in flight per lane per row
 
 using wgmma::ld_acquire_gpu;
@@ -252,16 +253,34 @@ __global__ void __launch_bounds__(kThreads, 1) one_token_kernel(const OneTokenPa
 struct OneTokenBf16Tag {};
 struct OneTokenF16Tag {};
 
+// The kernel's shared-memory limit: its size varies by layer and the limit is set once a device, so
+// the device's opt-in maximum (a geometry larger than that cannot launch).
 template <typename T, typename Tag>
-cudaError_t launch_typed(const OneTokenParams& p, const OneTokenGeometry& g, cudaStream_t stream) {
-  auto* kernel = one_token_kernel<T>;
-  // Its shared memory varies by layer, and the limit is set once a device: the device's maximum.
+cudaError_t prepare_kernel(const OneTokenGeometry& g) {
   int device = 0, optin = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (e == cudaSuccess && g.smem > static_cast<size_t>(optin)) e = cudaErrorInvalidValue;
-  if (e == cudaSuccess) e = ensure_max_dynamic_smem<Tag>(kernel, optin);
-  if (e != cudaSuccess) return e;
+  if (e == cudaSuccess) e = ensure_max_dynamic_smem<Tag>(one_token_kernel<T>, optin);
+  return e;
+}
+
+template <typename T, typename Tag>
+cudaError_t resident_typed(const OneTokenGeometry& g, bool* resident) {
+  *resident = false;
+  if (cudaError_t e = prepare_kernel<T, Tag>(g); e != cudaSuccess) return e;
+  int device = 0, sms = 0, per_sm = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, one_token_kernel<T>, kThreads, g.smem);
+  if (e == cudaSuccess) *resident = g.grid > 0 && int64_t(per_sm) * sms >= g.grid;
+  return e;
+}
+
+template <typename T, typename Tag>
+cudaError_t launch_typed(const OneTokenParams& p, const OneTokenGeometry& g, cudaStream_t stream) {
+  if (cudaError_t e = prepare_kernel<T, Tag>(g); e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(g.grid));
   cfg.blockDim = dim3(kThreads);
@@ -274,7 +293,7 @@ cudaError_t launch_typed(const OneTokenParams& p, const OneTokenGeometry& g, cud
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 2 : 1;
-  return cudaLaunchKernelEx(&cfg, kernel, p, g.cols, g.units);
+  return cudaLaunchKernelEx(&cfg, one_token_kernel<T>, p, g.cols, g.units);
 }
 
 }  // namespace
@@ -294,9 +313,24 @@ OneTokenGeometry one_token_geometry(int top_k, int hidden, int inter, int sms, s
   return g;
 }
 
+cudaError_t one_token_resident(Elem elem, const OneTokenGeometry& g, bool* resident) {
+  if (!resident) return cudaErrorInvalidValue;
+  *resident = false;
+  switch (elem) {
+    case Elem::kBF16: return resident_typed<__nv_bfloat16, OneTokenBf16Tag>(g, resident);
+    case Elem::kF16: return resident_typed<__half, OneTokenF16Tag>(g, resident);
+    case Elem::kF32: break;
+  }
+  return cudaErrorInvalidValue;
+}
+
 cudaError_t launch_one_token(Elem elem, const OneTokenParams& p, const OneTokenGeometry& g, cudaStream_t stream) {
+  // x, w13 and the exchange buffer are read as 16-byte vectors, w2's slices by bulk copies (16-byte
+  // source): every one of them on a 16-byte boundary (the slices' offsets are, as I % 8 == 0).
+  const auto off16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) != 0; };
   if (g.grid <= 0 || !act_gated(p.act) || !p.x || !p.ids || !p.weights || !p.w13 || !p.w2 || !p.inter_buf ||
-      !p.out || !p.barrier || (reinterpret_cast<uintptr_t>(p.x) & 15u) != 0)
+      !p.out || !p.barrier || off16(p.x) || off16(p.w13) || off16(p.w2) || off16(p.inter_buf) ||
+      (reinterpret_cast<uintptr_t>(p.out) & 1u) != 0)
     return cudaErrorInvalidValue;
   const OneTokenGeometry want = one_token_geometry(p.top_k, p.hidden, p.inter, g.grid, g.smem);
   if (want.grid != g.grid || want.cols != g.cols || want.units != g.units || want.smem != g.smem)

@@ -29,7 +29,8 @@ namespace moerun::cuda_kernels {
 
 struct OneTokenParams {
   const void* x = nullptr;         // [H] the token, 16-byte aligned
-  const int32_t* ids = nullptr;    // [K] its experts (an id outside [0, E) contributes nothing)
+  const int32_t* ids = nullptr;    // [K] its experts; an id outside [0, E) contributes nothing (a
+                                   // defence: ForwardArgs requires ids in range, and the chain does not check)
   const float* weights = nullptr;  // [K] their router weights
   const void* w13 = nullptr;       // [E, 2I, H], gated, GateUpLayout::kBlocks8
   const void* w2 = nullptr;        // [E, H, I]
@@ -43,10 +44,11 @@ struct OneTokenParams {
   int* barrier = nullptr;          // [2] zero; every launch leaves them zero
 };
 
-// How the stage splits over the CTAs: one CTA an SM, each with `cols` (at most 16) output columns of
-// down (the last CTAs may have fewer or none) and at most `units` 16-row units of gate_up (8 gate and their 8
-// up rows of one slot), in `smem` bytes. grid == 0: the layer does not fit (down slice too large for
-// max_smem, more than 16 columns a CTA, H or I not a multiple of 8, more than kOneTokenMaxUnits units a CTA).
+// How the stage splits over the CTAs: one CTA an SM (`grid` = the SM count), each with `cols` output
+// columns of down (ceil(H / grid); the last CTAs may have fewer or none: H = 136 on 132 SMs leaves
+// CTAs 68.. without columns) and at most `units` 16-row units of gate_up (8 gate and their 8 up rows
+// of one slot), in `smem` bytes. grid == 0: the layer does not fit (the down slice too large for
+// max_smem, H or I not a multiple of 8, more than kOneTokenMaxUnits units a CTA).
 struct OneTokenGeometry {
   int grid = 0, cols = 0, units = 0;
   size_t smem = 0;
@@ -54,9 +56,20 @@ struct OneTokenGeometry {
 inline constexpr int kOneTokenMaxUnits = 64;
 OneTokenGeometry one_token_geometry(int top_k, int hidden, int inter, int sms, size_t max_smem);
 
+// Whether g.grid CTAs of the kernel (bf16 or fp16) can all be resident on the current device at once,
+// which a cooperative launch needs: raises the kernel's shared-memory limit, then asks the occupancy
+// calculator. A runner checks this once and otherwise keeps the chain.
+cudaError_t one_token_resident(Elem elem, const OneTokenGeometry& g, bool* resident);
+
 // Enqueues the stage (bf16 or fp16; a cooperative launch of g.grid CTAs, so that the barrier's CTAs
-// are co-resident). cudaErrorInvalidValue for f32, a non-gated activation or a geometry that does not
-// fit.
+// are co-resident). cudaErrorInvalidValue for f32, a non-gated activation, a geometry that is not
+// one_token_geometry's, a null pointer, or x, w13, w2 or inter_buf off a 16-byte boundary;
+// cudaErrorCooperativeLaunchTooLarge where the grid cannot be resident (then nothing ran, the error is
+// not sticky, and the caller may run the chain instead).
+//
+// One launch at a time per barrier: two launches sharing `barrier` that run at once (two streams)
+// would count each other's CTAs. The cuda runner owns one barrier, so its forwards must be ordered
+// (include/moerun/backend.hpp, Runner).
 cudaError_t launch_one_token(Elem elem, const OneTokenParams& p, const OneTokenGeometry& g, cudaStream_t stream);
 
 }  // namespace moerun::cuda_kernels
