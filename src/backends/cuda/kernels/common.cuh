@@ -106,7 +106,13 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
   return __float2bfloat16_rn(v);
 }
 
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+// The logistic sigmoid with the hardware exp2 and reciprocal (__expf, __fdividef): a relative error
+// near 1e-6, far below the bf16/fp16 rounding every caller applies next. WHY: the precise expf and
+// division cost 4-7% of the whole expert stage at M >= 1024 (the wgmma epilogue computes 64
+// activations a thread while the tensor cores wait; session 29, bench/results/2026-12-04_s29_h200).
+// Large negative x: __expf(-x) overflows to inf and the quotient is -0, the limit.
+__device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+__device__ __forceinline__ float silu(float x) { return x * sigmoid_fast(x); }
 __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
@@ -124,7 +130,7 @@ __device__ __forceinline__ float apply_act(Act act, float gate, float up, float 
         g = fminf(g, limit);
         u = fminf(fmaxf(u, -limit), limit);
       }
-      return g * (1.0f / (1.0f + expf(-alpha * g))) * (u + 1.0f);
+      return g * sigmoid_fast(alpha * g) * (u + 1.0f);
     }
     case Act::kRelu2: { const float r = fmaxf(gate, 0.0f); return r * r; }
     case Act::kSilu: return silu(gate);
