@@ -110,8 +110,10 @@ class Runner {
   // Computes output = this rank's share of the MoE layer. Inputs were validated by the caller
   // (MoeLayer::forward); a runner may still throw Error for states it detects itself.
   // One forward at a time: a runner's workspaces are its own. The cpu runner serializes calls made
-  // from several threads; a CUDA runner's calls must be ordered by the caller (one stream, or
-  // streams ordered with events), as the GPU work of two calls in flight would share them.
+  // from several threads. A CUDA runner's calls must not overlap, on the host (its workspace growth
+  // is not locked) or on the GPU: device-tensor calls on one stream, or on streams ordered with
+  // events; a host-tensor call runs on the runner's own stream and returns synchronized, so a
+  // device-tensor call still in flight must be finished (synchronized) before one.
   virtual void forward(const ForwardArgs& args) = 0;
   // The kernel variant a call with m tokens takes ("" when the backend has one path).
   virtual std::string variant_for(int64_t m) const { (void)m; return ""; }

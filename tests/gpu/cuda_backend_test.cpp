@@ -1566,16 +1566,18 @@ TEST(CudaLaunch, OneTokenGeometryFitsOnlySmallDownSlices) {
 }
 
 // The fused one-token kernel called directly (launch_one_token), checked where the runner tests cannot
-// see: its grid barrier is read back as {0, 0} after every launch (a barrier left counting would let
-// the next launch pass it early), and the exchange buffer is filled with NaN between launches (a CTA
-// that read another's intermediate before it was written would show). Each launch matches a host
+// see. H = 2056, I = 272, top-8: 272 gate_up units, so 2-3 a CTA on 132 SMs (the two-at-a-time loop
+// and its odd tail), and each row in two passes, the second partial. Its grid barrier is read back
+// as {0, 0} after every launch (a barrier left counting would let the next launch pass it early), and
+// the exchange buffer is filled with NaN between launches (a CTA that read another's intermediate
+// before it was written would show). Each launch matches a host
 // computation of the same math; slots with ids outside [0, E) contribute nothing; a repeat is bitwise
 // the first. Refused: pointers off 16 bytes, f32, and a grid too large to be co-resident (the
 // cooperative launch's error, not sticky: the next launch runs).
 TEST(CudaLaunch, OneTokenKernelLeavesBarrierZero) {
   REQUIRE_GPU();
   using cuda_kernels::Elem;
-  constexpr int E = 16, K = 4, H = 264, I = 136;
+  constexpr int E = 16, K = 8, H = 2056, I = 272;
   int dev = 0, sms = 0, optin = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -1595,7 +1597,7 @@ TEST(CudaLaunch, OneTokenKernelLeavesBarrierZero) {
   };
   const std::vector<uint16_t> w13 = bf16_vec(size_t(E) * 2 * I * H, 0.1f), w2 = bf16_vec(size_t(E) * H * I, 0.1f),
                               x = bf16_vec(H, 1.0f);
-  const std::vector<float> wts = {0.4f, 0.3f, 0.2f, 0.1f};
+  const std::vector<float> wts = {0.25f, 0.2f, 0.15f, 0.12f, 0.1f, 0.08f, 0.06f, 0.04f};
   // out[h] = sum_j wts[j] * sum_i w2[e_j][h][i] * bf16(silu(gate_i) * up_i), w13 in kBlocks8 rows.
   auto host_out = [&](const std::vector<int32_t>& ids) {
     std::vector<double> out(H, 0.0);
@@ -1620,10 +1622,22 @@ TEST(CudaLaunch, OneTokenKernelLeavesBarrierZero) {
     }
     return out;
   };
-  char *d13 = nullptr, *d2 = nullptr, *dx = nullptr, *dinter = nullptr, *dout = nullptr;
-  int32_t* dids = nullptr;
-  float* dw = nullptr;
-  int* dbar = nullptr;
+  struct DeviceBuffers {  // freed on every exit, an ASSERT's too
+    char *d13 = nullptr, *d2 = nullptr, *dx = nullptr, *dinter = nullptr, *dout = nullptr;
+    int32_t* dids = nullptr;
+    float* dw = nullptr;
+    int* dbar = nullptr;
+    ~DeviceBuffers() {
+      for (void* q : {static_cast<void*>(d13), static_cast<void*>(d2), static_cast<void*>(dx),
+                      static_cast<void*>(dinter), static_cast<void*>(dout), static_cast<void*>(dids),
+                      static_cast<void*>(dw), static_cast<void*>(dbar)})
+        if (q) cudaFree(q);
+    }
+  } bufs;
+  char *&d13 = bufs.d13, *&d2 = bufs.d2, *&dx = bufs.dx, *&dinter = bufs.dinter, *&dout = bufs.dout;
+  int32_t*& dids = bufs.dids;
+  float*& dw = bufs.dw;
+  int*& dbar = bufs.dbar;
   CK(cudaMalloc(&d13, w13.size() * 2 + 16));
   CK(cudaMalloc(&d2, w2.size() * 2 + 16));
   CK(cudaMalloc(&dx, H * 2 + 16));
@@ -1677,7 +1691,7 @@ TEST(CudaLaunch, OneTokenKernelLeavesBarrierZero) {
     EXPECT_GT(den, 0.0);
     EXPECT_LT(std::sqrt(num / den), 1e-2);
   };
-  const std::vector<int32_t> ids = {3, 11, 3, 0}, holes = {3, -1, 7, E};
+  const std::vector<int32_t> ids = {3, 11, 3, 0, 7, 15, 2, 9}, holes = {3, -1, 7, E, 1, -5, 4, 12};
   std::vector<uint16_t> first, second, third;
   run(ids, first);
   expect_close(first, ids);
@@ -1713,9 +1727,6 @@ TEST(CudaLaunch, OneTokenKernelLeavesBarrierZero) {
   std::vector<uint16_t> after;
   run(ids, after);
   EXPECT_EQ(first, after) << "after a refused launch";
-  for (void* q : {static_cast<void*>(d13), static_cast<void*>(d2), static_cast<void*>(dx), static_cast<void*>(dinter),
-                  static_cast<void*>(dout), static_cast<void*>(dids), static_cast<void*>(dw), static_cast<void*>(dbar)})
-    cudaFree(q);
 }
 
 // The one-token gate_up's L2 prefetch of the down weights (taken here: 4 experts x 72 KB fit in half the

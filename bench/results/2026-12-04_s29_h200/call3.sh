@@ -7,7 +7,7 @@
 # MOERUN_CUDA_WGMMA_STAGGER=ns holds the wgmma engine's second consumer warpgroup back that long at
 # start, so that the two consumers' epilogues fall at different times (each hides behind the other's
 # MMA) if the lag persists (the ring of 4 stages bounds it).
-# 1. The whole GPU suite (default knobs).
+# 1. The whole GPU suite (default knobs); memcheck on the direct one-token test.
 # 2. A/B, alternated graph replay against the rule, M = 1024, 8192: stagger 500, 1000, 2000 ns.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
@@ -16,6 +16,9 @@ T=build-prebuilt/moerun_gpu_tests
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$W/smi.txt" 2>&1
 timeout 240 $T > "$W/tests.log" 2>&1
 echo "tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$W/tests.log" | head -20
+# (the direct one-token test grew to 2-3 units a CTA after the review: memcheck it again)
+timeout 100 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $T --gtest_filter='CudaLaunch.OneTokenKernel*' > "$W/memcheck.log" 2>&1
+echo "memcheck rc=$?"; tail -1 "$W/memcheck.log"
 for sh in qwen3-30b-a3b gpt-oss-120b-silu mixtral-8x7b; do
   timeout 150 $B --shapes $sh --ms 1024,8192 --no-forced --read-flush-max-m 0 \
     --ab env:MOERUN_CUDA_WGMMA_STAGGER=500,env:MOERUN_CUDA_WGMMA_STAGGER=1000,env:MOERUN_CUDA_WGMMA_STAGGER=2000 \

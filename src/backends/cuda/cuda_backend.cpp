@@ -230,8 +230,13 @@ class CudaRunner final : public Runner {
     if (cutlass_ok_ && coop && spec.activation.gated() && d_.shared_inter() == 0 &&
         d_.gate_up_layout() == GateUpLayout::kBlocks8) {
       one_token_geo_ = one_token_geometry(d_.top_k(), d_.hidden(), d_.inter(), sm_count_, static_cast<size_t>(optin));
-      bool resident = false;  // all its CTAs at once, one an SM (the cooperative launch's condition)
-      if (one_token_geo_.grid > 0) MOERUN_CUDA_CHECK(one_token_resident(d_.elem(), one_token_geo_, &resident));
+      // All its CTAs at once, one an SM (the cooperative launch's condition). An error here only
+      // means the opt-in stage is not used: the chain runs, and the runner is made.
+      bool resident = false;
+      if (one_token_geo_.grid > 0 && one_token_resident(d_.elem(), one_token_geo_, &resident) != cudaSuccess) {
+        (void)cudaGetLastError();
+        resident = false;
+      }
       if (!resident) one_token_geo_ = {};
       if (one_token_geo_.grid > 0) {
         const int32_t zero[2] = {0, 0};  // its grid barrier: zero, and left zero by each launch
@@ -398,7 +403,9 @@ class CudaRunner final : public Runner {
       // Fewer SMs than at construction (MPS limits, say): nothing ran and the error is not sticky.
       // This runner keeps the chain from now on, this call included (its begin runs again: the
       // routing and staging are idempotent). Under stream capture CUDA may have invalidated the
-      // capture with the refused launch; the chain's launches then throw.
+      // capture with the refused launch, and the chain's launches then throw; a refusal that CUDA
+      // reports only when the graph is instantiated or launched reaches the caller there, and this
+      // flag stays unset (the residency check at construction is what keeps that from happening).
       (void)cudaGetLastError();
       one_token_refused_.store(true, std::memory_order_relaxed);
       forward_on(args, 1, path_for(1));

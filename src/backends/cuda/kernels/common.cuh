@@ -107,10 +107,12 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 }
 
 // The logistic sigmoid with the hardware exp2 and reciprocal (__expf, __fdividef): a relative error
-// near 1e-6, far below the bf16/fp16 rounding every caller applies next. WHY: the precise expf and
-// division cost 4-7% of the whole expert stage at M >= 1024 (the wgmma epilogue computes 64
-// activations a thread while the tensor cores wait; session 29, bench/results/2026-12-04_s29_h200).
-// Large negative x: __expf(-x) overflows to inf and the quotient is -0, the limit.
+// near 1e-6 for moderate x (growing to about 1e-5 at |x| = 80, as __expf's does), far below the
+// bf16/fp16 rounding every caller applies next (no GPU path has f32 activations). WHY: the precise
+// expf and division cost 4-7% of the whole expert stage at M >= 1024 (the wgmma epilogue computes
+// 64 activations a thread while the tensor cores wait; session 29, bench/results/2026-12-04_s29_h200).
+// x below about -87: 1 + __expf(-x) is past 2^126 (or inf) and __fdividef gives +0, so silu gives -0,
+// where the precise form gave about -1e-37. x = -inf gives NaN, as before.
 __device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 __device__ __forceinline__ float silu(float x) { return x * sigmoid_fast(x); }
 __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
