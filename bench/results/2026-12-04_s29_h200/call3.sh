@@ -6,9 +6,11 @@
 # The stagger experiment:
 # MOERUN_CUDA_WGMMA_STAGGER=ns holds the wgmma engine's second consumer warpgroup back that long at
 # start, so that the two consumers' epilogues fall at different times (each hides behind the other's
-# MMA) if the lag persists (the ring of 4 stages bounds it).
+# MMA) if the lag persists (the ring of 4 stages bounds it). MOERUN_CUDA_WGMMA_STAGGER_STEPS=D (1-3)
+# starts consumer 1 once consumer 0 has finished D k steps instead (a lag in stages, not in time).
 # 1. The whole GPU suite (default knobs); memcheck on the direct one-token test.
-# 2. A/B, alternated graph replay against the rule, M = 1024, 8192: stagger 500, 1000, 2000 ns.
+# 2. A/B, alternated graph replay against the rule, M = 1024, 8192: stagger 1000 ns, 1 / 2 / 3 steps.
+#    (If one pays: the whole GPU suite again with it set, and racecheck on the wgmma small tests.)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
 B=build-prebuilt/cuda_moe_bench
@@ -21,7 +23,7 @@ timeout 100 compute-sanitizer --tool memcheck --report-api-errors no --error-exi
 echo "memcheck rc=$?"; tail -1 "$W/memcheck.log"
 for sh in qwen3-30b-a3b gpt-oss-120b-silu mixtral-8x7b; do
   timeout 150 $B --shapes $sh --ms 1024,8192 --no-forced --read-flush-max-m 0 \
-    --ab env:MOERUN_CUDA_WGMMA_STAGGER=500,env:MOERUN_CUDA_WGMMA_STAGGER=1000,env:MOERUN_CUDA_WGMMA_STAGGER=2000 \
+    --ab env:MOERUN_CUDA_WGMMA_STAGGER=1000,env:MOERUN_CUDA_WGMMA_STAGGER_STEPS=1,env:MOERUN_CUDA_WGMMA_STAGGER_STEPS=2,env:MOERUN_CUDA_WGMMA_STAGGER_STEPS=3 \
     --json "$W/ab_$sh.json" > "$W/ab_$sh.log" 2>&1
   echo "$sh rc=$?"
   grep -h -E "graph-expert  | ab:" "$W/ab_$sh.log" | awk '{printf "%-18s %5s %-50s %s\n", $1, $2, $3, $5}'
