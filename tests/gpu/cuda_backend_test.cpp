@@ -17,6 +17,7 @@
 
 #include "backends/cublas/cublas_backend.hpp"
 #include "backends/cuda/cuda_backend.hpp"
+#include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernels/launch.hpp"
 #include "backends/cuda/kernels/one_token.hpp"
 #include "backends/cuda/stream_tune.hpp"
@@ -1622,35 +1623,26 @@ TEST(CudaLaunch, OneTokenKernelLeavesBarrierZero) {
     }
     return out;
   };
-  struct DeviceBuffers {  // freed on every exit, an ASSERT's too
-    char *d13 = nullptr, *d2 = nullptr, *dx = nullptr, *dinter = nullptr, *dout = nullptr;
-    int32_t* dids = nullptr;
-    float* dw = nullptr;
-    int* dbar = nullptr;
-    ~DeviceBuffers() {
-      for (void* q : {static_cast<void*>(d13), static_cast<void*>(d2), static_cast<void*>(dx),
-                      static_cast<void*>(dinter), static_cast<void*>(dout), static_cast<void*>(dids),
-                      static_cast<void*>(dw), static_cast<void*>(dbar)})
-        if (q) cudaFree(q);
-    }
-  } bufs;
-  char *&d13 = bufs.d13, *&d2 = bufs.d2, *&dx = bufs.dx, *&dinter = bufs.dinter, *&dout = bufs.dout;
-  int32_t*& dids = bufs.dids;
-  float*& dw = bufs.dw;
-  int*& dbar = bufs.dbar;
-  CK(cudaMalloc(&d13, w13.size() * 2 + 16));
-  CK(cudaMalloc(&d2, w2.size() * 2 + 16));
-  CK(cudaMalloc(&dx, H * 2 + 16));
-  CK(cudaMalloc(&dinter, size_t(K) * I * 2 + 16));
-  CK(cudaMalloc(&dout, H * 2));
-  CK(cudaMalloc(&dids, K * 4));
-  CK(cudaMalloc(&dw, K * 4));
-  CK(cudaMalloc(&dbar, 2 * sizeof(int)));
-  CK(cudaMemcpy(d13, w13.data(), w13.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(d2, w2.data(), w2.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dx, x.data(), H * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dw, wts.data(), K * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemset(dbar, 0, 2 * sizeof(int)));
+  // (cuda_detail::DeviceBuffer frees on every exit, an ASSERT's too; the extra 16 bytes leave room
+  // for the misaligned views below.)
+  cuda_detail::DeviceBuffer b13, b2, bx, binter, bout, bids, bw, bbar;
+  b13.reserve(w13.size() * 2 + 16);
+  b13.upload(w13.data(), w13.size() * 2);
+  b2.reserve(w2.size() * 2 + 16);
+  b2.upload(w2.data(), w2.size() * 2);
+  bx.reserve(H * 2 + 16);
+  bx.upload(x.data(), H * 2);
+  binter.reserve(size_t(K) * I * 2 + 16);
+  bout.reserve(H * 2);
+  bids.reserve(K * 4);
+  bw.upload(wts.data(), K * 4);
+  const int zero[2] = {0, 0};
+  bbar.upload(zero, sizeof(zero));
+  char *d13 = b13.as<char>(), *d2 = b2.as<char>(), *dx = bx.as<char>(), *dinter = binter.as<char>();
+  void* dout = bout.get();
+  int32_t* dids = bids.as<int32_t>();
+  float* dw = bw.as<float>();
+  int* dbar = bbar.as<int>();
   cuda_kernels::OneTokenParams p;
   p.x = dx;
   p.ids = dids;
