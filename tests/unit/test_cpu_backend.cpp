@@ -411,8 +411,8 @@ TEST(CpuBackend, ZeroTokensAndVariantNames) {
 }
 
 // Which streaming kernel a layer's decode calls name (and take): no kernel runs, so every level is checked
-// on any machine. At the AMX level mxfp4, fp8 and bf16 calls of 2-16 tokens per expert decode onto AMX
-// tiles.
+// on any machine. At the AMX level mxfp4, nvfp4 and fp8 calls of 2-64 tokens per expert decode onto AMX
+// tiles; bf16 weights take the tiles themselves from 2 tokens (isa.hpp kAmxStreamMaxTokensBf16).
 TEST(CpuBackend, Bf16LayersNameTheBf16StreamingKernel) {
   MoeSpec s = base_spec();  // 8 experts, top 2: m tokens = m / 4 per expert
   for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kFp8PerChannel,
@@ -435,7 +435,9 @@ TEST(CpuBackend, Bf16LayersNameTheBf16StreamingKernel) {
         if (q15) EXPECT_NE(v.find("-q15-stream"), std::string::npos) << what;
         else if (bf16) EXPECT_EQ(v, "avx512bf16-stream") << what;  // one token per expert or fewer
         else EXPECT_EQ(v, ks.prefix + "-stream") << what;
-        EXPECT_EQ(cpu::variant_name(s, ks, pf, 40) == "amx-bf16-stream", amx_decode) << what;  // 10 per expert
+        const bool amx_tiles_bf16 = bf16 && isa == CpuIsa::kAmx && f == WeightFormat::kBF16;
+        EXPECT_EQ(cpu::variant_name(s, ks, pf, 40) == "amx-bf16-stream", amx_decode && !amx_tiles_bf16) << what;  // 10 per expert
+        if (amx_tiles_bf16) EXPECT_EQ(cpu::variant_name(s, ks, pf, 8), "amx-bf16-tiles") << what;  // 2 per expert
         // 1000 per expert: tiles, except at the AVX512-BF16 level where VDPBF16PS issues at the FMA rate
         // (Zen 4: isa.hpp avx512bf16_stream_max), whose bf16 stream takes every call
         const bool streams_all = bf16 && isa == CpuIsa::kAvx512Bf16 && ks.stream_max_m_bf16 >= cpu::kStreamMaxTokensLimit;
@@ -1108,10 +1110,11 @@ TEST(CpuBackend, StreamRunKnob) {
   expect_count_knob("MOERUN_CPU_STREAM_RUN", cpu::stream_run_override, &cpu::KernelSet::stream_run);
 }
 
-// Stream runs (runner.cpp NOTES) change only which blocks share a work item: every run length, the
-// automatic one included, must give bitwise the same output and match the reference. Decode routing
-// (every expert at most 4 tokens: all jobs stream, so gemm2 takes runs too) and mixed routing (gemm1
-// runs beside tiled jobs); hidden 200 gives 13 w2 blocks and intermediate 56 seven gated w13 blocks, so
+// Stream runs and the AMX tile items' runs of pairs (runner.cpp NOTES) change only which blocks share a
+// work item: every run length, the automatic one included, must give bitwise the same output and match
+// the reference. Decode routing (every expert at most 4 tokens: all jobs stream, so gemm2 takes runs
+// too; bf16 at the AMX level: 2-4 tokens take the tiles) and mixed routing (gemm1 runs beside tiled
+// jobs); hidden 200 gives 13 w2 blocks and intermediate 56 seven gated w13 blocks, so
 // runs of 2, 3 and 5 leave short last items; bf16, fp8-block and mxfp4 (32-k groups); a shared expert.
 TEST(CpuBackend, StreamRunsAgreeBitwise) {
   auto ref = make_reference_backend();

@@ -54,8 +54,8 @@ CpuIsa effective_isa();
 // 2 threads, tools/xeon-bench.sh, bench/results/2026-11-30_75eb5b4_h200-host-xeon/): at 4-6 tokens
 // per expert streaming every expert beats the tiled path (deepseek-v2-lite M=64: 117 vs 129 ms, and
 // 74-81 vs 105 ms after prefetch), at 16 they tie and at 24 the tiled path wins (88-103 vs 196-209
-// ms). The tiled path is a mix: calls of fewer than 16 tokens run AVX-512 f32 panels and tiles, from
-// 16 on AMX tiles (runner.cpp), though both are reported as amx-bf16-tiles. That machine's
+// ms). The tiled path was then a mix: calls of fewer than 16 tokens ran AVX-512 f32 panels and tiles,
+// from 16 on AMX tiles (now from kAmxTileMinRows). That machine's
 // run-to-run noise is 10-30%, so the cut is only known to lie between 6 and 16. kAmxStreamMaxTokens (the crossover to AMX tiles for the other
 // formats of a bf16 layer) and the AVX-512 f32 values are not measured yet (the AVX2 value).
 inline constexpr int kStreamMaxTokens = 4;  // the common default (and the AVX2 value for costly decodes)
@@ -80,7 +80,22 @@ inline constexpr int kAmxStreamMaxTokensCheapDecode = 4;
 // conversion, and tiles (two blocks per call) win from 24 tokens on (deepseek-v2-lite M = 256: 80.8 vs
 // 76.2 ms).
 inline constexpr int kAmxStreamMaxTokensDecoded = 64;
-inline constexpr int kAmxStreamMaxTokensBf16 = 16;
+// bf16 weights take AMX tiles from 2 tokens per expert (only one-token calls stream, on VDPBF16PS): a
+// packed bf16 block already is the VNNI panel tile_amx2 reads, so the tiles load B straight from the
+// weights (two blocks per call), while the decode stream copied each 1 KiB step into an L1 image
+// first. Session 30 on this development machine's Xeon (2 threads, huge pages; bench/results/
+// 2026-12-05_s30_dev-xeon/NOTES.md): alone, weights from memory, 64 KiB blocks, tile_amx2 read 32.3 /
+// 30.5 / 23.8 GB/s at 16 / 32 / 64 rows against the stream's 26.8 / 23.1 / 20.4 (a plain read: 31.3);
+// in the layer, alternated in one process, qwen3-30b-a3b M = 16 / 64 / 256 26.7 / 41.0 / 46.8 ms
+// against 27.8 / 44.9 / 49.9 (the cut at 16), deepseek-v2-lite M = 16 / 64 30.0 / 39.2 against
+// 31.8 / 43.0 (M = 256 ties: its calls were tiled already). Earlier sweeps that kept 16 compared the
+// stream with tiles that ran AVX-512 f32 panels below 16 rows (kAmxTileMinRows).
+inline constexpr int kAmxStreamMaxTokensBf16 = 1;
+// AMX tiles take calls of at least this many rows (when past the stream cut): an A tile of 16 rows
+// multiplies rows past m too (the runner's activation buffers hold 16 spare rows; those results are
+// dropped), which costs nothing where the weights' read is the limit. Until session 30 this was 16,
+// and calls of 2-15 rows past the cut ran f32 panels and AVX-512 tiles.
+inline constexpr int kAmxTileMinRows = 2;
 // The q8 kernel (int8 activations, 4-bit weights) against the bf16 kernels on the same dequantized
 // activations (MOERUN_CPU_Q8=0), qwen3-30b-a3b at the AMX level on the H200 host's Xeon, calls
 // alternating in one process, weight copies rotated (bench/results/2026-11-30_s10_q8_h200-host-xeon/,
@@ -197,13 +212,14 @@ struct KernelSet {
   // down GEMM is tiled (decode-only calls keep one call per item).
   int down_group = 0;
   // Consecutive N-blocks of one expert per work item where a job streams its weights (decode), in
-  // gemm1 and in gemm2 when no down GEMM is tiled (0 = the runner decides: runner.cpp, stream runs), or
-  // MOERUN_CPU_STREAM_RUN=<n> (measurement): n blocks, 1 = one block per item.
+  // gemm1 and in gemm2 when no down GEMM is tiled, and (in whole pairs) per gemm1 item of AMX tiles
+  // (0 = the runner decides: runner.cpp, stream runs and AMX pairs), or MOERUN_CPU_STREAM_RUN=<n>
+  // (measurement): n blocks, 1 = one block per streaming item and one pair per tile item.
   int stream_run = 0;
   // kAmx: stream_bf16 is kernels::stream_amx_bf16 (mxfp4, nvfp4, fp8 and bf16 calls of 2 or more
   // tokens decoded onto AMX tiles, which therefore stream up to stream_max_m_amx / stream_max_m_amx_bf16
   // tokens), unless MOERUN_CPU_AMX_STREAM=0 (measurement) keeps stream_avx512bf16 and the tiles from 9
-  // tokens (AMX from 16).
+  // tokens.
   bool amx_stream = false;
   // Whether decoders may multiply mxfp4 scales into the weights where the stack allows it
   // (BlockRef::e8m0_fold); MOERUN_CPU_E8M0_FOLD=0 (measurement) keeps the per-group fold everywhere.

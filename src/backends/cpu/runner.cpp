@@ -30,11 +30,14 @@
 // each thread then walks runs of contiguous weights. As many as keep the items at least four (gemm1)
 // or two (gemm2) per thread; MOERUN_CPU_STREAM_RUN=<n> overrides it (1: one block per item). The blocks
 // and their epilogues are the same, so results do not depend on the runs.
-// AMX pairs: where a job's calls take AMX tiles, a gemm1 item covers two adjacent N-blocks (the last
-// one alone when the count is odd) and one tile_amx2 call computes both; a gemm2 item covers two
-// N-blocks of the hidden size when any job takes AMX tiles. Only when the single-block items number at
-// least twice the threads (so pairs still give every thread an item), and not with
-// MOERUN_CPU_AMX_NBLOCKS=1. The epilogues run per block on the accumulators one block gets alone, and
+// AMX pairs: where a job's calls take AMX tiles, one tile_amx2 call computes two adjacent N-blocks (the
+// last one alone when the count is odd), and a gemm1 item covers a run of such pairs (the stream run's
+// length rounded down to whole pairs, at least one pair: the tiles read their weights straight from
+// memory, so a run is one contiguous stream, as for the streaming kernels; side by side, runs of 8
+// blocks against one pair were 1-2.5% faster on the bf16 rows of qwen3-30b-a3b and deepseek-v2-lite at
+// M = 16-1024, session 30); a gemm2 item covers two N-blocks of the hidden size per call when any job
+// takes AMX tiles. Only when the single-block items number at least twice the threads (so pairs still
+// give every thread an item), and not with MOERUN_CPU_AMX_NBLOCKS=1. The epilogues run per block on the accumulators one block gets alone, and
 // tile_amx2 gives bitwise tile_amx's accumulators, so results do not depend on the pairing either.
 // Job rows: a gemm1 item multiplies its N-blocks with all of its job's rows, in passes of 32 or 64,
 // so the job's activation rows are read once per item and stay in L2 only while they fit: deepseek-
@@ -283,7 +286,7 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
 std::string CpuRunner::variant_for(int64_t m) const { return variant_name(spec_, ks_, w13_->fmt, m); }
 
 bool CpuRunner::takes_amx(kernels::PackFmt f, int64_t m) const noexcept {
-  return ks_.amx && m >= 16 && m > ks_.stream_max(f);  // run_block's order: stream first, then AMX
+  return ks_.amx && m >= kAmxTileMinRows && m > ks_.stream_max(f);  // run_block's order: stream first, then AMX
 }
 
 CpuRunner::CallPath CpuRunner::call_path(kernels::PackFmt f, int64_t m, bool q8_rows, bool bf16_rows) const noexcept {
@@ -488,7 +491,9 @@ void CpuRunner::forward(const ForwardArgs& args) {
   for (size_t j = 0; j < jobs.size(); ++j) {
     const PackedStack& w = jobs[j].shared ? *sw13_ : *w13_;
     const int64_t nb = w.nblocks;
-    const int64_t step = jobs[j].m <= ks_.stream_max(w.fmt) ? run1 : pair1 && takes_amx(w.fmt, jobs[j].m) ? 2 : 1;
+    const int64_t step = jobs[j].m <= ks_.stream_max(w.fmt) ? run1
+                         : pair1 && takes_amx(w.fmt, jobs[j].m) ? std::max<int64_t>(2, run1 & ~int64_t{1})
+                                                                  : 1;
     for (int64_t b = 0; b < nb; b += step)
       items1.push_back(Item{static_cast<int32_t>(j), static_cast<int32_t>(b), static_cast<int32_t>(std::min(step, nb - b))});
   }
@@ -720,9 +725,10 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const Job& job = jobs[static_cast<size_t>(item.job)];
       const PackedStack& w = job.shared ? *sw13_ : w13;
       const int64_t e = job.shared ? 0 : job.expert;
-      // An AMX pair in one call; a stream run (NOTES) block by block, each with its epilogue.
-      const int per_call = takes_amx(w.fmt, job.m) ? item.nb : 1;
-      for (int q0 = 0; q0 < item.nb; q0 += per_call) {
+      // AMX pairs in one call each; a stream run (NOTES) block by block, each with its epilogue.
+      const bool amx_job = takes_amx(w.fmt, job.m);
+      for (int q0 = 0, per_call = 1; q0 < item.nb; q0 += per_call) {
+        per_call = amx_job ? std::min(2, item.nb - q0) : 1;
         const double t0 = clock();
         const bool jq8 = q8 && job.m > 0 && q8_row[job.row0];
         const kernels::Q8Rows xqj = jq8 ? xq.row(job.row0 * rpt).view() : kernels::Q8Rows{};

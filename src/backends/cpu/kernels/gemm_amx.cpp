@@ -13,7 +13,7 @@
 //
 // stream_amx_bf16 (the AMX decode stream, 2 or more tokens) has its own configurations, loaded when a
 // thread switches between them and the tile kernels. Decoders write 16 k pairs as one bf16 B tile in L1
-// (bf16_decode.hpp, the AVX512-BF16 kernel's; bf16 weights are copied) and TDPBF16PS multiplies it with
+// (bf16_decode.hpp, the AVX512-BF16 kernel's) and TDPBF16PS multiplies it with
 // the tokens' A tiles, so a weight is decoded once per call of up to 64 tokens and never goes through
 // f32. On the H200 host's Xeon (one core, cached) that is 2.2-2.5 ns per mxfp4 or fp8-block pair for 1,
 // 2 or 4 tokens, against 2.0, 3.0 and 5.0 ns (mxfp4) for the VDPBF16PS kernel, which therefore keeps
@@ -21,6 +21,11 @@
 // panel stored first) decoded formats stream faster up to 64 tokens per expert (isa.hpp). Converted
 // panels are now decoded straight to bf16 (panel_bf16_vnni, 1.75-2.6x cheaper per block on the Xeon), so
 // that crossover was measured against slower tiles and may have moved down; not measured again yet.
+// - bf16 weights (reached only with MOERUN_CPU_STREAM_MAX_TOKENS: isa.hpp kAmxStreamMaxTokensBf16 sends
+//   them to the tiles) are already tile images: their B tiles load straight from the block, with the
+//   L1 prefetch alone. Session 30, 2 threads, 64 KiB blocks from memory: 31.5 / 29.3 / 29.2 / 22.9 GB/s
+//   at 4 / 16 / 32 / 64 tokens against 28.6 / 26.4 / 23.9 / 20.1 when copied through an L1 image
+//   (with the L2 prefetch as well: 31.3 / 28.2 / 24.7 / 21.5).
 // - 2-16 tokens (stream_amx_t): C0 / C1 and A4 / A7 of m rows, B5 / B6 of 16 k pairs. Sets alternate by
 //   step so that a tile is not reloaded while a product still reads it.
 // - 17-64 tokens per pass (stream_wide_t): 2-4 row groups of 16 (the last of r rows): C0..C3 one group
@@ -166,22 +171,26 @@ void stream_amx_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, flo
   alignas(64) uint16_t bt[2][16 * 32];
   alignas(64) float ct[2][16 * 16];
   // Step j: B tile from pairs [16 j, 16 j + 16), A tile = k [32 j, 32 j + 32) of the m tokens.
-  auto load = [&](int64_t j, uint16_t* img) {
+  auto load = [&](int64_t j, uint16_t* img) -> const uint16_t* {
     prefetch_pair<kStepBytes>(b, j);
-    decode_tile<F, kFold>(dec, b, j * 16, img);
+    if constexpr (F == PackFmt::kBF16) {  // already the tile image: loaded from the block (NOTES)
+      (void)img;
+      return reinterpret_cast<const uint16_t*>(b.data) + j * 512;
+    } else {
+      decode_tile<F, kFold>(dec, b, j * 16, img);
+      return img;
+    }
   };
   if constexpr (G == 32) {
     // One C tile per group (= step), alternating C0 / C1 with the A and B sets.
     std::memset(acc, 0, static_cast<size_t>(m) * 16 * sizeof(float));
     int64_t j = 0;
     for (; j + 2 <= steps; j += 2) {
-      load(j, bt[0]);
-      _tile_loadd(5, bt[0], 64);
+      _tile_loadd(5, load(j, bt[0]), 64);
       _tile_loadd(4, xb + j * 32, stride);
       _tile_zero(0);
       _tile_dpbf16ps(0, 4, 5);
-      load(j + 1, bt[1]);
-      _tile_loadd(6, bt[1], 64);
+      _tile_loadd(6, load(j + 1, bt[1]), 64);
       _tile_loadd(7, xb + (j + 1) * 32, stride);
       _tile_zero(1);
       _tile_dpbf16ps(1, 7, 6);
@@ -191,8 +200,7 @@ void stream_amx_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, flo
       fold_rows(ct[1], group_scale<F>(b.gscale, j + 1, b.gmul), m, acc);
     }
     if (j < steps) {
-      load(j, bt[0]);
-      _tile_loadd(5, bt[0], 64);
+      _tile_loadd(5, load(j, bt[0]), 64);
       _tile_loadd(4, xb + j * 32, stride);
       _tile_zero(0);
       _tile_dpbf16ps(0, 4, 5);
@@ -208,18 +216,15 @@ void stream_amx_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, flo
       _tile_zero(0);
       int64_t j = g0;
       for (; j + 2 <= g1; j += 2) {
-        load(j, bt[0]);
-        _tile_loadd(5, bt[0], 64);
+        _tile_loadd(5, load(j, bt[0]), 64);
         _tile_loadd(4, xb + j * 32, stride);
         _tile_dpbf16ps(0, 4, 5);
-        load(j + 1, bt[1]);
-        _tile_loadd(6, bt[1], 64);
+        _tile_loadd(6, load(j + 1, bt[1]), 64);
         _tile_loadd(7, xb + (j + 1) * 32, stride);
         _tile_dpbf16ps(0, 7, 6);
       }
       if (j < g1) {
-        load(j, bt[0]);
-        _tile_loadd(5, bt[0], 64);
+        _tile_loadd(5, load(j, bt[0]), 64);
         _tile_loadd(4, xb + j * 32, stride);
         _tile_dpbf16ps(0, 4, 5);
       }
@@ -293,9 +298,15 @@ void stream_wide_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int mp, f
   const size_t stride = static_cast<size_t>(ldx) * 2;
   alignas(64) uint16_t bt[2][16 * 32];
   alignas(64) float ct[64 * 16];
-  auto load = [&](int64_t j, uint16_t* img) {
+  auto load = [&](int64_t j, uint16_t* img) -> const uint16_t* {
     prefetch_pair<kStepBytes>(b, j);
-    decode_tile<F, kFold>(dec, b, j * 16, img);
+    if constexpr (F == PackFmt::kBF16) {  // already the tile image: loaded from the block (NOTES)
+      (void)img;
+      return reinterpret_cast<const uint16_t*>(b.data) + j * 512;
+    } else {
+      decode_tile<F, kFold>(dec, b, j * 16, img);
+      return img;
+    }
   };
   if constexpr (G != 0) std::memset(acc, 0, static_cast<size_t>(mp) * 16 * sizeof(float));
   for (int64_t g0 = 0; g0 < steps; g0 += gsteps) {
@@ -303,16 +314,13 @@ void stream_wide_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int mp, f
     wide_zero<NG>();
     int64_t j = g0;
     for (; j + 2 <= g1; j += 2) {
-      load(j, bt[0]);
-      _tile_loadd(5, bt[0], 64);
+      _tile_loadd(5, load(j, bt[0]), 64);
       wide_products<NG, false>(xb + j * 32, ldx, stride);
-      load(j + 1, bt[1]);
-      _tile_loadd(6, bt[1], 64);
+      _tile_loadd(6, load(j + 1, bt[1]), 64);
       wide_products<NG, true>(xb + (j + 1) * 32, ldx, stride);
     }
     if (j < g1) {
-      load(j, bt[0]);
-      _tile_loadd(5, bt[0], 64);
+      _tile_loadd(5, load(j, bt[0]), 64);
       wide_products<NG, false>(xb + j * 32, ldx, stride);
     }
     wide_store<NG>(ct);
@@ -504,7 +512,12 @@ void stream_amx_bf16(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, 
       case PackFmt::kFp8: stream_amx_any_m<PackFmt::kFp8>(b, xb, ldx, m, acc); return;
       case PackFmt::kFp8Block: stream_amx_any_m<PackFmt::kFp8Block>(b, xb, ldx, m, acc); return;
       case PackFmt::kNvfp4: stream_amx_any_m<PackFmt::kNvfp4>(b, xb, ldx, m, acc); return;
-      case PackFmt::kBF16: stream_amx_any_m<PackFmt::kBF16>(b, xb, ldx, m, acc); return;
+      case PackFmt::kBF16: {  // no L2 prefetch ahead of tile loads that read the block itself (NOTES)
+        BlockRef direct = b;
+        direct.prefetch_l2 = 0;
+        stream_amx_any_m<PackFmt::kBF16>(direct, xb, ldx, m, acc);
+        return;
+      }
       default: break;
     }
   }
