@@ -5,7 +5,7 @@
 // stream runs) in shuffled order, m token rows of 4160-byte stride.
 //   g++ -O2 -std=c++20 -fopenmp -mamx-tile -mamx-bf16 -mavx512f -mavx512bf16 -I src -I include \
 //       amx_stream_direct.cpp build/src/libmoerun.a -L/usr/local/cuda/lib64 -lcudart -lfmt -o /tmp/sd
-//   /tmp/sd <threads> [reps] [m,m,...] [K]
+//   /tmp/sd <threads> [reps] [m,m,...] [K]   (kinds 5-7: head prefetches, amx_k768_heads.log)
 // Variant lists changed as the session went (NOTES.md section 1): amx_stream_direct.log had {plain read,
 // library, direct with L1 1K + L2 4K / L1 1K / L1 2K + L2 6K / none}; amx_stream_direct_vs_tiles.log
 // {plain read, library, direct L1 1K, tile_amx2}; amx_pair_interleaved.log and amx_k768.log this
@@ -154,7 +154,9 @@ int main(int argc, char** argv) {
   }
   struct V { const char* name; int kind; int pf1, pf2; };  // kind 0: library stream_amx_bf16, 1: direct, 2: read
   const V vs[] = {{"plain read (zmm sum)", 2, 0, 0}, {"library (copy to L1)", 0, 1024, 4096},
-                  {"tile_amx2 pf 1K", 3, 1024, 0}, {"interleaved pf 2K", 4, 2048, 0}, {"interleaved pf 1K", 4, 1024, 0}};
+                  {"tile_amx2 pf 1K", 3, 1024, 0}, {"interleaved pf 2K", 4, 2048, 0}, {"interleaved pf 1K", 4, 1024, 0},
+                  {"tile_amx2 + heads T0 1K", 5, 1024, 1024}, {"tile_amx2 + next heads T2 4K", 6, 1024, 4096},
+                  {"tile_amx2 + next heads T0 1K", 7, 1024, 1024}};
   std::vector<int> ms = {4, 16, 32, 48, 64, 96, 128};
   if (argc > 3) { ms.clear(); for (char* q = argv[3]; *q;) { ms.push_back(int(strtol(q, &q, 10))); if (*q == ',') ++q; } }
   for (int m : ms) {
@@ -176,6 +178,18 @@ int main(int argc, char** argv) {
               if (v.kind == 4) {
                 const uint16_t* p0 = w[t] + (size_t(r) * run + i) * blk / 2;
                 inter2(p0, K, xb, ldx, m, acc, acc + (m + 16) * 16, v.pf1);
+                ++i;
+                continue;
+              }
+              if (v.kind >= 5 && v.kind <= 7) {  // head prefetch of this (5) or the next (6, 7) call's panels
+                const uint16_t* p0 = w[t] + (size_t(r) * run + i) * blk / 2;
+                const char* h = reinterpret_cast<const char*>(v.kind == 5 ? p0 : p0 + 2 * K * 16);
+                const int hint = v.kind == 6 ? _MM_HINT_T2 : _MM_HINT_T0;
+                for (int l = 0; l < v.pf2; l += 64) {
+                  if (hint == _MM_HINT_T0) { _mm_prefetch(h + l, _MM_HINT_T0); _mm_prefetch(h + blk + l, _MM_HINT_T0); }
+                  else { _mm_prefetch(h + l, _MM_HINT_T2); _mm_prefetch(h + blk + l, _MM_HINT_T2); }
+                }
+                tile_amx2(p0, p0 + K * 16, K, xb, ldx, m, acc, acc + (m + 16) * 16, v.pf1);
                 ++i;
                 continue;
               }
