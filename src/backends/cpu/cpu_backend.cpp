@@ -73,14 +73,17 @@ Capabilities make_caps() {
        CpuIsa::kAvx2, 0.0, {DType::kBF16}},
       // The AMX level's decode of 2 or more tokens per call (which formats and how many tokens per expert,
       // again per format: variant()).
-      {"amx-bf16-stream", 16.0,
-       "2-16 tokens per expert with bf16 activations on AMX: bf16/fp8/fp4 weights decoded 16 k pairs at a time "
-       "into a bf16 tile in L1, one TDPBF16PS per 512 weights whatever the token count", CpuIsa::kAmx, 1.0,
-       {DType::kBF16}},
+      {"amx-bf16-stream", static_cast<double>(cpu::kAmxStreamMaxTokensDecoded),
+       "2-64 tokens per expert with bf16 activations on AMX: fp8/fp4 weights decoded 16 k pairs at a time "
+       "into a bf16 tile in L1, one TDPBF16PS per 512 weights whatever the token count (bf16 weights take "
+       "amx-bf16-tiles from 2 tokens)", CpuIsa::kAmx, 1.0, {DType::kBF16}},
       // AMX multiplies bf16 operands: exact for bf16 activations, a precision loss for f16/f32 ones (measured
       // 2e-3..6e-3 relative on the H200 host's Xeon), so only bf16 layers take it.
-      {"amx-bf16-tiles", 0.0, "prefill on AMX: bf16 VNNI panels, 4 x 16x16 f32 accumulator tiles", CpuIsa::kAmx,
-       static_cast<double>(cpu::kAvx512Bf16StreamMaxTokens), {DType::kBF16}},
+      {"amx-bf16-tiles", 0.0,
+       "AMX tiles on bf16 VNNI panels, two N-blocks a call in 2x2 16x16 f32 accumulator tiles: bf16 weights "
+       "from 2 tokens per expert (the packed weights are the panels, read straight from memory), other "
+       "formats past their stream cut (panels decoded per block)", CpuIsa::kAmx,
+       static_cast<double>(cpu::kAmxStreamMaxTokensBf16), {DType::kBF16}},
   };
   return c;
 }

@@ -35,10 +35,11 @@
 // length rounded down to whole pairs, at least one pair: the tiles read their weights straight from
 // memory, so a run is one contiguous stream, as for the streaming kernels; side by side, runs of 8
 // blocks against one pair were 1-2.5% faster on the bf16 rows of qwen3-30b-a3b and deepseek-v2-lite at
-// M = 16-1024, session 30); a gemm2 item covers two N-blocks of the hidden size per call when any job
-// takes AMX tiles. Only when the single-block items number at least twice the threads (so pairs still
-// give every thread an item), and not with MOERUN_CPU_AMX_NBLOCKS=1. The epilogues run per block on the accumulators one block gets alone, and
-// tile_amx2 gives bitwise tile_amx's accumulators, so results do not depend on the pairing either.
+// M = 16-1024, session 30); gemm2 calls cover two N-blocks of the hidden size when any job takes AMX
+// tiles. Only when the single-block items number at least twice the threads (so pairs still give
+// every thread an item), and not with MOERUN_CPU_AMX_NBLOCKS=1. The epilogues run per block on the
+// accumulators one block gets alone, and tile_amx2 gives bitwise tile_amx's accumulators, so results
+// do not depend on the pairing either.
 // Job rows: a gemm1 item multiplies its N-blocks with all of its job's rows, in passes of 32 or 64,
 // so the job's activation rows are read once per item and stay in L2 only while they fit: deepseek-
 // v2-lite's shared experts at M = 1024 hold 1024 rows of 4 KiB (4 MiB, twice this machine's L2 per

@@ -135,6 +135,21 @@ template <PackFmt F, bool kFold>
   }
 }
 
+// The B tile of stream step j (k pairs [16 j, 16 j + 16)), its weights prefetched ahead first: decoded
+// into img, or for bf16 weights, which already are the tile image, the block's own 1 KiB (NOTES).
+template <PackFmt F, bool kFold>
+[[gnu::always_inline]] inline const uint16_t* step_tile(const Dec<F>& dec, const BlockRef& b, int64_t j, uint16_t* img) {
+  prefetch_pair<16 * 2 * bytes_per_k(F)>(b, j);
+  if constexpr (F == PackFmt::kBF16) {
+    (void)dec;
+    (void)img;
+    return reinterpret_cast<const uint16_t*>(b.data) + j * 512;
+  } else {
+    decode_tile<F, kFold>(dec, b, j * 16, img);
+    return img;
+  }
+}
+
 // The K groups the stream folds after its C tiles: nvfp4's scales (and folded mxfp4 ones) are inside the
 // decoded tiles.
 template <PackFmt F, bool kFold>
@@ -165,22 +180,12 @@ void stream_amx_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, flo
   load_stream_config(m);
   const Dec<F> dec;
   constexpr int G = stream_group<F, kFold>();
-  constexpr int kStepBytes = 16 * 2 * bytes_per_k(F);  // packed bytes of one 16-pair step
   const int64_t steps = b.kp / 32;                     // kp is a multiple of 32 (kKAlign)
   const size_t stride = static_cast<size_t>(ldx) * 2;
   alignas(64) uint16_t bt[2][16 * 32];
   alignas(64) float ct[2][16 * 16];
   // Step j: B tile from pairs [16 j, 16 j + 16), A tile = k [32 j, 32 j + 32) of the m tokens.
-  auto load = [&](int64_t j, uint16_t* img) -> const uint16_t* {
-    prefetch_pair<kStepBytes>(b, j);
-    if constexpr (F == PackFmt::kBF16) {  // already the tile image: loaded from the block (NOTES)
-      (void)img;
-      return reinterpret_cast<const uint16_t*>(b.data) + j * 512;
-    } else {
-      decode_tile<F, kFold>(dec, b, j * 16, img);
-      return img;
-    }
-  };
+  auto load = [&](int64_t j, uint16_t* img) { return step_tile<F, kFold>(dec, b, j, img); };
   if constexpr (G == 32) {
     // One C tile per group (= step), alternating C0 / C1 with the A and B sets.
     std::memset(acc, 0, static_cast<size_t>(m) * 16 * sizeof(float));
@@ -292,22 +297,12 @@ void stream_wide_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, int mp, f
   const Dec<F> dec;
   constexpr int G = stream_group<F, kFold>();
   static_assert(G % 32 == 0, "a K group is a whole number of 16-pair steps");
-  constexpr int kStepBytes = 16 * 2 * bytes_per_k(F);
   const int64_t steps = b.kp / 32;
   const int64_t gsteps = G ? G / 32 : steps;
   const size_t stride = static_cast<size_t>(ldx) * 2;
   alignas(64) uint16_t bt[2][16 * 32];
   alignas(64) float ct[64 * 16];
-  auto load = [&](int64_t j, uint16_t* img) -> const uint16_t* {
-    prefetch_pair<kStepBytes>(b, j);
-    if constexpr (F == PackFmt::kBF16) {  // already the tile image: loaded from the block (NOTES)
-      (void)img;
-      return reinterpret_cast<const uint16_t*>(b.data) + j * 512;
-    } else {
-      decode_tile<F, kFold>(dec, b, j * 16, img);
-      return img;
-    }
-  };
+  auto load = [&](int64_t j, uint16_t* img) { return step_tile<F, kFold>(dec, b, j, img); };
   if constexpr (G != 0) std::memset(acc, 0, static_cast<size_t>(mp) * 16 * sizeof(float));
   for (int64_t g0 = 0; g0 < steps; g0 += gsteps) {
     const int64_t g1 = g0 + gsteps < steps ? g0 + gsteps : steps;
