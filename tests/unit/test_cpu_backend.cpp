@@ -1035,6 +1035,16 @@ TEST(CpuBackend, E8m0FoldKnob) {
   });
 }
 
+// MOERUN_CPU_BF16_INTERMEDIATE=0 keeps the f32 intermediate; otherwise the runner may write it in bf16.
+// The bf16 activation kernel is there exactly at the levels that keep bf16 rows (AVX512-BF16 and AMX).
+TEST(CpuBackend, Bf16IntermediateKnob) {
+  for_each_switch_value("MOERUN_CPU_BF16_INTERMEDIATE", [](const char* v, bool on) {
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).bf16_intermediate, on) << "'" << v << "'";
+  });
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx})
+    EXPECT_EQ(cpu::kernels_for(isa).act_rows_bf16 != nullptr, isa >= CpuIsa::kAvx512Bf16) << to_string(isa);
+}
+
 // MOERUN_CPU_ROW_PAD: kRowPad unless set to a multiple of kKAlign in [0, 256].
 TEST(CpuBackend, RowPadKnob) {
   struct EnvGuard {
@@ -1159,6 +1169,51 @@ TEST(CpuBackend, JobRowsAgreeBitwise) {
     const std::vector<float> want = run_given_topk(*ref, s, w, r.ids, r.tw, 0);
     expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_JOB_ROWS", {"0", "", "130", "200"},
                           std::string(to_string(f)));
+  }
+}
+
+// The bf16 intermediate (runner.cpp: h_f32): where every down call reads bf16 rows, the gate_up epilogue
+// writes the intermediate in bf16 directly instead of f32 rows that post1 converts. The down calls must
+// read the same words either way: bitwise the same output with MOERUN_CPU_BF16_INTERMEDIATE unset and
+// 0, at every level and thread count. Streaming (1-4 tokens) and tiled (15-40) calls, gated activations
+// (8 columns a block) and a plain one (16), pad columns (intermediate 56 -> 64; 44 -> 64), biases,
+// a shared expert, bf16 and fp8-block weights (both read bf16 rows at the AVX512-BF16 and AMX levels).
+TEST(CpuBackend, Bf16IntermediateAgreesBitwise) {
+  struct Case {
+    ActivationKind act;
+    int intermediate;
+    bool bias;
+    int shared;
+  };
+  const Case cases[] = {{ActivationKind::kSiluAndMul, 56, false, 1},
+                        {ActivationKind::kSwigluOai, 44, true, 0},
+                        {ActivationKind::kGeluAndMul, 40, false, 1},
+                        {ActivationKind::kRelu2, 56, false, 0}};
+  const std::vector<std::vector<int>> routings = {{0, 1, 15, 16, 17, 33, 40, 20}, {0, 1, 2, 3, 1, 0, 4, 3}};
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  for (const std::vector<int>& counts : routings) {
+    const Top2 r = top2_from_counts(counts, 0.3f, 0.35f, 0.002f);
+    for (const Case& c : cases)
+      for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block}) {
+        MoeSpec s = base_spec();
+        s.hidden = 200;
+        s.intermediate = c.intermediate;
+        s.activation.kind = c.act;
+        s.expert_bias = c.bias;
+        s.act_dtype = DType::kBF16;
+        s.weight_format = f;
+        if (c.shared) {
+          s.shared.count = 1;
+          s.shared.intermediate = 40;
+        }
+        s.validate();
+        const MoeWeights w = random_weights(s, 41);
+        const std::vector<float> want = run_given_topk(*ref, s, w, r.ids, r.tw, 0);
+        expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_BF16_INTERMEDIATE", {"", "0"},
+                              std::string(to_string(f)) + " " + std::string(to_string(c.act)) + " I=" +
+                                  std::to_string(c.intermediate) + " tokens " + std::to_string(r.ids.shape()[0]));
+      }
   }
 }
 

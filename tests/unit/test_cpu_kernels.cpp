@@ -330,6 +330,102 @@ TEST(CpuKernels, VectorActivationsMatchScalarFormulas) {
     }
 }
 
+// rows16_to_bf16_avx2 (the output store) is moerun::f32_to_bf16 lane by lane: ties to even, carries into
+// the exponent and into inf, NaN kept (quiet), subnormals and signed zeros kept; whole rows and a row
+// tail (nl < 16) that leaves the words past it untouched.
+TEST(CpuKernels, Rows16ToBf16MatchesScalarRounding) {
+  if (detected_isa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x00000001u, 0x807FFFFFu, 0x3F808000u, 0x3F818000u,
+                                0x3F807FFFu, 0x3F80C000u, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F800000u, 0xFF800000u,
+                                0x7F800001u, 0xFFC00000u, 0x7FBFFFFFu, 0x477FF000u};
+  std::mt19937 rng(20261205);
+  while (bits.size() < 16 * 37) bits.push_back(static_cast<uint32_t>(rng()));
+  std::vector<float> in(bits.size());
+  std::memcpy(in.data(), bits.data(), bits.size() * 4);
+  const int64_t m = static_cast<int64_t>(in.size()) / 16, ldo = 21;
+  for (int nl : {16, 9, 1}) {
+    std::vector<uint16_t> out(static_cast<size_t>(m * ldo), 0xABCD);
+    kernels::rows16_to_bf16_avx2(in.data(), m, nl, out.data(), ldo);
+    for (int64_t t = 0; t < m; ++t)
+      for (int l = 0; l < ldo; ++l) {
+        const uint16_t want = l < nl ? f32_to_bf16(in[static_cast<size_t>(t * 16 + l)]) : uint16_t{0xABCD};
+        ASSERT_EQ(out[static_cast<size_t>(t * ldo + l)], want) << "row " << t << " lane " << l << " nl " << nl;
+      }
+  }
+}
+
+// down_rows_avx2 (the down GEMM's epilogue) against its formula lane by lane: y = acc (x ls) (+ bias;
+// one FMA with both), out[token] += weight * y in one FMA; rows mapped by a token list (repeats accumulate in order) or
+// from t0, weights given or 1, whole blocks and a 7-lane last block (lanes past it untouched).
+TEST(CpuKernels, DownRowsMatchTheirFormula) {
+  if (detected_isa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  const int64_t m = 13, tokens = 9;
+  std::vector<float> acc(static_cast<size_t>(m * 16)), ls(16), bias(16), wt(static_cast<size_t>(m));
+  for (float& v : acc) v = d(rng);
+  for (float& v : ls) v = d(rng);
+  for (float& v : bias) v = d(rng);
+  for (float& v : wt) v = d(rng);
+  std::vector<int32_t> tok(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) tok[static_cast<size_t>(i)] = static_cast<int32_t>((i * 5) % tokens);
+  for (int nl : {16, 7})
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool use_ls = variant & 1, use_bias = variant & 2, use_tok = variant != 1, use_w = variant != 2;
+      const int64_t t0 = use_tok ? 0 : 2;
+      std::vector<float> out(static_cast<size_t>((tokens + t0 + m) * 16));
+      for (float& v : out) v = d(rng);
+      std::vector<float> want = out;
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t t = use_tok ? tok[static_cast<size_t>(i)] : t0 + i;
+        for (int l = 0; l < nl; ++l) {
+          const float a = acc[static_cast<size_t>(i * 16 + l)], s = ls[static_cast<size_t>(l)], b = bias[static_cast<size_t>(l)];
+          const float y = use_ls && use_bias ? std::fma(a, s, b) : use_ls ? a * s : use_bias ? a + b : a;
+          float& o = want[static_cast<size_t>(t * 16 + l)];
+          o = std::fma(use_w ? wt[static_cast<size_t>(i)] : 1.0f, y, o);
+        }
+      }
+      kernels::down_rows_avx2(acc.data(), m, nl, use_ls ? ls.data() : nullptr, use_bias ? bias.data() : nullptr,
+                              use_tok ? tok.data() : nullptr, t0, use_w ? wt.data() : nullptr, out.data());
+      EXPECT_TRUE(std::memcmp(out.data(), want.data(), out.size() * sizeof(float)) == 0)
+          << "nl " << nl << " variant " << variant;
+    }
+}
+
+// act_rows_avx512 gives act_rows_avx2's values bit for bit (act_avx512.hpp: act16 is act8 on 16 lanes),
+// and act_rows_bf16_avx512 those values rounded by f32_to_bf16_row: every activation, gated blocks of
+// 8 and 5 columns (two rows a register, and an odd last row) and plain blocks of 16 and 11, values
+// over the clamps and past the exp range, output columns past n untouched.
+TEST(CpuKernels, Avx512ActivationsEqualAvx2) {
+  if (detected_isa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512 on this machine";
+  const bool bf16 = detected_isa() >= CpuIsa::kAvx512Bf16;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> d(-12.0f, 12.0f);
+  const int64_t rows = 37, ldo = 21;
+  std::vector<float> acc(static_cast<size_t>(rows * 16));
+  for (float& v : acc) v = d(rng);
+  acc[0] = 150.0f;  // exp clamps
+  acc[1] = -150.0f;
+  acc[8] = 0.0f;
+  const float alpha = 1.702f, limit = 7.0f;
+  for (kernels::Act a : {kernels::Act::kSiluMul, kernels::Act::kGeluMul, kernels::Act::kGeluTanhMul,
+                         kernels::Act::kSwigluOai, kernels::Act::kRelu2, kernels::Act::kSilu})
+    for (int n : kernels::gated(a) ? std::vector<int>{8, 5} : std::vector<int>{16, 11})
+      for (int64_t m : {rows, int64_t{1}, int64_t{2}}) {
+        const std::string what = "act " + std::to_string(static_cast<int>(a)) + " n " + std::to_string(n) + " rows " +
+                                 std::to_string(m);
+        std::vector<float> want(static_cast<size_t>(m * ldo), -7.0f), got = want;
+        kernels::act_rows_avx2(a, acc.data(), m, n, alpha, limit, want.data(), ldo);
+        kernels::act_rows_avx512(a, acc.data(), m, n, alpha, limit, got.data(), ldo);
+        ASSERT_TRUE(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0) << what;
+        if (!bf16) continue;
+        std::vector<uint16_t> words(static_cast<size_t>(m * ldo), 0xABCD), rounded = words;
+        kernels::act_rows_bf16_avx512(a, acc.data(), m, n, alpha, limit, words.data(), ldo);
+        for (int64_t i = 0; i < m; ++i) kernels::f32_to_bf16_row(want.data() + i * ldo, n, rounded.data() + i * ldo);
+        ASSERT_TRUE(std::memcmp(words.data(), rounded.data(), words.size() * sizeof(uint16_t)) == 0) << what;
+      }
+}
+
 TEST(CpuKernels, AmxTilesMatchDenseLoopWithinBf16Rounding) {
   if (detected_isa() < CpuIsa::kAmx) GTEST_SKIP() << "no usable AMX-BF16 here (CPU, XCR0 or permission)";
   const KernelSet ks = kernels_for(CpuIsa::kAmx);

@@ -170,6 +170,8 @@ bool amx_stream_enabled() { return env_not_zero("MOERUN_CPU_AMX_STREAM"); }
 
 bool e8m0_fold_enabled() { return env_not_zero("MOERUN_CPU_E8M0_FOLD"); }
 
+bool bf16_intermediate_enabled() { return env_not_zero("MOERUN_CPU_BF16_INTERMEDIATE"); }
+
 bool q8_stream_enabled() { return env_not_zero("MOERUN_CPU_Q8"); }
 bool q15_stream_enabled() { return env_not_zero("MOERUN_CPU_Q15"); }
 
@@ -208,6 +210,7 @@ KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
       return k;
     case CpuIsa::kAvx512:
       k.prefix = "avx512";
+      k.act_rows = kernels::act_rows_avx512;
       k.stream = kernels::stream_avx512;
       k.stream_max_m = kAvx512StreamMaxTokens;
       k.stream_max_m_cheap = kAvx512StreamMaxTokensCheapDecode;
@@ -217,6 +220,8 @@ KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
       return k;
     case CpuIsa::kAvx512Bf16:
       k.prefix = "avx512";
+      k.act_rows = kernels::act_rows_avx512;
+      k.act_rows_bf16 = kernels::act_rows_bf16_avx512;
       k.stream = kernels::stream_avx512;
       k.stream_bf16 = kernels::stream_avx512bf16;
       k.stream_q8 = q8_stream_enabled() ? kernels::stream_q8_avx512vnni : nullptr;
@@ -228,6 +233,8 @@ KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
       return k;
     case CpuIsa::kAmx:
       k.prefix = "avx512";  // decode and non-bf16 prefill run the AVX-512 kernels; `amx` adds the tiles
+      k.act_rows = kernels::act_rows_avx512;
+      k.act_rows_bf16 = kernels::act_rows_bf16_avx512;
       k.stream = kernels::stream_avx512;
       k.amx_stream = amx_stream_enabled();
       k.stream_bf16 = k.amx_stream ? kernels::stream_amx_bf16 : kernels::stream_avx512bf16;
@@ -266,6 +273,7 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   if (const int n = down_group_override(); n > 0) k.down_group = n;
   if (const int n = stream_run_override(); n > 0) k.stream_run = n;
   k.e8m0_fold = e8m0_fold_enabled();
+  k.bf16_intermediate = bf16_intermediate_enabled();
   k.job_rows = kJobRows;
   if (const int n = job_rows_override(); n >= 0) k.job_rows = n;
   k.row_pad = kRowPad;

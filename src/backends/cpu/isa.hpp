@@ -144,7 +144,11 @@ struct KernelSet {
   void (*panel)(const kernels::BlockRef&, float*) = nullptr;
   void (*tile)(const float*, int64_t, const float*, int64_t, int, float*) = nullptr;
   void (*act)(kernels::Act, const float*, const float*, int, float, float, float*) = nullptr;  // every level: AVX2
-  void (*act_rows)(kernels::Act, const float*, int64_t, int, float, float, float*, int64_t) = nullptr;  // the same
+  // The GEMM1 epilogue's activation over a block's rows: act_rows_avx2, act_rows_avx512 from the AVX-512
+  // level on (the same values); act_rows_bf16 (AVX512-BF16 and AMX) rounds them to bf16 as it stores
+  // them, for the bf16 intermediate (runner.cpp: h_f32); null below.
+  void (*act_rows)(kernels::Act, const float*, int64_t, int, float, float, float*, int64_t) = nullptr;
+  void (*act_rows_bf16)(kernels::Act, const float*, int64_t, int, float, float, uint16_t*, int64_t) = nullptr;
   bool amx = false;  // large calls go through bf16 panels and AMX tiles
   kernels::CodeLayout code_layout = kernels::CodeLayout::kVnniWords;  // what this level's decoders read (kernels.hpp)
   int stream_max_m = 4;  // calls with at most this many tokens take `stream`, larger ones panel + tile
@@ -224,6 +228,10 @@ struct KernelSet {
   // Whether decoders may multiply mxfp4 scales into the weights where the stack allows it
   // (BlockRef::e8m0_fold); MOERUN_CPU_E8M0_FOLD=0 (measurement) keeps the per-group fold everywhere.
   bool e8m0_fold = true;
+  // Whether the gate_up epilogue may write the intermediate straight in bf16 where every down call reads
+  // bf16 rows (runner.cpp: h_f32); MOERUN_CPU_BF16_INTERMEDIATE=0 (measurement) keeps the f32 rows and
+  // post1's conversion everywhere. Either way the down calls read the same bf16 words.
+  bool bf16_intermediate = true;
   // Rows per job (runner.cpp NOTES: job rows): an expert's rows, and the shared experts', in jobs of at
   // most kJobRows, or MOERUN_CPU_JOB_ROWS=<n> (measurement; 0 = one job per expert).
   int job_rows = 0;
@@ -302,6 +310,8 @@ int stream_run_override();
 bool amx_stream_enabled();
 // MOERUN_CPU_E8M0_FOLD=0: false; unset or anything else: true.
 bool e8m0_fold_enabled();
+// MOERUN_CPU_BF16_INTERMEDIATE=0: false; unset or anything else: true.
+bool bf16_intermediate_enabled();
 // MOERUN_CPU_Q8=0: false; unset or anything else: true.
 bool q8_stream_enabled();
 // MOERUN_CPU_Q15=0: false; unset or anything else: true (a number n >= 1 also sets the cut, below; so

@@ -6,8 +6,10 @@
 //            rows, bf16 hidden rows go to Xb as they are and X is not written (forward: x_f32)
 //   lora1    gate_up LoRA deltas per row (only with a LoRA batch)
 //   gemm1    work items (job, w13 N-block), dynamic schedule: a hot expert spreads over all threads;
-//            the epilogue applies scales, bias, LoRA and the activation (gate and up share a block)
-//   post1    pad columns, fp8 / int8 act fake-quant of the intermediate (and its int8 codes), down LoRA deltas
+//            the epilogue applies scales, bias, LoRA and the activation (gate and up share a block), and
+//            writes the intermediate in f32 (Hb) or, where every down call reads bf16, in bf16 (Hbb: h_f32)
+//   post1    pad columns, fp8 / int8 act fake-quant of the intermediate (and its int8 codes), down LoRA
+//            deltas, the bf16 copy Hbb; with the bf16 intermediate only Hbb's pad columns
 //   gemm2    work items = N-blocks of the hidden size; each loops over all jobs and accumulates the
 //            router-weighted outputs of its 16 columns in a per-thread [M][16] buffer, then writes the
 //            output columns in the act dtype. No two threads write the same output element; the sum
@@ -604,8 +606,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // call takes an f32 kernel, LoRA reads them or the spec rounds the activations (on f32 rows); else
   // the bf16 rows Xb alone. bf16 hidden rows bound for the bf16 kernels unweighted are copied as they
   // are (f32 and back is exact for them), without the f32 hidden rows at all where nothing else reads
-  // those. (The intermediate keeps its f32 rows: the activation writes 8 or 16 columns of a row per
-  // block, and in bf16 four blocks of two work items would share each cache line.)
+  // those. The intermediate likewise (h_f32 below).
   bool x_f32 = Xb == nullptr || lw != nullptr || aq != ActQuant::kNone;
   for (const Job& j : jobs)
     x_f32 = x_f32 || reads_f32(call_path(j.shared ? sw13_->fmt : w13_->fmt, j.m, q8 && q8_row[j.row0], true));
@@ -640,6 +641,18 @@ void CpuRunner::forward(const ForwardArgs& args) {
     q8_next = nullptr;
   }
   float* Hb = ws.hbuf.get(static_cast<size_t>((rows_cap + 16) * ldh));
+  // Which copy of the intermediate the down calls read: the f32 rows Hb only where some call takes an
+  // f32 kernel, LoRA or the q8 packing reads them or the spec rounds the activations (on f32 rows);
+  // else the gate_up epilogue rounds its activations to bf16 straight into Hbb and post1 only zeroes
+  // Hbb's pad columns: the same bf16 words (the same activation, then the same conversion), without
+  // the f32 rows' store, reload and second store (at deepseek-v2-lite M = 1024, 10 bytes an element
+  // instead of 2; NOTES in bench/results/2026-12-05_s31_dev-xeon). A gemm1 item of AMX pairs writes
+  // 16 or more bf16 columns of a row: items share a cache line only where a run is shorter than a
+  // line's 32 columns, which costs time, not correctness.
+  bool h_f32 = !ks_.bf16_intermediate || Hbb == nullptr || ks_.act_rows_bf16 == nullptr || lw != nullptr ||
+               aq != ActQuant::kNone || q8;
+  for (const Job& j : jobs)
+    h_f32 = h_f32 || reads_f32(call_path(j.shared ? sw2_->fmt : w2_->fmt, j.m, false, true));
   for (int t = 0; t < threads; ++t)  // the gather's f32 row where X is not kept
     ws.scratch[static_cast<size_t>(t)].xrow.get(static_cast<size_t>(hp_));
 
@@ -769,7 +782,11 @@ void CpuRunner::forward(const ForwardArgs& args) {
                   if (lrow[l] >= 0) v[l] += lora1[row * R13 + lrow[l]];
             }
           }
-          ks_.act_rows(ka, acc, job.m, nc, alpha, limit, Hb + job.row0 * ldh + c0, ldh);
+          if (h_f32) {
+            ks_.act_rows(ka, acc, job.m, nc, alpha, limit, Hb + job.row0 * ldh + c0, ldh);
+          } else {  // rounded to bf16 as it is stored (h_f32)
+            ks_.act_rows_bf16(ka, acc, job.m, nc, alpha, limit, Hbb + job.row0 * ldh + c0, ldh);
+          }
         }
         if (pf) {
           pf->add(tid, Phase::kGemm1, t1 - t0);
@@ -784,6 +801,10 @@ void CpuRunner::forward(const ForwardArgs& args) {
     for (int64_t row = 0; row < rows; ++row) {
       const bool shared_row = row >= R;
       const int64_t I = shared_row ? is_ : il_, ip = shared_row ? isp_ : ilp_;
+      if (!h_f32) {  // Hbb already holds the row (h_f32)
+        std::fill(Hbb + row * ldh + I, Hbb + row * ldh + ip, uint16_t{0});
+        continue;
+      }
       float* hrow = Hb + row * ldh;
       for (int64_t c = I; c < ip; ++c) hrow[c] = 0.0f;
       if (q8 && q8_row[row]) pack_q8(hrow, ip, hq, row);
@@ -839,7 +860,16 @@ void CpuRunner::forward(const ForwardArgs& args) {
           const float* ls = w.lane_scales(e, b);
           const float* bias = (!job.shared && add_w2_bias_) ? w2_bias_.data() + e * H + b * 16 : nullptr;
           const int nl = static_cast<int>(std::min<int64_t>(16, H - b * 16));
-          for (int64_t i = 0; i < job.m; ++i) {
+          if (!lora2) {  // the vector kernel (row i -> token, weight)
+            if (job.shared)
+              kernels::down_rows_avx2(acc, job.m, nl, ls, bias, nullptr, job.row0 - R, gate ? gate + (job.row0 - R) : nullptr,
+                                      outl);
+            else
+              kernels::down_rows_avx2(acc, job.m, nl, ls, bias, ws.disp.token.data() + job.row0, 0,
+                                      on_input ? nullptr : ws.disp.weight.data() + job.row0, outl);
+            continue;
+          }
+          for (int64_t i = 0; i < job.m; ++i) {  // with LoRA: a row's delta where its token has an adapter
             const int64_t row = job.row0 + i;
             int64_t t;
             float wgt;
@@ -852,26 +882,13 @@ void CpuRunner::forward(const ForwardArgs& args) {
             }
             const float* lo = (lora2 && !job.shared && row_adapter(row) >= 0) ? lora2 + row * H + b * 16 : nullptr;
             float* o = outl + t * 16;
-            // y = acc (* scale) (+ bias) (+ LoRA), o += w * y: the same operations in the same order
-            // as one pass per lane with the tests inside, as whole-row passes without branches, so
-            // the compiler vectorizes them (this loop runs rows x blocks times a forward).
-            float y[16];
+            // down_rows_avx2's formula, plus the row's LoRA delta before the weighted sum (this path
+            // runs only with a LoRA batch: correctness first).
             const float* a = acc + i * 16;
-            for (int l = 0; l < 16; ++l) y[l] = a[l];
-            if (ls)
-              for (int l = 0; l < 16; ++l) y[l] *= ls[l];
-            if (nl == 16) {
-              if (bias)
-                for (int l = 0; l < 16; ++l) y[l] += bias[l];
-              if (lo)
-                for (int l = 0; l < 16; ++l) y[l] += lo[l];
-              for (int l = 0; l < 16; ++l) o[l] += wgt * y[l];
-            } else {
-              for (int l = 0; l < nl; ++l) {
-                if (bias) y[l] += bias[l];
-                if (lo) y[l] += lo[l];
-                o[l] += wgt * y[l];
-              }
+            for (int l = 0; l < nl; ++l) {
+              float y = ls && bias ? std::fma(a[l], ls[l], bias[l]) : ls ? a[l] * ls[l] : bias ? a[l] + bias[l] : a[l];
+              if (lo) y += lo[l];
+              o[l] = std::fma(wgt, y, o[l]);
             }
           }
         }
@@ -885,10 +902,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const int64_t b = b_item + q;
         const float* outl = s.out.v.data() + q * M * 16;
         const int nl = static_cast<int>(std::min<int64_t>(16, H - b * 16));
-        if (adt == DType::kBF16) {  // (the dtype switch out of the loop, which then vectorizes)
-          uint16_t* o = static_cast<uint16_t*>(args.output.data) + b * 16;
-          for (int64_t t = 0; t < M; ++t)
-            for (int l = 0; l < nl; ++l) o[t * H + l] = f32_to_bf16_bits(outl[t * 16 + l]);
+        if (adt == DType::kBF16) {
+          kernels::rows16_to_bf16_avx2(outl, M, nl, static_cast<uint16_t*>(args.output.data) + b * 16, H);
         } else {
           for (int64_t t = 0; t < M; ++t)
             for (int l = 0; l < nl; ++l) store_act(args.output.data, adt, t * H + b * 16 + l, outl[t * 16 + l]);

@@ -368,6 +368,70 @@ void act_rows_avx2(Act a, const float* acc, int64_t rows, int n, float alpha, fl
   for (int64_t i = 0; i < rows; ++i) act_avx2(a, acc + i * 16, acc + i * 16 + 8, n, alpha, limit, out + i * ldo);
 }
 
+void down_rows_avx2(const float* acc, int64_t m, int nl, const float* ls, const float* bias, const int32_t* token,
+                    int64_t t0, const float* weight, float* out) {
+  if (nl == 16) {  // whole blocks: two registers a row, no masks
+    const __m256 s0 = ls ? _mm256_loadu_ps(ls) : _mm256_set1_ps(1.0f), s1 = ls ? _mm256_loadu_ps(ls + 8) : s0;
+    const __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps(), b1 = bias ? _mm256_loadu_ps(bias + 8) : b0;
+    for (int64_t i = 0; i < m; ++i) {
+      const float* a = acc + i * 16;
+      float* o = out + (token ? static_cast<int64_t>(token[i]) : t0 + i) * 16;
+      const __m256 w = _mm256_set1_ps(weight ? weight[i] : 1.0f);
+      __m256 y0 = _mm256_loadu_ps(a), y1 = _mm256_loadu_ps(a + 8);
+      if (ls && bias) {  // (stated, not left to contraction: the formula is part of the contract)
+        y0 = _mm256_fmadd_ps(y0, s0, b0);
+        y1 = _mm256_fmadd_ps(y1, s1, b1);
+      } else if (ls) {
+        y0 = _mm256_mul_ps(y0, s0);
+        y1 = _mm256_mul_ps(y1, s1);
+      } else if (bias) {
+        y0 = _mm256_add_ps(y0, b0);
+        y1 = _mm256_add_ps(y1, b1);
+      }
+      _mm256_storeu_ps(o, _mm256_fmadd_ps(w, y0, _mm256_loadu_ps(o)));
+      _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(w, y1, _mm256_loadu_ps(o + 8)));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < m; ++i) {  // the last block of a hidden size that is not a multiple of 16
+    const float* a = acc + i * 16;
+    float* o = out + (token ? static_cast<int64_t>(token[i]) : t0 + i) * 16;
+    const float w = weight ? weight[i] : 1.0f;
+    for (int l = 0; l < nl; ++l) {
+      const float y = ls && bias ? std::fma(a[l], ls[l], bias[l]) : ls ? a[l] * ls[l] : bias ? a[l] + bias[l] : a[l];
+      o[l] = std::fma(w, y, o[l]);
+    }
+  }
+}
+
+void rows16_to_bf16_avx2(const float* in, int64_t m, int nl, uint16_t* out, int64_t ldo) {
+  // f32_to_bf16_bits (runner.cpp) on 8 lanes: NaN -> its high half with the quiet bit, else round to
+  // nearest even by adding 0x7FFF plus the kept half's lowest bit.
+  const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+  const __m256i half = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);
+  const auto round8 = [&](const float* x) {
+    const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(x));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+    const __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, half), _mm256_and_si256(_mm256_srli_epi32(u, 16), one)), 16);
+    const __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
+    return _mm256_blendv_epi8(r, q, nan);
+  };
+  for (int64_t t = 0; t < m; ++t) {
+    const float* x = in + t * 16;
+    uint16_t* o = out + t * ldo;
+    // two 8-lane halves packed to 16 words (packus works per 128-bit lane: the permute restores order)
+    const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(round8(x), round8(x + 8)), 0xD8);
+    if (nl == 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), p);
+    } else {
+      alignas(32) uint16_t w[16];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(w), p);
+      for (int l = 0; l < nl; ++l) o[l] = w[l];
+    }
+  }
+}
+
 void stream_avx2(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {
   switch (b.fmt) {
     case PackFmt::kF32: return stream_f<PackFmt::kF32>(b, x, ldx, m, acc);

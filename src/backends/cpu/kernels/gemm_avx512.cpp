@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backends/cpu/kernels/act_avx512.hpp"
 #include "backends/cpu/kernels/avx512_decode.hpp"
 #include "backends/cpu/kernels/kernels.hpp"
 
@@ -127,6 +128,22 @@ void stream_avx512(const BlockRef& b, const float* x, int64_t ldx, int m, float*
 }
 
 void dequant_panel_avx512(const BlockRef& b, float* panel) { MOERUN_FMT_SWITCH(b.fmt, F, panel_f<F>(b, panel)) }
+
+void act_rows_avx512(Act a, const float* acc, int64_t rows, int n, float alpha, float limit, float* out,
+                     int64_t ldo) {
+  const auto mask = [](int c) { return static_cast<__mmask16>((1u << c) - 1); };
+  act_rows_16(
+      a, acc, rows, n, alpha, limit,
+      [&](__m512 v, int64_t i, int c) {  // c <= 8: lanes 0-7 to row i, 8-15 to row i + 1
+        const __mmask8 m = static_cast<__mmask8>(mask(c));
+        _mm256_mask_storeu_ps(out + i * ldo, m, _mm512_castps512_ps256(v));
+        _mm256_mask_storeu_ps(out + (i + 1) * ldo, m, _mm512_extractf32x8_ps(v, 1));
+      },
+      [&](__m512 v, int64_t i, int c) { _mm512_mask_storeu_ps(out + i * ldo, mask(c), v); },
+      [&](const float* v, int64_t i, int c) {
+        for (int l = 0; l < c; ++l) out[i * ldo + l] = v[l];
+      });
+}
 
 void tile_avx512(const float* panel, int64_t kp, const float* x, int64_t ldx, int m, float* acc) {
   constexpr int kMr = 12;

@@ -49,6 +49,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "backends/cpu/kernels/act_avx512.hpp"
 #include "backends/cpu/kernels/avx512_decode.hpp"
 #include "backends/cpu/kernels/bf16_decode.hpp"
 #include "backends/cpu/kernels/kernels.hpp"
@@ -253,6 +254,25 @@ double bf16_dot_fma_rate_ratio() {
     t_fma = std::min(t_fma, chains_seconds<false>());
   }
   return t_fma / t_dot;
+}
+
+void act_rows_bf16_avx512(Act a, const float* acc, int64_t rows, int n, float alpha, float limit, uint16_t* out,
+                          int64_t ldo) {
+  const auto mask = [](int c) { return static_cast<__mmask16>((1u << c) - 1); };
+  act_rows_16(
+      a, acc, rows, n, alpha, limit,
+      [&](__m512 v, int64_t i, int c) {  // c <= 8: words 0-7 to row i, 8-15 to row i + 1
+        const __m256i w = (__m256i)_mm512_cvtneps_pbh(v);
+        const __mmask8 m = static_cast<__mmask8>(mask(c));
+        _mm_mask_storeu_epi16(out + i * ldo, m, _mm256_castsi256_si128(w));
+        _mm_mask_storeu_epi16(out + (i + 1) * ldo, m, _mm256_extracti128_si256(w, 1));
+      },
+      [&](__m512 v, int64_t i, int c) {
+        _mm256_mask_storeu_epi16(out + i * ldo, mask(c), (__m256i)_mm512_cvtneps_pbh(v));
+      },
+      [&](const float* v, int64_t i, int c) {
+        _mm256_mask_storeu_epi16(out + i * ldo, mask(c), (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask(c), v)));
+      });
 }
 
 void stream_avx512bf16(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {

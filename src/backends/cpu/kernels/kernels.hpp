@@ -165,8 +165,22 @@ void act_avx2(Act a, const float* g, const float* u, int n, float alpha, float l
 // writes n values at out + i * ldo. One call per block instead of one per row (the GEMM1 epilogue
 // made one call per row and block: ~30 ns each, a tenth of an AMX forward at 1024 tokens).
 void act_rows_avx2(Act a, const float* acc, int64_t rows, int n, float alpha, float limit, float* out, int64_t ldo);
+// The down GEMM's epilogue for one call's rows (every level: the runner is compiled for no ISA, and its
+// 16-lane loops ran at SSE2 width): y = acc row i (x ls[l] if ls) (+ bias[l] if bias; one FMA with
+// both), then out[(token ? token[i] : t0 + i) * 16 + l] += (weight ? weight[i] : 1) * y, one FMA, for
+// lanes l < nl.
+// ls and bias have 16 entries; rows i < m.
+void down_rows_avx2(const float* acc, int64_t m, int nl, const float* ls, const float* bias, const int32_t* token,
+                    int64_t t0, const float* weight, float* out);
+// Rows of 16 f32 values (in[t * 16 + l], t < m) rounded to bf16 (nearest even, NaN kept quiet: the
+// runner's f32_to_bf16_bits) into out[t * ldo + l], l < nl.
+void rows16_to_bf16_avx2(const float* in, int64_t m, int nl, uint16_t* out, int64_t ldo);
 
 // ---- AVX-512F/BW/VL (gemm_avx512.cpp) ----
+// act_rows_avx2's contract on 16 lanes (act_avx512.hpp): each value bitwise what act_rows_avx2 gives,
+// two gated rows per step.
+void act_rows_avx512(Act a, const float* acc, int64_t rows, int n, float alpha, float limit, float* out,
+                     int64_t ldo);
 void stream_avx512(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc);
 void dequant_panel_avx512(const BlockRef& b, float* panel);
 void tile_avx512(const float* panel, int64_t kp, const float* x, int64_t ldx, int m, float* acc);
@@ -209,6 +223,10 @@ constexpr bool amx_stream_native(PackFmt f) noexcept {
 void amx_release();
 
 // ---- AVX512-BF16 + AVX512-VBMI (gemm_avx512bf16.cpp) ----
+// act_rows_avx512 with each value rounded to bf16 as it is stored (f32_to_bf16_row's conversion): the
+// words that act_rows_avx512 then f32_to_bf16_row give, with no f32 row in between.
+void act_rows_bf16_avx512(Act a, const float* acc, int64_t rows, int n, float alpha, float limit, uint16_t* out,
+                          int64_t ldo);
 // VDPBF16PS throughput over VFMADD231PS throughput on 512-bit registers (instructions per second, eight
 // independent chains each, the fastest of five short alternated runs: about 0.2 ms). Each VDPBF16PS does
 // twice an FMA's multiply-adds: 0.22-0.25 on the H200 host's Xeon (once per 2 cycles beside two FMA
