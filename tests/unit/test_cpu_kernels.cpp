@@ -331,8 +331,8 @@ TEST(CpuKernels, VectorActivationsMatchScalarFormulas) {
 }
 
 // rows16_to_bf16_avx2 (the output store) is moerun::f32_to_bf16 lane by lane: ties to even, carries into
-// the exponent and into inf, NaN kept (quiet), subnormals and signed zeros kept; whole rows and a row
-// tail (nl < 16) that leaves the words past it untouched.
+// the exponent and into inf, NaN kept (quiet), subnormals and signed zeros kept; one block or several
+// side by side, whole rows and a last block's tail (nl < 16), the words past it untouched.
 TEST(CpuKernels, Rows16ToBf16MatchesScalarRounding) {
   if (detected_isa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
   std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x00000001u, 0x807FFFFFu, 0x3F808000u, 0x3F818000u,
@@ -342,16 +342,20 @@ TEST(CpuKernels, Rows16ToBf16MatchesScalarRounding) {
   while (bits.size() < 16 * 37) bits.push_back(static_cast<uint32_t>(rng()));
   std::vector<float> in(bits.size());
   std::memcpy(in.data(), bits.data(), bits.size() * 4);
-  const int64_t m = static_cast<int64_t>(in.size()) / 16, ldo = 21;
-  for (int nl : {16, 9, 1}) {
-    std::vector<uint16_t> out(static_cast<size_t>(m * ldo), 0xABCD);
-    kernels::rows16_to_bf16_avx2(in.data(), m, nl, out.data(), ldo);
-    for (int64_t t = 0; t < m; ++t)
-      for (int l = 0; l < ldo; ++l) {
-        const uint16_t want = l < nl ? f32_to_bf16(in[static_cast<size_t>(t * 16 + l)]) : uint16_t{0xABCD};
-        ASSERT_EQ(out[static_cast<size_t>(t * ldo + l)], want) << "row " << t << " lane " << l << " nl " << nl;
-      }
-  }
+  // blocks of m rows: nb of them, bstride apart (one whole input split as 1 or 3 blocks of 12 / 12 / 13 rows)
+  for (int nb : {1, 3})
+    for (int nl : {16, 9, 1}) {
+      const int64_t m = static_cast<int64_t>(in.size()) / 16 / nb, bstride = m * 16, ldo = 16 * nb + 5;
+      std::vector<uint16_t> out(static_cast<size_t>(m * ldo), 0xABCD);
+      kernels::rows16_to_bf16_avx2(in.data(), m, nb, bstride, nl, out.data(), ldo);
+      for (int64_t t = 0; t < m; ++t)
+        for (int c = 0; c < ldo; ++c) {
+          const int q = c / 16, l = c % 16;
+          const bool real = q < nb && (q < nb - 1 || l < nl);
+          const uint16_t want = real ? f32_to_bf16(in[static_cast<size_t>(q * bstride + t * 16 + l)]) : uint16_t{0xABCD};
+          ASSERT_EQ(out[static_cast<size_t>(t * ldo + c)], want) << "row " << t << " column " << c << " nb " << nb << " nl " << nl;
+        }
+    }
 }
 
 // down_rows_avx2 (the down GEMM's epilogue) against its formula lane by lane: y = acc (x ls) (+ bias;

@@ -898,13 +898,15 @@ void CpuRunner::forward(const ForwardArgs& args) {
         }
       }
       const double t_store = clock();
-      for (int q = 0; q < nb_item; ++q) {
-        const int64_t b = b_item + q;
-        const float* outl = s.out.v.data() + q * M * 16;
-        const int nl = static_cast<int>(std::min<int64_t>(16, H - b * 16));
-        if (adt == DType::kBF16) {
-          kernels::rows16_to_bf16_avx2(outl, M, nl, static_cast<uint16_t*>(args.output.data) + b * 16, H);
-        } else {
+      if (adt == DType::kBF16) {
+        kernels::rows16_to_bf16_avx2(s.out.v.data(), M, nb_item, M * 16,
+                                     static_cast<int>(std::min<int64_t>(16, H - (b_item + nb_item - 1) * 16)),
+                                     static_cast<uint16_t*>(args.output.data) + b_item * 16, H);
+      } else {
+        for (int q = 0; q < nb_item; ++q) {
+          const int64_t b = b_item + q;
+          const float* outl = s.out.v.data() + q * M * 16;
+          const int nl = static_cast<int>(std::min<int64_t>(16, H - b * 16));
           for (int64_t t = 0; t < M; ++t)
             for (int l = 0; l < nl; ++l) store_act(args.output.data, adt, t * H + b * 16 + l, outl[t * 16 + l]);
         }

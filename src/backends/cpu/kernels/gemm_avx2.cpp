@@ -404,7 +404,7 @@ void down_rows_avx2(const float* acc, int64_t m, int nl, const float* ls, const 
   }
 }
 
-void rows16_to_bf16_avx2(const float* in, int64_t m, int nl, uint16_t* out, int64_t ldo) {
+void rows16_to_bf16_avx2(const float* in, int64_t m, int nb, int64_t bstride, int nl, uint16_t* out, int64_t ldo) {
   // f32_to_bf16_bits (runner.cpp) on 8 lanes: NaN -> its high half with the quiet bit, else round to
   // nearest even by adding 0x7FFF plus the kept half's lowest bit.
   const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
@@ -417,19 +417,20 @@ void rows16_to_bf16_avx2(const float* in, int64_t m, int nl, uint16_t* out, int6
     const __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
     return _mm256_blendv_epi8(r, q, nan);
   };
-  for (int64_t t = 0; t < m; ++t) {
-    const float* x = in + t * 16;
-    uint16_t* o = out + t * ldo;
-    // two 8-lane halves packed to 16 words (packus works per 128-bit lane: the permute restores order)
-    const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(round8(x), round8(x + 8)), 0xD8);
-    if (nl == 16) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), p);
-    } else {
-      alignas(32) uint16_t w[16];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(w), p);
-      for (int l = 0; l < nl; ++l) o[l] = w[l];
+  for (int64_t t = 0; t < m; ++t)
+    for (int q = 0; q < nb; ++q) {  // a row's blocks one after the other: whole lines of it written at once
+      const float* x = in + q * bstride + t * 16;
+      uint16_t* o = out + t * ldo + q * 16;
+      // two 8-lane halves packed to 16 words (packus works per 128-bit lane: the permute restores order)
+      const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(round8(x), round8(x + 8)), 0xD8);
+      if (q < nb - 1 || nl == 16) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), p);
+      } else {
+        alignas(32) uint16_t w[16];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(w), p);
+        for (int l = 0; l < nl; ++l) o[l] = w[l];
+      }
     }
-  }
 }
 
 void stream_avx2(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {

@@ -172,9 +172,10 @@ void act_rows_avx2(Act a, const float* acc, int64_t rows, int n, float alpha, fl
 // ls and bias have 16 entries; rows i < m.
 void down_rows_avx2(const float* acc, int64_t m, int nl, const float* ls, const float* bias, const int32_t* token,
                     int64_t t0, const float* weight, float* out);
-// Rows of 16 f32 values (in[t * 16 + l], t < m) rounded to bf16 (nearest even, NaN kept quiet: the
-// runner's f32_to_bf16_bits) into out[t * ldo + l], l < nl.
-void rows16_to_bf16_avx2(const float* in, int64_t m, int nl, uint16_t* out, int64_t ldo);
+// nb blocks of m rows of 16 f32 values (block q's row t at in + q * bstride + t * 16) rounded to bf16
+// (nearest even, NaN kept quiet: the runner's f32_to_bf16_bits) into out[t * ldo + q * 16 + l], l < 16
+// (l < nl in the last block); row by row, so each output row's nb * 32 bytes are written together.
+void rows16_to_bf16_avx2(const float* in, int64_t m, int nb, int64_t bstride, int nl, uint16_t* out, int64_t ldo);
 
 // ---- AVX-512F/BW/VL (gemm_avx512.cpp) ----
 // act_rows_avx2's contract on 16 lanes (act_avx512.hpp): each value bitwise what act_rows_avx2 gives,
