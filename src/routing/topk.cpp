@@ -30,6 +30,27 @@ inline int argmax_untaken(const float* v, const std::vector<char>& taken, int n)
   return best;
 }
 
+// The k entries k rounds of argmax_untaken would pick, in their order (value descending, ties by lower
+// index, NaN as -inf, so -inf entries fill up from the lowest index), in one pass: a sorted list of the
+// best so far, which a later entry enters only when strictly greater than its last (an equal value's
+// lower index wins). vals: scratch of k. At least k entries must be untaken (MoeSpec::validate).
+inline void topk_untaken(const float* v, const std::vector<char>& taken, int n, int k, int32_t* out,
+                         float* vals) noexcept {
+  int cnt = 0;
+  for (int i = 0; i < n; ++i) {
+    if (taken[static_cast<size_t>(i)]) continue;
+    const float x = std::isnan(v[i]) ? kNegInf : v[i];
+    if (cnt == k && !(x > vals[k - 1])) continue;
+    int j = cnt < k ? cnt++ : k - 1;
+    for (; j > 0 && vals[j - 1] < x; --j) {
+      vals[j] = vals[j - 1];
+      out[j] = out[j - 1];
+    }
+    vals[j] = x;
+    out[j] = i;
+  }
+}
+
 }  // namespace
 
 void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float* correction_bias,
@@ -49,6 +70,7 @@ void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float*
   sc.nan_logit.resize(static_cast<size_t>(e));
   sc.group_score.resize(static_cast<size_t>(r.n_group));
   sc.group_taken.resize(static_cast<size_t>(r.n_group));
+  sc.top_val.resize(static_cast<size_t>(k));
   std::vector<float>& scores = sc.scores;
   std::vector<float>& choice = sc.choice;
   std::vector<char>& taken = sc.taken;
@@ -119,11 +141,7 @@ void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float*
     }
 
     // 3. Top-k of the choice values.
-    for (int j = 0; j < k; ++j) {
-      const int best = argmax_untaken(choice.data(), taken, e);
-      taken[static_cast<size_t>(best)] = 1;
-      out_ids[j] = best;
-    }
+    topk_untaken(choice.data(), taken, e, k, out_ids, sc.top_val.data());
 
     // 4. Weights from unbiased scores.
     if (!any_valid) {

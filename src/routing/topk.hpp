@@ -26,10 +26,10 @@ void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float*
 // The per-token working rows of topk_host, kept by a caller that routes again and again (a runner's
 // forward allocates nothing after its first call).
 struct TopkScratch {
-  std::vector<float> scores, choice, group_score;
+  std::vector<float> scores, choice, group_score, top_val;
   std::vector<char> taken, nan_logit, group_taken;
   void reserve(int experts, int groups) {  // what topk_host then needs for that many, without allocating
-    for (auto* v : {&scores, &choice}) v->reserve(static_cast<size_t>(experts));
+    for (auto* v : {&scores, &choice, &top_val}) v->reserve(static_cast<size_t>(experts));
     for (auto* v : {&taken, &nan_logit}) v->reserve(static_cast<size_t>(experts));
     group_score.reserve(static_cast<size_t>(groups));
     group_taken.reserve(static_cast<size_t>(groups));

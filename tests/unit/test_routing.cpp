@@ -1,9 +1,11 @@
 // Routing and dispatch stages: exact expectations on small hand-checked cases.
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
 #include <limits>
 #include <set>
+#include <vector>
 
 #include "dispatch/dispatch.hpp"
 #include "routing/topk.hpp"
@@ -131,6 +133,63 @@ TEST(Routing, SoftmaxAfterTopk) {
   EXPECT_EQ(ids[0], 1);
   EXPECT_EQ(ids[1], 3);
   EXPECT_NEAR(w[0], std::exp(3.0) / (std::exp(3.0) + std::exp(2.0)), 1e-6);
+}
+
+// The chosen experts are, in order, what k rounds of "argmax over the experts not taken yet" give (NaN as
+// -inf, ties to the lower id, +-inf clamped to +-FLT_MAX, so inf and FLT_MAX tie): checked on random
+// logits drawn from a few values (many ties), with NaN, +-inf and -FLT_MAX among them, for E = 1..160
+// and k up to E, plain and with groups (n_group 4, the best 2 groups kept by their max).
+// softmax_after_topk ranks by the logits themselves, so the rounds can be replayed here.
+TEST(Routing, TopkIsRepeatedArgmaxOnRandomTies) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float pool[] = {0.0f, 1.0f, -1.0f, 0.5f, 2.0f, nan, inf, -inf, FLT_MAX, -FLT_MAX};
+  uint64_t seed = 12345;
+  auto next = [&seed] {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(seed >> 33);
+  };
+  auto rank = [inf](float x) { return std::isnan(x) ? -inf : std::isinf(x) ? std::copysign(FLT_MAX, x) : x; };
+  for (int trial = 0; trial < 400; ++trial) {
+    const bool grouped = trial % 2 == 1;
+    const int e = grouped ? 4 * (1 + static_cast<int>(next() % 40)) : 1 + static_cast<int>(next() % 160);
+    const int kmax = grouped ? e / 2 : e;
+    const int k = 1 + static_cast<int>(next() % static_cast<uint32_t>(std::min(kmax, 12)));
+    MoeSpec s = spec(e, k);
+    s.routing.softmax_after_topk = true;
+    if (grouped) {
+      s.routing.n_group = 4;
+      s.routing.topk_group = 2;
+    }
+    std::vector<float> logits(static_cast<size_t>(e));
+    const int kinds = 2 + static_cast<int>(next() % 9);  // how many pool values appear: fewer, more ties
+    for (float& x : logits) x = pool[next() % static_cast<uint32_t>(kinds)];
+    std::vector<char> taken(static_cast<size_t>(e), 0);
+    if (grouped) {  // the two best groups by their max (ties to the lower group); the rest taken
+      const int gs = e / 4;
+      std::vector<float> best(4, -inf);
+      for (int g = 0; g < 4; ++g)
+        for (int i = 0; i < gs; ++i) best[static_cast<size_t>(g)] = std::max(best[static_cast<size_t>(g)], rank(logits[static_cast<size_t>(g * gs + i)]));
+      std::vector<char> kept(4, 0);
+      for (int r = 0; r < 2; ++r) {
+        int b = -1;
+        for (int g = 0; g < 4; ++g)
+          if (!kept[static_cast<size_t>(g)] && (b < 0 || best[static_cast<size_t>(g)] > best[static_cast<size_t>(b)])) b = g;
+        kept[static_cast<size_t>(b)] = 1;
+      }
+      for (int i = 0; i < e; ++i) taken[static_cast<size_t>(i)] = !kept[static_cast<size_t>(i / gs)];
+    }
+    std::vector<int32_t> want(static_cast<size_t>(k)), got(static_cast<size_t>(k));
+    for (int r = 0; r < k; ++r) {
+      int b = -1;
+      for (int i = 0; i < e; ++i)
+        if (!taken[static_cast<size_t>(i)] && (b < 0 || rank(logits[static_cast<size_t>(i)]) > rank(logits[static_cast<size_t>(b)]))) b = i;
+      taken[static_cast<size_t>(b)] = 1;
+      want[static_cast<size_t>(r)] = b;
+    }
+    std::vector<float> w(static_cast<size_t>(k));
+    routing::topk_host(s, logits.data(), 1, nullptr, got.data(), w.data());
+    ASSERT_EQ(got, want) << "trial " << trial << " e " << e << " k " << k << (grouped ? " grouped" : "");
+  }
 }
 
 TEST(Dispatch, GroupsByExpertStablyAndMasksOtherRanks) {
