@@ -358,6 +358,30 @@ TEST(CpuKernels, Rows16ToBf16MatchesScalarRounding) {
     }
 }
 
+// scale_bias_rows_avx2 (the gate_up epilogue's scale and bias) against its formula lane by lane.
+TEST(CpuKernels, ScaleBiasRowsMatchTheirFormula) {
+  if (detected_isa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
+  std::mt19937 rng(78);
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  const int64_t m = 11;
+  std::vector<float> acc(static_cast<size_t>(m * 16)), ls(16), bias(16);
+  for (float& v : acc) v = d(rng);
+  for (float& v : ls) v = d(rng);
+  for (float& v : bias) v = d(rng);
+  for (int variant = 1; variant < 4; ++variant) {
+    const bool use_ls = variant & 1, use_bias = variant & 2;
+    std::vector<float> got = acc, want = acc;
+    for (int64_t i = 0; i < m; ++i)
+      for (int l = 0; l < 16; ++l) {
+        float& v = want[static_cast<size_t>(i * 16 + l)];
+        const float sc = ls[static_cast<size_t>(l)], b = bias[static_cast<size_t>(l)];
+        v = use_ls && use_bias ? std::fma(v, sc, b) : use_ls ? v * sc : v + b;
+      }
+    kernels::scale_bias_rows_avx2(got.data(), m, use_ls ? ls.data() : nullptr, use_bias ? bias.data() : nullptr);
+    EXPECT_TRUE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0) << "variant " << variant;
+  }
+}
+
 // down_rows_avx2 (the down GEMM's epilogue) against its formula lane by lane: y = acc (x ls) (+ bias;
 // one FMA with both), out[token] += weight * y in one FMA; rows mapped by a token list (repeats accumulate in order) or
 // from t0, weights given or 1, whole blocks and a 7-lane last block (lanes past it untouched).

@@ -762,24 +762,24 @@ void CpuRunner::forward(const ForwardArgs& args) {
           const bool gated = w.map != LaneMap::kPlain;
           const int64_t c0 = gated ? b * 8 : b * 16;
           const int nc = static_cast<int>(std::min<int64_t>(gated ? 8 : 16, I - c0));
-          if (ls || bias || lora1) {  // scaled in place, row by row; then one activation call for the block
-            // The bias by lane once per block, so that the scale and bias run as whole-row passes without
-            // branches, which the compiler vectorizes (with a per-lane test inside, this loop was most
-            // of gpt-oss-20b's gate_up epilogue). Padding lanes (lrow < 0) get 0: their outputs are
-            // never written. The same operations in the same order on every real lane.
+          if (ls || bias || lora1) {  // scaled in place; then one activation call for the block
+            // The bias by lane once per block, so that the scale and bias run as whole-row vector passes
+            // (scale_bias_rows_avx2). Padding lanes (lrow < 0) get 0: their outputs are never written.
             float bl[16] = {};
             if (bias)
               for (int l = 0; l < 16; ++l) bl[l] = lrow[l] >= 0 ? bias[lrow[l]] : 0.0f;
-            for (int64_t i = 0; i < job.m; ++i) {
-              const int64_t row = job.row0 + i;
-              float* v = acc + i * 16;
-              if (ls)
-                for (int l = 0; l < 16; ++l) v[l] *= ls[l];
-              if (bias)
-                for (int l = 0; l < 16; ++l) v[l] += bl[l];
-              if (lora1 && row < R && row_adapter(row) >= 0)
+            if (!lora1) {
+              kernels::scale_bias_rows_avx2(acc, job.m, ls, bias ? bl : nullptr);
+            } else {  // the kernel's formula, then the row's LoRA delta (correctness first)
+              for (int64_t i = 0; i < job.m; ++i) {
+                const int64_t row = job.row0 + i;
+                float* v = acc + i * 16;
                 for (int l = 0; l < 16; ++l)
-                  if (lrow[l] >= 0) v[l] += lora1[row * R13 + lrow[l]];
+                  v[l] = ls && bias ? std::fma(v[l], ls[l], bl[l]) : ls ? v[l] * ls[l] : bias ? v[l] + bl[l] : v[l];
+                if (row < R && row_adapter(row) >= 0)
+                  for (int l = 0; l < 16; ++l)
+                    if (lrow[l] >= 0) v[l] += lora1[row * R13 + lrow[l]];
+              }
             }
           }
           if (h_f32) {

@@ -368,6 +368,27 @@ void act_rows_avx2(Act a, const float* acc, int64_t rows, int n, float alpha, fl
   for (int64_t i = 0; i < rows; ++i) act_avx2(a, acc + i * 16, acc + i * 16 + 8, n, alpha, limit, out + i * ldo);
 }
 
+void scale_bias_rows_avx2(float* acc, int64_t m, const float* ls, const float* bias) {
+  const __m256 s0 = ls ? _mm256_loadu_ps(ls) : _mm256_set1_ps(1.0f), s1 = ls ? _mm256_loadu_ps(ls + 8) : s0;
+  const __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps(), b1 = bias ? _mm256_loadu_ps(bias + 8) : b0;
+  for (int64_t i = 0; i < m; ++i) {
+    float* v = acc + i * 16;
+    __m256 y0 = _mm256_loadu_ps(v), y1 = _mm256_loadu_ps(v + 8);
+    if (ls && bias) {
+      y0 = _mm256_fmadd_ps(y0, s0, b0);
+      y1 = _mm256_fmadd_ps(y1, s1, b1);
+    } else if (ls) {
+      y0 = _mm256_mul_ps(y0, s0);
+      y1 = _mm256_mul_ps(y1, s1);
+    } else if (bias) {
+      y0 = _mm256_add_ps(y0, b0);
+      y1 = _mm256_add_ps(y1, b1);
+    }
+    _mm256_storeu_ps(v, y0);
+    _mm256_storeu_ps(v + 8, y1);
+  }
+}
+
 void down_rows_avx2(const float* acc, int64_t m, int nl, const float* ls, const float* bias, const int32_t* token,
                     int64_t t0, const float* weight, float* out) {
   if (nl == 16) {  // whole blocks: two registers a row, no masks

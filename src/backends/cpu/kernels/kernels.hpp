@@ -165,6 +165,9 @@ void act_avx2(Act a, const float* g, const float* u, int n, float alpha, float l
 // writes n values at out + i * ldo. One call per block instead of one per row (the GEMM1 epilogue
 // made one call per row and block: ~30 ns each, a tenth of an AMX forward at 1024 tokens).
 void act_rows_avx2(Act a, const float* acc, int64_t rows, int n, float alpha, float limit, float* out, int64_t ldo);
+// The gate_up epilogue's scale and bias, in place on rows of 16 lanes: v = v x ls[l] (+ bias[l]; one FMA
+// with both), for ls and / or bias given (16 entries each), rows i < m.
+void scale_bias_rows_avx2(float* acc, int64_t m, const float* ls, const float* bias);
 // The down GEMM's epilogue for one call's rows (every level: the runner is compiled for no ISA, and its
 // 16-lane loops ran at SSE2 width): y = acc row i (x ls[l] if ls) (+ bias[l] if bias; one FMA with
 // both), then out[(token ? token[i] : t0 + i) * 16 + l] += (weight ? weight[i] : 1) * y, one FMA, for
