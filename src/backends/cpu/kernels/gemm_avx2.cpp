@@ -368,12 +368,17 @@ void act_rows_avx2(Act a, const float* acc, int64_t rows, int n, float alpha, fl
   for (int64_t i = 0; i < rows; ++i) act_avx2(a, acc + i * 16, acc + i * 16 + 8, n, alpha, limit, out + i * ldo);
 }
 
-void scale_bias_rows_avx2(float* acc, int64_t m, const float* ls, const float* bias) {
-  const __m256 s0 = ls ? _mm256_loadu_ps(ls) : _mm256_set1_ps(1.0f), s1 = ls ? _mm256_loadu_ps(ls + 8) : s0;
-  const __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps(), b1 = bias ? _mm256_loadu_ps(bias + 8) : b0;
-  for (int64_t i = 0; i < m; ++i) {
-    float* v = acc + i * 16;
-    __m256 y0 = _mm256_loadu_ps(v), y1 = _mm256_loadu_ps(v + 8);
+namespace {
+// A 16-lane row's scale and bias (the epilogues' formula, stated rather than left to contraction:
+// x ls + bias is one FMA where both are given, ls and / or bias null otherwise).
+struct ScaleBias16 {
+  const bool ls, bias;
+  __m256 s0, s1, b0, b1;
+  ScaleBias16(const float* l, const float* b)
+      : ls(l != nullptr), bias(b != nullptr),
+        s0(l ? _mm256_loadu_ps(l) : _mm256_set1_ps(1.0f)), s1(l ? _mm256_loadu_ps(l + 8) : s0),
+        b0(b ? _mm256_loadu_ps(b) : _mm256_setzero_ps()), b1(b ? _mm256_loadu_ps(b + 8) : b0) {}
+  void apply(__m256& y0, __m256& y1) const {
     if (ls && bias) {
       y0 = _mm256_fmadd_ps(y0, s0, b0);
       y1 = _mm256_fmadd_ps(y1, s1, b1);
@@ -384,6 +389,16 @@ void scale_bias_rows_avx2(float* acc, int64_t m, const float* ls, const float* b
       y0 = _mm256_add_ps(y0, b0);
       y1 = _mm256_add_ps(y1, b1);
     }
+  }
+};
+}  // namespace
+
+void scale_bias_rows_avx2(float* acc, int64_t m, const float* ls, const float* bias) {
+  const ScaleBias16 sb(ls, bias);
+  for (int64_t i = 0; i < m; ++i) {
+    float* v = acc + i * 16;
+    __m256 y0 = _mm256_loadu_ps(v), y1 = _mm256_loadu_ps(v + 8);
+    sb.apply(y0, y1);
     _mm256_storeu_ps(v, y0);
     _mm256_storeu_ps(v + 8, y1);
   }
@@ -392,23 +407,13 @@ void scale_bias_rows_avx2(float* acc, int64_t m, const float* ls, const float* b
 void down_rows_avx2(const float* acc, int64_t m, int nl, const float* ls, const float* bias, const int32_t* token,
                     int64_t t0, const float* weight, float* out) {
   if (nl == 16) {  // whole blocks: two registers a row, no masks
-    const __m256 s0 = ls ? _mm256_loadu_ps(ls) : _mm256_set1_ps(1.0f), s1 = ls ? _mm256_loadu_ps(ls + 8) : s0;
-    const __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps(), b1 = bias ? _mm256_loadu_ps(bias + 8) : b0;
+    const ScaleBias16 sb(ls, bias);
     for (int64_t i = 0; i < m; ++i) {
       const float* a = acc + i * 16;
       float* o = out + (token ? static_cast<int64_t>(token[i]) : t0 + i) * 16;
       const __m256 w = _mm256_set1_ps(weight ? weight[i] : 1.0f);
       __m256 y0 = _mm256_loadu_ps(a), y1 = _mm256_loadu_ps(a + 8);
-      if (ls && bias) {  // (stated, not left to contraction: the formula is part of the contract)
-        y0 = _mm256_fmadd_ps(y0, s0, b0);
-        y1 = _mm256_fmadd_ps(y1, s1, b1);
-      } else if (ls) {
-        y0 = _mm256_mul_ps(y0, s0);
-        y1 = _mm256_mul_ps(y1, s1);
-      } else if (bias) {
-        y0 = _mm256_add_ps(y0, b0);
-        y1 = _mm256_add_ps(y1, b1);
-      }
+      sb.apply(y0, y1);
       _mm256_storeu_ps(o, _mm256_fmadd_ps(w, y0, _mm256_loadu_ps(o)));
       _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(w, y1, _mm256_loadu_ps(o + 8)));
     }
