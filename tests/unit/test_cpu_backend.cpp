@@ -1192,10 +1192,12 @@ TEST(CpuBackend, Bf16IntermediateAgreesBitwise) {
   const std::vector<std::vector<int>> routings = {{0, 1, 15, 16, 17, 33, 40, 20}, {0, 1, 2, 3, 1, 0, 4, 3}};
   auto ref = make_reference_backend();
   auto cpu = make_cpu_backend();
+  const int64_t taken0 = cpu::CpuRunner::bf16_intermediate_forwards();
   for (const std::vector<int>& counts : routings) {
     const Top2 r = top2_from_counts(counts, 0.3f, 0.35f, 0.002f);
     for (const Case& c : cases)
       for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block}) {
+        const int64_t taken = cpu::CpuRunner::bf16_intermediate_forwards();
         MoeSpec s = base_spec();
         s.hidden = 200;
         s.intermediate = c.intermediate;
@@ -1210,10 +1212,59 @@ TEST(CpuBackend, Bf16IntermediateAgreesBitwise) {
         s.validate();
         const MoeWeights w = random_weights(s, 41);
         const std::vector<float> want = run_given_topk(*ref, s, w, r.ids, r.tw, 0);
-        expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_BF16_INTERMEDIATE", {"", "0"},
-                              std::string(to_string(f)) + " " + std::string(to_string(c.act)) + " I=" +
-                                  std::to_string(c.intermediate) + " tokens " + std::to_string(r.ids.shape()[0]));
+        const std::string what = std::string(to_string(f)) + " " + std::string(to_string(c.act)) + " I=" +
+                                 std::to_string(c.intermediate) + " tokens " + std::to_string(r.ids.shape()[0]);
+        expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_BF16_INTERMEDIATE", {"", "0"}, what);
+        // With AMX every down call of these layers reads bf16 rows: the bf16 path must have run.
+        if (cpu::detected_isa() >= CpuIsa::kAmx) EXPECT_GT(cpu::CpuRunner::bf16_intermediate_forwards(), taken) << what;
       }
+  }
+  // At least the decode routing takes it at the AVX512-BF16 level too.
+  if (cpu::detected_isa() >= CpuIsa::kAvx512Bf16) EXPECT_GT(cpu::CpuRunner::bf16_intermediate_forwards(), taken0);
+}
+
+// The bf16 intermediate's pad columns (intermediate 44 -> 64) hold whatever the process's shared
+// workspace held before; post1 must zero them, or a NaN there times the weights' zero pad rows would
+// spoil every output. A layer whose hidden rows are NaN fills the intermediate with NaN first (its
+// rows are wider, so they cover the next layer's pad columns); then a normal layer must match the
+// reference, with the bf16 intermediate and without it.
+TEST(CpuBackend, Bf16IntermediatePadsAreZeroedAfterNaNRows) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_BF16_INTERMEDIATE"); }
+  } guard;
+  const Top2 r = top2_from_counts({0, 1, 15, 16, 17, 33, 40, 20}, 0.3f, 0.35f, 0.002f);
+  const int64_t M = r.ids.shape()[0];
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  MoeSpec wide = base_spec(), narrow = base_spec();
+  wide.hidden = narrow.hidden = 200;
+  wide.intermediate = 200;
+  narrow.intermediate = 44;
+  for (MoeSpec* s : {&wide, &narrow}) {
+    s->act_dtype = DType::kBF16;
+    s->validate();
+  }
+  const MoeWeights ww = random_weights(wide, 43), wn = random_weights(narrow, 47);
+  const std::vector<float> want = run_given_topk(*ref, narrow, wn, r.ids, r.tw, 0);
+  for (const char* knob : {"", "0"}) {
+    if (*knob) setenv("MOERUN_CPU_BF16_INTERMEDIATE", knob, 1);
+    else unsetenv("MOERUN_CPU_BF16_INTERMEDIATE");
+    for (int threads : {1, 2}) {
+      RunnerOptions opt;
+      opt.threads = threads;
+      auto poison = cpu->create_runner(wide, ww, Platform::detect(), opt);
+      HostTensor nan_rows(DType::kBF16, {M, wide.hidden}), out(DType::kBF16, {M, wide.hidden});
+      for (int64_t i = 0; i < M * wide.hidden; ++i) nan_rows.as<uint16_t>()[i] = 0x7FC0;
+      ForwardArgs a;
+      a.hidden = nan_rows.view();
+      a.topk_ids = r.ids.view();
+      a.topk_weights = r.tw.view();
+      a.output = out.view();
+      poison->forward(a);
+      const std::vector<float> got = run_given_topk(*cpu, narrow, wn, r.ids, r.tw, threads);
+      expect_close(got, want, tolerance(narrow),
+                   std::string("knob '") + knob + "', threads " + std::to_string(threads));
+    }
   }
 }
 

@@ -342,7 +342,7 @@ TEST(CpuKernels, Rows16ToBf16MatchesScalarRounding) {
   while (bits.size() < 16 * 37) bits.push_back(static_cast<uint32_t>(rng()));
   std::vector<float> in(bits.size());
   std::memcpy(in.data(), bits.data(), bits.size() * 4);
-  // blocks of m rows: nb of them, bstride apart (one whole input split as 1 or 3 blocks of 12 / 12 / 13 rows)
+  // blocks of m rows: nb of them, bstride apart (the 37 input rows as one block, or as 3 blocks of 12)
   for (int nb : {1, 3})
     for (int nl : {16, 9, 1}) {
       const int64_t m = static_cast<int64_t>(in.size()) / 16 / nb, bstride = m * 16, ldo = 16 * nb + 5;

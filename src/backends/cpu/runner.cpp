@@ -83,6 +83,8 @@ constexpr int64_t kDownGroupOutBytes = 512 * 1024;
 constexpr int64_t kDownGroupMaxCalls = 8;
 constexpr int64_t kStreamRunMax = 8;  // stream runs (NOTES): at most this many blocks per item
 
+std::atomic<int64_t> g_bf16_intermediate_forwards{0};  // CpuRunner::bf16_intermediate_forwards
+
 inline float bf16_bits_to_f32(uint16_t b) {
   const uint32_t u = static_cast<uint32_t>(b) << 16;
   float f;
@@ -284,6 +286,10 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
     ks.stream_q8 = nullptr;
   }
   return ks;
+}
+
+int64_t CpuRunner::bf16_intermediate_forwards() noexcept {
+  return g_bf16_intermediate_forwards.load(std::memory_order_relaxed);
 }
 
 std::string CpuRunner::variant_for(int64_t m) const { return variant_name(spec_, ks_, w13_->fmt, m); }
@@ -648,11 +654,12 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // the f32 rows' store, reload and second store (at deepseek-v2-lite M = 1024, 10 bytes an element
   // instead of 2; NOTES in bench/results/2026-12-05_s31_dev-xeon). A gemm1 item of AMX pairs writes
   // 16 or more bf16 columns of a row: items share a cache line only where a run is shorter than a
-  // line's 32 columns, which costs time, not correctness.
+  // line's 32 columns (decode items of one block write 8 or 16), which costs time, not correctness.
   bool h_f32 = !ks_.bf16_intermediate || Hbb == nullptr || ks_.act_rows_bf16 == nullptr || lw != nullptr ||
                aq != ActQuant::kNone || q8;
   for (const Job& j : jobs)
     h_f32 = h_f32 || reads_f32(call_path(j.shared ? sw2_->fmt : w2_->fmt, j.m, false, true));
+  if (!h_f32) g_bf16_intermediate_forwards.fetch_add(1, std::memory_order_relaxed);
   for (int t = 0; t < threads; ++t)  // the gather's f32 row where X is not kept
     ws.scratch[static_cast<size_t>(t)].xrow.get(static_cast<size_t>(hp_));
 

@@ -32,6 +32,9 @@ class CpuRunner final : public Runner {
   std::string variant_for(int64_t m) const override;
 
   const KernelSet& kernel_set() const noexcept { return ks_; }
+  // Forwards (of every runner in the process) whose gate_up epilogue wrote the intermediate in bf16
+  // directly (runner.cpp: h_f32): how tests tell that the path they compare was taken.
+  static int64_t bf16_intermediate_forwards() noexcept;
 
  private:
   using Job = RunnerJob;    // workspace.hpp
