@@ -64,9 +64,10 @@ TEST(CpuConformance, OneThreadAndAllThreadsBothConform) {
   }
 }
 
-// StandardCasesAtEveryIsaLevel runs AMX with two N-blocks per tile call (the default); this runs the
-// one-block kernel (MOERUN_CPU_AMX_NBLOCKS=1) and the default again with 1 and 2 threads, where the runner
-// pairs blocks whenever it can (it pairs only with at least two single-block items per thread).
+// StandardCasesAtEveryIsaLevel runs AMX with up to four N-blocks per tile call (the default); this runs
+// the one-block kernel (MOERUN_CPU_AMX_NBLOCKS=1), pairs only (=2) and the default again with 1 and 2
+// threads, where the runner groups blocks whenever it can (only with at least two single-block items
+// per thread).
 TEST(CpuConformance, AmxOneAndTwoNBlocksPerCallBothConform) {
   if (cpu::detected_isa() < CpuIsa::kAmx) GTEST_SKIP() << "no usable AMX-BF16 here (CPU, XCR0 or permission)";
   struct EnvGuard {
@@ -76,7 +77,7 @@ TEST(CpuConformance, AmxOneAndTwoNBlocksPerCallBothConform) {
   CapGuard guard;
   set_cpu_isa_cap(CpuIsa::kAmx);
   const Platform p = Platform::detect();
-  for (const char* nb : {"1", "2"})
+  for (const char* nb : {"1", "2", "4"})
     for (int threads : {1, 2}) {
       setenv("MOERUN_CPU_AMX_NBLOCKS", nb, 1);
       RunnerOptions o;

@@ -702,27 +702,27 @@ TEST(CpuBackend, StreamMaxTokensKnob) {
   }
 }
 
-// MOERUN_CPU_AMX_NBLOCKS: 2 N-blocks per AMX tile call by default, 1 or 2 when set; other values leave
-// the default.
+// MOERUN_CPU_AMX_NBLOCKS: up to 4 N-blocks per AMX tile call by default, 1, 2 or 4 when set; other
+// values leave the default.
 TEST(CpuBackend, AmxNBlocksKnob) {
   struct EnvGuard {
     ~EnvGuard() { unsetenv("MOERUN_CPU_AMX_NBLOCKS"); }
   } guard;
   unsetenv("MOERUN_CPU_AMX_NBLOCKS");
-  EXPECT_EQ(cpu::kAmxNBlocks, 2);
+  EXPECT_EQ(cpu::kAmxNBlocks, 4);
   EXPECT_EQ(cpu::amx_nblocks_override(), -1);
-  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_nblocks, 2);
-  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).amx_nblocks, 2);
-  for (const char* n : {"1", "2"}) {
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_nblocks, 4);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).amx_nblocks, 4);
+  for (const char* n : {"1", "2", "4"}) {
     setenv("MOERUN_CPU_AMX_NBLOCKS", n, 1);
     EXPECT_EQ(cpu::amx_nblocks_override(), std::atoi(n));
     EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_nblocks, std::atoi(n));
     EXPECT_EQ(cpu::kernels_for_variant(CpuIsa::kAmx, "v1").amx_nblocks, std::atoi(n));
   }
-  for (const char* bad : {"", "0", "3", "-1", "x", "1 ", "02x", "99999999999"}) {
+  for (const char* bad : {"", "0", "3", "5", "8", "-1", "x", "1 ", "02x", "99999999999"}) {
     setenv("MOERUN_CPU_AMX_NBLOCKS", bad, 1);
     EXPECT_EQ(cpu::amx_nblocks_override(), -1) << "'" << bad << "'";
-    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_nblocks, 2) << "'" << bad << "'";
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_nblocks, 4) << "'" << bad << "'";
   }
 }
 
@@ -800,13 +800,14 @@ void expect_knob_invariant(const Backend& cpu, const MoeSpec& s, const MoeWeight
   }
 }
 
-// Two N-blocks per AMX call (default) and one (MOERUN_CPU_AMX_NBLOCKS=1) on odd shapes: odd numbers of
+// Up to four N-blocks per AMX call (default), pairs (MOERUN_CPU_AMX_NBLOCKS=2) and one (=1) on odd shapes:
+// tile_amx4 for the calls of 2-16 rows where a run or down group holds four blocks; odd numbers of
 // w13 and w2 N-blocks (the last block alone; the w2 one with 8 padding lanes), an odd number of 32-k
 // steps, experts with 0, 1, 15, 16, 17, 33, 40 and 20 tokens (stream, AVX-512 tiles and AMX tiles side by
 // side in one gemm2 item), with and without a shared expert (71 tokens), formats whose panels are the
 // packed blocks (bf16) or converted (f16, fp8-block, int8), 1 and 2 threads (both pair blocks here: at
 // least two single-block items per thread). Every combination must match the reference, and all must
-// be bitwise equal (tile_amx2 gives tile_amx's accumulators; the epilogues run per block). At levels
+// be bitwise equal (tile_amx2 and tile_amx4 give tile_amx's accumulators; the epilogues run per block). At levels
 // below AMX the knob changes nothing and the test checks only that.
 TEST(CpuBackend, AmxOneAndTwoNBlocksPerCallAgreeOnOddShapes) {
   const Top2 r = top2_from_counts({0, 1, 15, 16, 17, 33, 40, 20}, 0.3f, 0.4f, 0.001f);
@@ -840,7 +841,7 @@ TEST(CpuBackend, AmxOneAndTwoNBlocksPerCallAgreeOnOddShapes) {
       s.validate();
       const MoeWeights w = random_weights(s, 17);
       const std::vector<float> want = run_given_topk(*ref, s, w, ids, tw, 0);
-      expect_knob_invariant(*cpu, s, w, ids, tw, want, "MOERUN_CPU_AMX_NBLOCKS", {"2", "1"},
+      expect_knob_invariant(*cpu, s, w, ids, tw, want, "MOERUN_CPU_AMX_NBLOCKS", {"4", "2", "1"},
                             std::string(to_string(f)) + " H=" + std::to_string(sh.hidden) + " I=" +
                                 std::to_string(sh.intermediate) + " shared=" + std::to_string(sh.shared));
     }

@@ -593,6 +593,20 @@ TEST(CpuKernels, AmxTwoBlockTilesMatchOneBlockTilesAndScalarLoop) {
         }
         ASSERT_EQ(std::memcmp(acc0.data(), one0.data(), n * sizeof(float)), 0) << what << ": block 0 differs from tile_amx";
         ASSERT_EQ(std::memcmp(acc1.data(), one1.data(), n * sizeof(float)), 0) << what << ": block 1 differs from tile_amx";
+        if (m <= kernels::kAmxQuadMaxRows) {  // four blocks a call: tile_amx4, bitwise tile_amx per block
+          const uint16_t* quad[4] = {p0, p1, panel[static_cast<size_t>((pairs[pi].first + 2) % (E * 3))],
+                                     panel[static_cast<size_t>((pairs[pi].second + 3) % (E * 3))]};
+          const int64_t stride = static_cast<int64_t>(n) + 16;  // each block's rows, then a canary row
+          std::vector<float> acc4(static_cast<size_t>(4 * stride), kCanary), one(n);
+          kernels::tile_amx4(quad, kp, xb.data(), ldx, m, acc4.data(), stride, prefetch);
+          for (int q = 0; q < 4; ++q) {
+            kernels::tile_amx(quad[q], kp, xb.data(), ldx, m, one.data(), prefetch);
+            ASSERT_EQ(std::memcmp(acc4.data() + q * stride, one.data(), n * sizeof(float)), 0)
+                << what << ": tile_amx4 block " << q << " differs from tile_amx";
+            for (int64_t i = static_cast<int64_t>(n); i < stride; ++i)
+              ASSERT_EQ(acc4[static_cast<size_t>(q * stride + i)], kCanary) << what << ": tile_amx4 wrote past block " << q;
+          }
+        }
         for (int q = 0; q < 2; ++q) {
           const uint16_t* pq = q ? p1 : p0;
           const std::vector<float>& acc = q ? acc1 : acc0;

@@ -139,8 +139,8 @@ int job_rows_override() {
 }
 
 int amx_nblocks_override() {
-  const int n = env_count("MOERUN_CPU_AMX_NBLOCKS", 2);
-  return n >= 1 ? n : -1;
+  const int n = env_count("MOERUN_CPU_AMX_NBLOCKS", 4);
+  return n == 1 || n == 2 || n == 4 ? n : -1;
 }
 
 int row_pad_override() {

@@ -207,9 +207,10 @@ struct KernelSet {
   int bf16_stream_prefetch(kernels::PackFmt f, int64_t m) const noexcept {
     return amx_stream && m >= 2 && kernels::amx_stream_native(f) ? amx_stream_prefetch : prefetch;
   }
-  // AMX N-blocks per tile call and work item (1 or 2): kAmxNBlocks, or MOERUN_CPU_AMX_NBLOCKS=1 for the
-  // one-block kernel (measurement). Only calls that take AMX tiles pair their blocks (runner.cpp).
-  int amx_nblocks = 2;
+  // The most AMX N-blocks per tile call (1, 2 or 4): kAmxNBlocks, or MOERUN_CPU_AMX_NBLOCKS=2 for pairs
+  // only, =1 for the one-block kernel (measurement). Only calls that take AMX tiles group their blocks
+  // (runner.cpp); four only in calls of up to kernels::kAmxQuadMaxRows tokens, pairs above.
+  int amx_nblocks = 4;
   // Down-GEMM N-blocks per work item when some job's down GEMM is tiled (0 = the runner decides:
   // runner.cpp, down groups), or MOERUN_CPU_DOWN_GROUP=<n> (measurement): n N-blocks per item, rounded
   // down to whole calls (pairs where AMX pairs blocks), 1 = one call's blocks; only where some job's
@@ -280,10 +281,12 @@ inline constexpr int kAmxStreamPrefetchBytes = 1024;
 // MOERUN_CPU_AMX_STREAM_PREFETCH parsed: bytes in [0, 65536], or -1 when unset or invalid.
 int amx_stream_prefetch_override();
 
-// Two N-blocks per AMX tile call (kernels::tile_amx2, 2x2 register blocking: per 32 k, 4 tile loads for
-// 4 dot products instead of 5 for 4 with kernels::tile_amx).
-inline constexpr int kAmxNBlocks = 2;
-// MOERUN_CPU_AMX_NBLOCKS parsed: 1 or 2, or -1 when unset or anything else.
+// Up to four N-blocks per AMX tile call: kernels::tile_amx4 for calls of up to 16 tokens (one A tile
+// for four products, four weight streams: 4-12% more GB/s than pairs at K = 768 and 3-8% at K = 2048
+// alone, session 31), kernels::tile_amx2 pairs above (2x2 register blocking: per 32 k, 4 tile loads
+// for 4 dot products instead of 5 for 4 with kernels::tile_amx).
+inline constexpr int kAmxNBlocks = 4;
+// MOERUN_CPU_AMX_NBLOCKS parsed: 1, 2 or 4, or -1 when unset or anything else.
 int amx_nblocks_override();
 
 // Rows per job (runner.cpp NOTES: job rows): 256 bf16 rows of K = 2048 are 1 MiB, half this machine's

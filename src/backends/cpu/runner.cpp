@@ -39,9 +39,12 @@
 // blocks against one pair were 1-2.5% faster on the bf16 rows of qwen3-30b-a3b and deepseek-v2-lite at
 // M = 16-1024, session 30); gemm2 calls cover two N-blocks of the hidden size when any job takes AMX
 // tiles. Only when the single-block items number at least twice the threads (so pairs still give
-// every thread an item), and not with MOERUN_CPU_AMX_NBLOCKS=1. The epilogues run per block on the
-// accumulators one block gets alone, and tile_amx2 gives bitwise tile_amx's accumulators, so results
-// do not depend on the pairing either.
+// every thread an item), and not with MOERUN_CPU_AMX_NBLOCKS=1. Calls of up to 16 rows take four
+// blocks at once where a run or down group holds them (tile_amx4: four weight streams per call;
+// session 31, qwen3-30b-a3b bf16 side by side against pairs, MOERUN_CPU_AMX_NBLOCKS=2: see
+// bench/results/2026-12-05_s31_dev-xeon/NOTES.md); larger calls of such a group run as two pairs. The
+// epilogues run per block on the accumulators one block gets alone, and tile_amx2 and tile_amx4 give
+// bitwise tile_amx's accumulators, so results do not depend on the grouping either.
 // Job rows: a gemm1 item multiplies its N-blocks with all of its job's rows, in passes of 32 or 64,
 // so the job's activation rows are read once per item and stay in L2 only while they fit: deepseek-
 // v2-lite's shared experts at M = 1024 hold 1024 rows of 4 KiB (4 MiB, twice this machine's L2 per
@@ -298,6 +301,10 @@ bool CpuRunner::takes_amx(kernels::PackFmt f, int64_t m) const noexcept {
   return ks_.amx && m >= kAmxTileMinRows && m > ks_.stream_max(f);  // run_block's order: stream first, then AMX
 }
 
+bool CpuRunner::takes_amx4(const PackedStack& w, int64_t m) const noexcept {
+  return ks_.amx_nblocks == 4 && m <= kernels::kAmxQuadMaxRows && w.kp <= kernels::kAmxQuadMaxK && takes_amx(w.fmt, m);
+}
+
 CpuRunner::CallPath CpuRunner::call_path(kernels::PackFmt f, int64_t m, bool q8_rows, bool bf16_rows) const noexcept {
   if (m <= ks_.stream_max(f)) {
     if (q8_rows && ks_.uses_q8_stream(f) && m <= ks_.stream_max_m_q8) return CallPath::kQ8Stream;
@@ -347,20 +354,29 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
 void CpuRunner::run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, const float* x, const uint16_t* xb,
                            const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc,
                            int64_t acc_stride) const {
-  if (nb == 2 && xb != nullptr && takes_amx(w.fmt, m)) {
+  if (nb >= 2 && xb != nullptr && takes_amx(w.fmt, m)) {  // (nb <= 4: the AMX block groups, NOTES)
     const size_t pn = static_cast<size_t>(w.kp * 16);
-    const uint16_t* panels[2];
-    for (int q = 0; q < 2; ++q) {
+    const uint16_t* panels[4];
+    for (int q = 0; q < nb; ++q) {
       const kernels::BlockRef ref = w.block(e, b + q);
       if (ref.fmt == kernels::PackFmt::kBF16) {
         panels[q] = reinterpret_cast<const uint16_t*>(ref.data);
       } else {
-        uint16_t* pb = s.panel_bf16.get(2 * pn) + q * pn;  // two panels side by side
+        uint16_t* pb = s.panel_bf16.get(4 * pn) + q * pn;  // the panels side by side
         kernels::panel_bf16_vnni(ref, pb);
         panels[q] = pb;
       }
     }
-    kernels::tile_amx2(panels[0], panels[1], w.kp, xb, ldx, static_cast<int>(m), acc, acc + acc_stride, ks_.amx_prefetch);
+    const int mi = static_cast<int>(m);
+    if (nb == 4 && takes_amx4(w, m)) {
+      kernels::tile_amx4(panels, w.kp, xb, ldx, mi, acc, acc_stride, ks_.amx_prefetch);
+      return;
+    }
+    int q = 0;
+    for (; q + 2 <= nb; q += 2)
+      kernels::tile_amx2(panels[q], panels[q + 1], w.kp, xb, ldx, mi, acc + q * acc_stride, acc + (q + 1) * acc_stride,
+                         ks_.amx_prefetch);
+    if (q < nb) kernels::tile_amx(panels[q], w.kp, xb, ldx, mi, acc + q * acc_stride, ks_.amx_prefetch);
     return;
   }
   for (int q = 0; q < nb; ++q) run_block(w, e, b + q, x, xb, q8, ldx, m, s, acc + q * acc_stride);
@@ -493,7 +509,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // Work items (see NOTES: AMX pairs). Pairing needs at least two single-block items per thread.
   int64_t singles1 = 0;
   for (const Job& j : jobs) singles1 += j.shared ? sw13_->nblocks : w13_->nblocks;
-  const bool pair1 = ks_.amx_nblocks == 2 && singles1 >= 2 * static_cast<int64_t>(threads);
+  const bool pair1 = ks_.amx_nblocks >= 2 && singles1 >= 2 * static_cast<int64_t>(threads);
   const int64_t run1 = ks_.stream_run > 0 ? ks_.stream_run
                                           : std::clamp<int64_t>(singles1 / (4 * threads), 1, kStreamRunMax);
   items1.clear();
@@ -512,23 +528,28 @@ void CpuRunner::forward(const ForwardArgs& args) {
     amx2 = amx2 || takes_amx(f, j.m);
     tiled2 = tiled2 || j.m > ks_.stream_max(f);
   }
-  const int64_t per2 = ks_.amx_nblocks == 2 && amx2 && w2_->nblocks >= 2 * static_cast<int64_t>(threads) ? 2 : 1;
+  const int64_t pair2 = ks_.amx_nblocks >= 2 && amx2 && w2_->nblocks >= 2 * static_cast<int64_t>(threads) ? 2 : 1;
   // Down groups (NOTES): calls of per2 blocks per gemm2 item, so an expert's intermediate rows are read
   // from memory once per group instead of once per call.
   int64_t group2 = 1;
   if (tiled2) {
     if (ks_.down_group > 0) {
-      group2 = std::max<int64_t>(1, ks_.down_group / per2);
+      group2 = std::max<int64_t>(1, ks_.down_group / pair2);
     } else {
-      const int64_t by_buffer = std::max<int64_t>(1, kDownGroupOutBytes / (M * 16 * 4) / per2);
-      const int64_t by_items = std::max<int64_t>(1, w2_->nblocks / (per2 * 2 * threads));
+      const int64_t by_buffer = std::max<int64_t>(1, kDownGroupOutBytes / (M * 16 * 4) / pair2);
+      const int64_t by_items = std::max<int64_t>(1, w2_->nblocks / (pair2 * 2 * threads));
       group2 = std::min({by_buffer, by_items, kDownGroupMaxCalls});
     }
   } else {  // every job streams: stream runs (NOTES)
     group2 = ks_.stream_run > 0 ? ks_.stream_run
                                 : std::clamp<int64_t>(w2_->nblocks / (2 * threads), 1, kStreamRunMax);
   }
-  const int64_t blocks_per_item2 = per2 * group2;
+  const int64_t blocks_per_item2 = pair2 * group2;
+  // Blocks per down call: the pairs' groups of four where AMX may take four (calls of up to 16 rows
+  // take tile_amx4, larger ones two pairs: run_blocks), within an item's blocks.
+  const int64_t per2 = pair2 == 2 && ks_.amx_nblocks == 4 && w2_->kp <= kernels::kAmxQuadMaxK && blocks_per_item2 >= 4
+                           ? 4
+                           : pair2;
   const int64_t nitems2 = (w2_->nblocks + blocks_per_item2 - 1) / blocks_per_item2;
 
   // ---- workspaces (grow only) ----
@@ -539,16 +560,17 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // are sized by M, not by this call's largest job, so that after one call no call of as many tokens
   // allocates, however its tokens route.
   const int64_t max_m = M;
-  // acc: [2][max_m][16] (one per block of a pair; 15-bit q8 rows take two rows a token); out: [2][M][16]
+  // acc: [4][max_m][16] (one per block of a call: up to four with AMX; 15-bit q8 rows take two rows a
+  // token); out: [blocks per item][M][16]
   const int64_t acc_stride = max_m * 16 * ks_.q8_rows_per_token;
   for (int t = 0; t < threads; ++t) {
-    ws.scratch[static_cast<size_t>(t)].acc.get(static_cast<size_t>(2 * acc_stride));
+    ws.scratch[static_cast<size_t>(t)].acc.get(static_cast<size_t>(4 * acc_stride));
     // (by the most blocks a gemm2 item can hold, which the routing decides: see the down groups)
     ws.scratch[static_cast<size_t>(t)].out.get(static_cast<size_t>(
         2 * std::max<int64_t>({kDownGroupMaxCalls, kStreamRunMax, ks_.down_group, ks_.stream_run}) * M * 16));
     const int64_t kpmax = std::max(hp_, ipmax);
     ws.scratch[static_cast<size_t>(t)].panel.get(static_cast<size_t>(kpmax * 16));
-    if (ks_.amx) ws.scratch[static_cast<size_t>(t)].panel_bf16.get(static_cast<size_t>(2 * kpmax * 16));
+    if (ks_.amx) ws.scratch[static_cast<size_t>(t)].panel_bf16.get(static_cast<size_t>(4 * kpmax * 16));
   }
   // bf16 copies of X and H for AMX tiles and the bf16 streaming kernel (bf16 layers only: kernels_for_spec).
   const bool want_bf16 = ks_.amx || ks_.stream_bf16 != nullptr;
@@ -749,7 +771,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
       // AMX pairs in one call each; a stream run (NOTES) block by block, each with its epilogue.
       const bool amx_job = takes_amx(w.fmt, job.m);
       for (int q0 = 0, per_call = 1; q0 < item.nb; q0 += per_call) {
-        per_call = amx_job ? std::min(2, item.nb - q0) : 1;
+        per_call = amx_job ? std::min(takes_amx4(w, job.m) ? 4 : 2, item.nb - q0) : 1;
         const double t0 = clock();
         const bool jq8 = q8 && job.m > 0 && q8_row[job.row0];
         const kernels::Q8Rows xqj = jq8 ? xq.row(job.row0 * rpt).view() : kernels::Q8Rows{};

@@ -43,6 +43,8 @@ class CpuRunner final : public Runner {
 
   // Whether a call of m tokens on blocks of format f takes AMX tiles (bf16 activations at hand).
   bool takes_amx(kernels::PackFmt f, int64_t m) const noexcept;
+  // Whether such a call takes four N-blocks at once (tile_amx4) where it is given four.
+  bool takes_amx4(const PackedStack& w, int64_t m) const noexcept;
   // The kernel a call of m tokens on blocks of format f takes (run_block), and so which copy of its
   // activation rows it reads: the q8 rows, the bf16 rows (Xb / Hbb) or the f32 rows (X / Hb). q8_rows:
   // the job's q8 rows are packed; bf16_rows: the forward keeps bf16 copies.

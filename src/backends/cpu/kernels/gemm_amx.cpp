@@ -11,6 +11,13 @@
 // uses A4 and C0, C1 only. Every C tile sees the same sequence of dot products (k ascending) as in
 // tile_amx, so both kernels give bitwise the same accumulators.
 //
+// tile_amx4 (four N-blocks, calls of up to 16 tokens): C0..C3 = A4 x B of blocks 0..3, the B tiles rotating
+// over 5 / 6 / 7: per 32 k, 5 tile loads for 4 dot products, and four weight streams in flight per
+// call instead of two. Each C tile again sees tile_amx's sequence of products. Session 31, weights from
+// memory, 2 threads (bench/results/2026-12-05_s31_dev-xeon/amx_down_1x4.log): at K = 768 and 4 / 8 /
+// 16 rows 28.4-29.0 / 25.0-28.3 / 27.9-28.0 GB/s against tile_amx2's 26.7-27.7 / 24.0-26.5 /
+// 24.9-25.8; at K = 2048 29.3-29.6 / 29.6 / 28.2-29.5 against 28.3-28.4 / 27.8-28.1 / 27.1-27.5.
+//
 // stream_amx_bf16 (the AMX decode stream, 2 or more tokens) has its own configurations, loaded when a
 // thread switches between them and the tile kernels. Decoders write 16 k pairs as one bf16 B tile in L1
 // (bf16_decode.hpp, the AVX512-BF16 kernel's) and TDPBF16PS multiplies it with
@@ -495,6 +502,40 @@ void tile_amx2(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const
     std::memcpy(acc0 + static_cast<int64_t>(i) * 16, out0, bytes);
     std::memcpy(acc1 + static_cast<int64_t>(i) * 16, out1, bytes);
   }
+}
+
+void tile_amx4(const uint16_t* const panels[4], int64_t kp, const uint16_t* xb, int64_t ldx, int m, float* acc,
+               int64_t acc_stride, int prefetch) {
+  load_config();
+  alignas(64) float out[4][16 * 16];
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const size_t stride = static_cast<size_t>(ldx) * 2;
+  for (int64_t k = 0; k < kp; k += 32) {
+    if (prefetch > 0)
+      for (int q = 0; q < 4; ++q)
+        for (int l = 0; l < 1024; l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(panels[q]) + k * 32 + prefetch + l, _MM_HINT_T0);
+    // One A tile for four products; the B tiles rotate over 5, 6, 7, so that a panel's load waits only
+    // for the product two before it.
+    _tile_loadd(4, xb + k, stride);
+    _tile_loadd(5, panels[0] + k * 16, 64);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_loadd(6, panels[1] + k * 16, 64);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(7, panels[2] + k * 16, 64);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_loadd(5, panels[3] + k * 16, 64);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  _tile_stored(0, out[0], 64);
+  _tile_stored(1, out[1], 64);
+  _tile_stored(2, out[2], 64);
+  _tile_stored(3, out[3], 64);
+  for (int q = 0; q < 4; ++q)
+    std::memcpy(acc + q * acc_stride, out[q], static_cast<size_t>(m) * 16 * sizeof(float));
 }
 
 void stream_amx_bf16(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {

@@ -211,6 +211,16 @@ void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx
 // a packed bf16 stack or two converted panels). Passes of 32 tokens; reads 16 rows per A tile.
 void tile_amx2(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const uint16_t* xb, int64_t ldx, int m,
                float* acc0, float* acc1, int prefetch = 0);
+// Four N-blocks in one call for calls of 1-16 tokens (one A tile for four products, four weight
+// streams): acc + q * acc_stride [m][16] = xb @ panels[q], q < 4, bitwise what four tile_amx calls give.
+// Same contract on xb (16 readable rows).
+inline constexpr int kAmxQuadMaxRows = 16;
+// ... and only on panels of at most this K: alone, from memory, four streams beat two by 4-12% at K = 768
+// and 3-8% at K = 2048, but not at K = 2880 (m = 8: 27.7-28.1 against 29.0-29.1 GB/s), and gpt-oss-20b
+// (K = 2880 in both GEMMs) lost 1.2-1.6% with them at M = 16-64 side by side (session 31 NOTES).
+inline constexpr int64_t kAmxQuadMaxK = 2048;
+void tile_amx4(const uint16_t* const panels[4], int64_t kp, const uint16_t* xb, int64_t ldx, int m, float* acc,
+               int64_t acc_stride, int prefetch = 0);
 // stream_avx512bf16's contract (any m, rows need not be padded), for the AMX level: with 2 or more
 // tokens, mxfp4, nvfp4, fp8, fp8-block and bf16 weights are decoded (bf16: copied; nvfp4: with its
 // e4m3 group scales, exactly) 16 k pairs at a time into a bf16 B tile in L1 and multiplied on AMX
