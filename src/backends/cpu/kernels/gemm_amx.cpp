@@ -513,11 +513,13 @@ void tile_amx4(const uint16_t* const panels[4], int64_t kp, const uint16_t* xb, 
   _tile_zero(2);
   _tile_zero(3);
   const size_t stride = static_cast<size_t>(ldx) * 2;
+  // `prefetch` bytes ahead in each panel, as integers (may pass the end: prefetches never fault)
+  uintptr_t pf[4];
+  for (int q = 0; q < 4; ++q) pf[q] = reinterpret_cast<uintptr_t>(panels[q]) + static_cast<uintptr_t>(prefetch);
   for (int64_t k = 0; k < kp; k += 32) {
     if (prefetch > 0)
       for (int q = 0; q < 4; ++q)
-        for (int l = 0; l < 1024; l += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(panels[q]) + k * 32 + prefetch + l, _MM_HINT_T0);
+        for (int l = 0; l < 1024; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf[q] + k * 32 + l), _MM_HINT_T0);
     // One A tile for four products; the B tiles rotate over 5, 6, 7, so that a panel's load waits only
     // for the product two before it.
     _tile_loadd(4, xb + k, stride);
