@@ -579,10 +579,12 @@ TEST(CpuKernels, AmxTwoBlockTilesMatchOneBlockTilesAndScalarLoop) {
       for (size_t pi = 0; pi < std::size(pairs); ++pi) {
         const uint16_t* p0 = panel[static_cast<size_t>(pairs[pi].first)];
         const uint16_t* p1 = panel[static_cast<size_t>(pairs[pi].second)];
-        const int prefetch = pi % 2 ? 4096 : 0;
+        const int prefetch = pi % 2 ? 4096 : 1024;
+        // where the last pass's prefetches run on to (a guess that may be anywhere: prefetches never fault)
+        const int64_t next_step = pi == 1 ? static_cast<int64_t>(2 * pn) : pi == 3 ? -static_cast<int64_t>(7 * pn) : 0;
         const size_t n = static_cast<size_t>(m) * 16;
         std::vector<float> acc0(n + 16, kCanary), acc1(n + 16, kCanary), one0(n), one1(n);
-        kernels::tile_amx2(p0, p1, kp, xb.data(), ldx, m, acc0.data(), acc1.data(), prefetch);
+        kernels::tile_amx2(p0, p1, kp, xb.data(), ldx, m, acc0.data(), acc1.data(), prefetch, next_step);
         kernels::tile_amx(p0, kp, xb.data(), ldx, m, one0.data(), prefetch);
         kernels::tile_amx(p1, kp, xb.data(), ldx, m, one1.data(), prefetch);
         const std::string what = "format " + std::to_string(static_cast<int>(f)) + " m " + std::to_string(m) +
@@ -598,9 +600,9 @@ TEST(CpuKernels, AmxTwoBlockTilesMatchOneBlockTilesAndScalarLoop) {
                                      panel[static_cast<size_t>((pairs[pi].second + 3) % (E * 3))]};
           const int64_t stride = static_cast<int64_t>(n) + 16;  // each block's rows, then a canary row
           std::vector<float> acc4(static_cast<size_t>(4 * stride), kCanary), one(n);
-          kernels::tile_amx4(quad, kp, xb.data(), ldx, m, acc4.data(), stride, prefetch);
+          kernels::tile_amx4(quad, kp, xb.data(), ldx, m, acc4.data(), stride, prefetch, next_step);
           for (int q = 0; q < 4; ++q) {
-            kernels::tile_amx(quad[q], kp, xb.data(), ldx, m, one.data(), prefetch);
+            kernels::tile_amx(quad[q], kp, xb.data(), ldx, m, one.data(), prefetch, q % 2 ? next_step : 0);
             ASSERT_EQ(std::memcmp(acc4.data() + q * stride, one.data(), n * sizeof(float)), 0)
                 << what << ": tile_amx4 block " << q << " differs from tile_amx";
             for (int64_t i = static_cast<int64_t>(n); i < stride; ++i)

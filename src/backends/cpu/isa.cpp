@@ -171,6 +171,7 @@ bool amx_stream_enabled() { return env_not_zero("MOERUN_CPU_AMX_STREAM"); }
 bool e8m0_fold_enabled() { return env_not_zero("MOERUN_CPU_E8M0_FOLD"); }
 
 bool bf16_intermediate_enabled() { return env_not_zero("MOERUN_CPU_BF16_INTERMEDIATE"); }
+bool amx_prefetch_next_enabled() { return env_not_zero("MOERUN_CPU_AMX_PREFETCH_NEXT"); }
 
 bool q8_stream_enabled() { return env_not_zero("MOERUN_CPU_Q8"); }
 bool q15_stream_enabled() { return env_not_zero("MOERUN_CPU_Q15"); }
@@ -274,6 +275,7 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   if (const int n = stream_run_override(); n > 0) k.stream_run = n;
   k.e8m0_fold = e8m0_fold_enabled();
   k.bf16_intermediate = bf16_intermediate_enabled();
+  k.amx_prefetch_next = amx_prefetch_next_enabled();
   k.job_rows = kJobRows;
   if (const int n = job_rows_override(); n >= 0) k.job_rows = n;
   k.row_pad = kRowPad;

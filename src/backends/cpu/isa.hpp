@@ -233,6 +233,10 @@ struct KernelSet {
   // bf16 rows (runner.cpp: h_f32); MOERUN_CPU_BF16_INTERMEDIATE=0 (measurement) keeps the f32 rows and
   // post1's conversion everywhere. Either way the down calls read the same bf16 words.
   bool bf16_intermediate = true;
+  // Whether the AMX tile calls on bf16 stacks are told where this thread reads next, so that their last
+  // prefetches run on into it (kernels.hpp, next_step); MOERUN_CPU_AMX_PREFETCH_NEXT=0 (measurement)
+  // lets them run past their own panels' ends, as before session 32.
+  bool amx_prefetch_next = true;
   // Rows per job (runner.cpp NOTES: job rows): an expert's rows, and the shared experts', in jobs of at
   // most kJobRows, or MOERUN_CPU_JOB_ROWS=<n> (measurement; 0 = one job per expert).
   int job_rows = 0;
@@ -315,6 +319,8 @@ bool amx_stream_enabled();
 bool e8m0_fold_enabled();
 // MOERUN_CPU_BF16_INTERMEDIATE=0: false; unset or anything else: true.
 bool bf16_intermediate_enabled();
+// MOERUN_CPU_AMX_PREFETCH_NEXT=0: false; unset or anything else: true.
+bool amx_prefetch_next_enabled();
 // MOERUN_CPU_Q8=0: false; unset or anything else: true.
 bool q8_stream_enabled();
 // MOERUN_CPU_Q15=0: false; unset or anything else: true (a number n >= 1 also sets the cut, below; so

@@ -353,7 +353,7 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
 
 void CpuRunner::run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, const float* x, const uint16_t* xb,
                            const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc,
-                           int64_t acc_stride) const {
+                           int64_t acc_stride, const void* next) const {
   if (nb >= 2 && xb != nullptr && takes_amx(w.fmt, m)) {  // (nb <= 4: the AMX block groups, NOTES)
     const size_t pn = static_cast<size_t>(w.kp * 16);
     const uint16_t* panels[4];
@@ -368,15 +368,25 @@ void CpuRunner::run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, c
       }
     }
     const int mi = static_cast<int>(m);
+    // The prefetches' next panels (kernels.hpp, next_step): a call's own next pair, else the next call's
+    // blocks in the same order (bf16 stacks only: converted panels are the scratch's, not a stream).
+    const bool direct = w.fmt == kernels::PackFmt::kBF16 && ks_.amx_prefetch_next;
+    const int64_t to_next = direct && next != nullptr
+                                ? (reinterpret_cast<intptr_t>(next) - reinterpret_cast<intptr_t>(panels[0])) / 2
+                                : 0;
+    const auto step_after = [&](int q) -> int64_t {  // for the call on blocks q.. that ends before block q + 2
+      if (q + 2 < nb) return direct ? 2 * static_cast<int64_t>(pn) : 0;
+      return to_next == 0 ? 0 : to_next - q * static_cast<int64_t>(pn);
+    };
     if (nb == 4 && takes_amx4(w, m)) {
-      kernels::tile_amx4(panels, w.kp, xb, ldx, mi, acc, acc_stride, ks_.amx_prefetch);
+      kernels::tile_amx4(panels, w.kp, xb, ldx, mi, acc, acc_stride, ks_.amx_prefetch, to_next);
       return;
     }
     int q = 0;
     for (; q + 2 <= nb; q += 2)
       kernels::tile_amx2(panels[q], panels[q + 1], w.kp, xb, ldx, mi, acc + q * acc_stride, acc + (q + 1) * acc_stride,
-                         ks_.amx_prefetch);
-    if (q < nb) kernels::tile_amx(panels[q], w.kp, xb, ldx, mi, acc + q * acc_stride, ks_.amx_prefetch);
+                         ks_.amx_prefetch, step_after(q));
+    if (q < nb) kernels::tile_amx(panels[q], w.kp, xb, ldx, mi, acc + q * acc_stride, ks_.amx_prefetch, step_after(q));
     return;
   }
   for (int q = 0; q < nb; ++q) run_block(w, e, b + q, x, xb, q8, ldx, m, s, acc + q * acc_stride);
@@ -775,9 +785,11 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const double t0 = clock();
         const bool jq8 = q8 && job.m > 0 && q8_row[job.row0];
         const kernels::Q8Rows xqj = jq8 ? xq.row(job.row0 * rpt).view() : kernels::Q8Rows{};
+        // (the thread's next call: this item's next blocks; the next item is not known yet)
+        const void* next = q0 + per_call < item.nb ? w.block(e, item.b + q0 + per_call).data : nullptr;
         run_blocks(w, e, item.b + q0, per_call, X ? X + job.row0 * ldx : nullptr,
                    Xb ? Xb + job.row0 * ldx : nullptr, jq8 ? &xqj : nullptr, ldx, job.m, s,
-                   s.acc.v.data(), acc_stride);
+                   s.acc.v.data(), acc_stride, next);
         const double t1 = clock();
         for (int q = 0; q < per_call; ++q) {  // the epilogue per block, on that block's accumulators
           const int64_t b = item.b + q0 + q;
@@ -878,9 +890,13 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const double t0 = clock();
         const bool jq8 = q8 && job.m > 0 && q8_row[job.row0];
         const kernels::Q8Rows hqj = jq8 ? hq.row(job.row0 * rpt).view() : kernels::Q8Rows{};
+        const void* next = nullptr;  // the thread's next call: this item's next blocks of this or the next expert
+        if (jc + 1 < static_cast<int64_t>(jobs.size()) * calls) {
+          const Job& nj = jobs[static_cast<size_t>((jc + 1) / calls)];
+          next = (nj.shared ? *sw2_ : w2).block(nj.shared ? 0 : nj.expert, b_item + ((jc + 1) % calls) * per2).data;
+        }
         run_blocks(w, e, b0, nbi, Hb + job.row0 * ldh, Hbb ? Hbb + job.row0 * ldh : nullptr, jq8 ? &hqj : nullptr, ldh,
-                   job.m, s,
-                   s.acc.v.data(), acc_stride);
+                   job.m, s, s.acc.v.data(), acc_stride, next);
         const double t1 = clock();
         for (int q = 0; q < nbi; ++q) {  // block b0 + q: its accumulators into its [M][16] output buffer
           const int64_t b = b0 + q;

@@ -56,10 +56,13 @@ class CpuRunner final : public Runner {
   // (KernelSet::uses_q8_stream); acc then needs room for m x q8_rows_per_token rows of 16.
   void run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb,
                  const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc) const;
-  // Blocks b .. b + nb - 1 (nb 1 or 2) into acc + q * acc_stride: one tile_amx2 call where two blocks take
-  // AMX tiles, else run_block per block. The accumulators are bitwise the same either way.
+  // Blocks b .. b + nb - 1 (nb 1-4) into acc + q * acc_stride: tile_amx4 or tile_amx2 calls where the
+  // blocks take AMX tiles, else run_block per block. The accumulators are bitwise the same either way.
+  // next: the first block's bytes of this thread's next call (null: unknown), where the AMX kernels'
+  // prefetches run on to (kernels.hpp, next_step).
   void run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, const float* x, const uint16_t* xb,
-                  const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc, int64_t acc_stride) const;
+                  const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc, int64_t acc_stride,
+                  const void* next = nullptr) const;
 
   MoeSpec spec_;
   RunnerOptions options_;

@@ -203,14 +203,20 @@ void panel_bf16_vnni(const BlockRef& b, uint16_t* out);
 void f32_to_bf16_row(const float* x, int64_t n, uint16_t* out);
 // acc[m][16] = xb[m][kp] @ panel: xb bf16 with row stride ldx elements and round_up(m, 16) readable rows
 // (rows past m should be zero); panel bf16 VNNI [kp/2][16][2]. Loads its own tile configuration.
+// prefetch: bytes ahead of each B tile load, into L1. next_step (every tile kernel): the elements from
+// each panel to the panel that takes its place in this thread's next call (0: unknown). The last pass's
+// prefetches then run on into those panels instead of past their own ends, so that the next call's
+// streams start warm: alone, weights from memory, 2 threads, that read 24.3 -> 28.1 GB/s at K = 2048 and
+// 24 rows, 23.1 -> 25.3 at K = 768 (bench/results/2026-12-05_s32_dev-xeon/amx_tall.cpp). Prefetches
+// never fault, so a wrong guess costs bandwidth, not correctness.
 void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, int m, float* acc,
-              int prefetch = 0);
+              int prefetch = 0, int64_t next_step = 0);
 // Two N-blocks in one call (2x2 register blocking: each A tile is loaded once for both panels):
 // acc0[m][16] = xb @ panel0 and acc1[m][16] = xb @ panel1, bitwise what two tile_amx calls give. Same
 // contract on xb (round_up(m, 16) readable rows); panel0 and panel1 may be anywhere (adjacent blocks of
 // a packed bf16 stack or two converted panels). Passes of 32 tokens; reads 16 rows per A tile.
 void tile_amx2(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const uint16_t* xb, int64_t ldx, int m,
-               float* acc0, float* acc1, int prefetch = 0);
+               float* acc0, float* acc1, int prefetch = 0, int64_t next_step = 0);
 // Four N-blocks in one call for calls of 1-16 tokens (one A tile for four products, four weight
 // streams): acc + q * acc_stride [m][16] = xb @ panels[q], q < 4, bitwise what four tile_amx calls give.
 // Same contract on xb (16 readable rows).
@@ -220,7 +226,7 @@ inline constexpr int kAmxQuadMaxRows = 16;
 // (K = 2880 in both GEMMs) lost 1.2-1.6% with them at M = 16-64 side by side (session 31 NOTES).
 inline constexpr int64_t kAmxQuadMaxK = 2048;
 void tile_amx4(const uint16_t* const panels[4], int64_t kp, const uint16_t* xb, int64_t ldx, int m, float* acc,
-               int64_t acc_stride, int prefetch = 0);
+               int64_t acc_stride, int prefetch = 0, int64_t next_step = 0);
 // stream_avx512bf16's contract (any m, rows need not be padded), for the AMX level: with 2 or more
 // tokens, mxfp4, nvfp4, fp8, fp8-block and bf16 weights are decoded (bf16: copied; nvfp4: with its
 // e4m3 group scales, exactly) 16 k pairs at a time into a bf16 B tile in L1 and multiplied on AMX
