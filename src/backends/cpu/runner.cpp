@@ -37,7 +37,10 @@
 // length rounded down to whole pairs, at least one pair: the tiles read their weights straight from
 // memory, so a run is one contiguous stream, as for the streaming kernels; side by side, runs of 8
 // blocks against one pair were 1-2.5% faster on the bf16 rows of qwen3-30b-a3b and deepseek-v2-lite at
-// M = 16-1024, session 30); gemm2 calls cover two N-blocks of the hidden size when any job takes AMX
+// M = 16-1024, session 30; up to kTileRunMax blocks, longer than stream runs, since session 32, when
+// each tile call's last prefetches run on into its successor's panels: runs of 48 against 8 were 1%
+// faster on every bf16 row of those shapes at M = 64-1024, side by side, MOERUN_CPU_STREAM_RUN=8 being
+// the old rule there); gemm2 calls cover two N-blocks of the hidden size when any job takes AMX
 // tiles. Only when the single-block items number at least twice the threads (so pairs still give
 // every thread an item), and not with MOERUN_CPU_AMX_NBLOCKS=1. Calls of up to 16 rows take four
 // blocks at once where a run or down group holds them (tile_amx4: four weight streams per call;
@@ -85,6 +88,7 @@ constexpr int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 constexpr int64_t kDownGroupOutBytes = 512 * 1024;
 constexpr int64_t kDownGroupMaxCalls = 8;
 constexpr int64_t kStreamRunMax = 8;  // stream runs (NOTES): at most this many blocks per item
+constexpr int64_t kTileRunMax = 48;   // ... and AMX tile runs (NOTES: AMX pairs)
 
 std::atomic<int64_t> g_bf16_intermediate_forwards{0};  // CpuRunner::bf16_intermediate_forwards
 
@@ -522,12 +526,14 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const bool pair1 = ks_.amx_nblocks >= 2 && singles1 >= 2 * static_cast<int64_t>(threads);
   const int64_t run1 = ks_.stream_run > 0 ? ks_.stream_run
                                           : std::clamp<int64_t>(singles1 / (4 * threads), 1, kStreamRunMax);
+  const int64_t tile_run1 = ks_.stream_run > 0 ? ks_.stream_run
+                                               : std::clamp<int64_t>(singles1 / (4 * threads), 1, kTileRunMax);
   items1.clear();
   for (size_t j = 0; j < jobs.size(); ++j) {
     const PackedStack& w = jobs[j].shared ? *sw13_ : *w13_;
     const int64_t nb = w.nblocks;
     const int64_t step = jobs[j].m <= ks_.stream_max(w.fmt) ? run1
-                         : pair1 && takes_amx(w.fmt, jobs[j].m) ? std::max<int64_t>(2, run1 & ~int64_t{1})
+                         : pair1 && takes_amx(w.fmt, jobs[j].m) ? std::max<int64_t>(2, tile_run1 & ~int64_t{1})
                                                                   : 1;
     for (int64_t b = 0; b < nb; b += step)
       items1.push_back(Item{static_cast<int32_t>(j), static_cast<int32_t>(b), static_cast<int32_t>(std::min(step, nb - b))});
