@@ -612,7 +612,7 @@ TEST(CpuBackend, Q15MatchesReference) {
 
 // The streaming kernels' two prefetch distances by level (isa.hpp): L1 only (kPrefetchBytes) at AVX2
 // and AVX-512, L1 and L2 (kPrefetchBytesBf16Levels, kPrefetchL2Bytes) at AVX512-BF16 and AMX; the AMX
-// tiles take the L1 distance. MOERUN_CPU_PREFETCH sets the L1 distance of streams and tiles at every
+// tiles their own (kAmxPrefetchBytes). MOERUN_CPU_PREFETCH sets the L1 distance of streams and tiles at every
 // level, MOERUN_CPU_PREFETCH_L2 the L2 distance alone; an invalid value leaves the default.
 TEST(CpuBackend, PrefetchKnob) {
   struct EnvGuard {
@@ -627,13 +627,13 @@ TEST(CpuBackend, PrefetchKnob) {
     const cpu::KernelSet k = cpu::kernels_for(isa);
     EXPECT_EQ(k.prefetch, cpu::kPrefetchBytes) << to_string(isa);
     EXPECT_EQ(k.prefetch_l2, 0) << to_string(isa);
-    EXPECT_EQ(k.amx_prefetch, cpu::kPrefetchBytes) << to_string(isa);
+    EXPECT_EQ(k.amx_prefetch, cpu::kAmxPrefetchBytes) << to_string(isa);
   }
   for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
     const cpu::KernelSet k = cpu::kernels_for(isa);
     EXPECT_EQ(k.prefetch, cpu::kPrefetchBytesBf16Levels) << to_string(isa);
     EXPECT_EQ(k.prefetch_l2, cpu::kPrefetchL2Bytes) << to_string(isa);
-    EXPECT_EQ(k.amx_prefetch, cpu::kPrefetchBytesBf16Levels) << to_string(isa);
+    EXPECT_EQ(k.amx_prefetch, cpu::kAmxPrefetchBytes) << to_string(isa);
   }
   setenv("MOERUN_CPU_PREFETCH", "2048", 1);
   setenv("MOERUN_CPU_PREFETCH_L2", "0", 1);
@@ -847,8 +847,8 @@ TEST(CpuBackend, AmxOneAndTwoNBlocksPerCallAgreeOnOddShapes) {
     }
 }
 
-// MOERUN_CPU_AMX_PREFETCH: the AMX tiles' prefetch distance follows the streams' L1 distance
-// (MOERUN_CPU_PREFETCH, by default kPrefetchBytesBf16Levels at the AMX level) unless set itself.
+// MOERUN_CPU_AMX_PREFETCH: the AMX tiles' prefetch distance (kAmxPrefetchBytes) follows
+// MOERUN_CPU_PREFETCH where that is set, and its own knob above both.
 TEST(CpuBackend, AmxPrefetchKnob) {
   struct EnvGuard {
     ~EnvGuard() {
@@ -858,7 +858,7 @@ TEST(CpuBackend, AmxPrefetchKnob) {
   } guard;
   unsetenv("MOERUN_CPU_AMX_PREFETCH");
   unsetenv("MOERUN_CPU_PREFETCH");
-  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_prefetch, cpu::kPrefetchBytesBf16Levels);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_prefetch, cpu::kAmxPrefetchBytes);
   setenv("MOERUN_CPU_PREFETCH", "2048", 1);
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_prefetch, 2048);
   setenv("MOERUN_CPU_AMX_PREFETCH", "16384", 1);

@@ -102,6 +102,76 @@ static void tiles2_next(const uint16_t* p0, const uint16_t* p1, const uint16_t* 
   if (kTwoA) { _tile_stored(2, c + 512, 64); _tile_stored(3, c + 768, 64); }
 }
 
+// tiles2_next with the two-A pass's products reordered so that B6 is free after the second product
+// (C0 = A4 B6, C2 = A5 B6, C1 = A4 B7, C3 = A5 B7: each C tile's sequence is unchanged), letting the
+// next step's first B load start one product earlier.
+template <bool kTwoA>
+static void tiles2_reorder(const uint16_t* p0, const uint16_t* p1, const uint16_t* xb, int64_t ldx, float* c) {
+  _tile_zero(0); _tile_zero(1); if (kTwoA) { _tile_zero(2); _tile_zero(3); }
+  const int64_t kend = K - g_pf0 / 32;
+  for (int64_t k = 0; k < K; k += 32) {
+    const int64_t skip = k < kend ? 0 : kBlockElems;
+    for (int l = 0; l < 1024; l += 64) {
+      _mm_prefetch((const char*)(p0 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
+      _mm_prefetch((const char*)(p1 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
+    }
+    if constexpr (kTwoA) {
+      _tile_loadd(6, p0 + k * 16, 64);
+      _tile_loadd(4, xb + k, ldx * 2);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_loadd(5, xb + 16 * ldx + k, ldx * 2);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_loadd(7, p1 + k * 16, 64);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(3, 5, 7);
+    } else {
+      _tile_loadd(6, p0 + k * 16, 64);
+      _tile_loadd(4, xb + k, ldx * 2);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_loadd(7, p1 + k * 16, 64);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+  }
+  _tile_stored(0, c, 64); _tile_stored(1, c + 256, 64);
+  if (kTwoA) { _tile_stored(2, c + 512, 64); _tile_stored(3, c + 768, 64); }
+}
+
+// tiles2_next, and in a later pass (from L2, when memory would idle) also PREFETCHT1 of the next pair's
+// panels [x0, x0 + xlen) bytes, spread evenly over the pass's k steps (paced: about what memory delivers
+// while the pass computes).
+static int64_t g_pfx = 16384;
+template <bool kTwoA>
+static void tiles2_pace(const uint16_t* p0, const uint16_t* p1, const uint16_t* xb, int64_t ldx, float* c,
+                        const uint16_t* n0, const uint16_t* n1, int64_t x0, int64_t xlen) {
+  _tile_zero(0); _tile_zero(1); if (kTwoA) { _tile_zero(2); _tile_zero(3); }
+  const int64_t kend = K - g_pf0 / 32;
+  const int64_t steps = K / 32, per = xlen / steps;  // bytes per panel per step (a multiple of 64 here)
+  for (int64_t k = 0; k < K; k += 32) {
+    const int64_t skip = k < kend ? 0 : kBlockElems;
+    for (int l = 0; l < 1024; l += 64) {
+      _mm_prefetch((const char*)(p0 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
+      _mm_prefetch((const char*)(p1 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
+    }
+    if (xlen > 0)
+      for (int64_t l = 0; l < per; l += 64) {
+        _mm_prefetch((const char*)n0 + x0 + (k / 32) * per + l, _MM_HINT_T1);
+        _mm_prefetch((const char*)n1 + x0 + (k / 32) * per + l, _MM_HINT_T1);
+      }
+    _tile_loadd(6, p0 + k * 16, 64);
+    _tile_loadd(7, p1 + k * 16, 64);
+    _tile_loadd(4, xb + k, ldx * 2);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (kTwoA) {
+      _tile_loadd(5, xb + 16 * ldx + k, ldx * 2);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, 64); _tile_stored(1, c + 256, 64);
+  if (kTwoA) { _tile_stored(2, c + 512, 64); _tile_stored(3, c + 768, 64); }
+}
+
 // ---- 4x1: NT row tiles, one B tile a step (5 / 7 alternating), A tiles alternating 4 / 6 ----
 #define DP(r, A, B)                                                          \
   if constexpr (NT > r) {                                                    \
@@ -163,6 +233,7 @@ int main(int argc, char** argv) {
   const int reps = argc > 2 ? atoi(argv[2]) : 3;
   if (const char* e = getenv("PF_T0")) g_pf0 = atoll(e);
   if (const char* e = getenv("PF_T2")) g_pf2 = atoll(e);
+  if (const char* e = getenv("PFX")) g_pfx = atoll(e);
   g_cached = getenv("CACHED") && atoi(getenv("CACHED")) == 1;
   std::printf("prefetch: L1 %lld bytes ahead, L2 %lld\n", (long long)g_pf0, (long long)g_pf2);
   const int64_t ldx = K + 32;
@@ -180,7 +251,7 @@ int main(int argc, char** argv) {
     std::mt19937 g(t + 7);
     std::shuffle(order[t].begin(), order[t].end(), g);
   }
-  std::vector<Variant> vs = {{"lib 2x2", 0, K, 0}, {"2x2 pf into next", 5, K, 0},         {"4x1 kc=K", 1, K, 1},
+  std::vector<Variant> vs = {{"lib 2x2", 0, K, 0}, {"2x2 pf into next", 5, K, 0}, {"2x2 next + paced L2", 6, K, 0}, {"2x2 next, reordered", 7, K, 0},         {"4x1 kc=K", 1, K, 1},
                              {"4x1 kc=256 g=4", 1, 256, 4}, {"4x1 kc=128 g=4", 1, 128, 4},
                              {"4x1 kc=256 g=2", 1, 256, 2}, {"4x1 kc=128 g=8", 1, 128, 8},
                              {"2x2 kc=256", 2, 256, 0},     {"2x2 kc=128", 2, 128, 0},
@@ -236,6 +307,24 @@ int main(int argc, char** argv) {
                   else tiles2_next<false>(g + b * kBlockElems, g + (b + 1) * kBlockElems, xb + i0 * ldx, ldx, cb);
                   acc += cb[3];
                 }
+            } else if (v.kind == 7) {
+              for (int b = 0; b < kGroup; b += 2)
+                for (int i0 = 0; i0 < m; i0 += 32) {
+                  if (m - i0 > 16) tiles2_reorder<true>(g + b * kBlockElems, g + (b + 1) * kBlockElems, xb + i0 * ldx, ldx, cb);
+                  else tiles2_reorder<false>(g + b * kBlockElems, g + (b + 1) * kBlockElems, xb + i0 * ldx, ldx, cb);
+                  acc += cb[3];
+                }
+            } else if (v.kind == 6) {
+              for (int b = 0; b < kGroup; b += 2) {
+                const uint16_t* n0 = g + (b + 2) * kBlockElems;  // (past the group: the next one in memory)
+                const uint16_t* n1 = g + (b + 3) * kBlockElems;
+                for (int i0 = 0, p = 0; i0 < m; i0 += 32, ++p) {
+                  const int64_t x0 = p == 0 ? 0 : (p - 1) * g_pfx, xl = p == 0 ? 0 : std::min<int64_t>(g_pfx, K * 32 - x0);
+                  if (m - i0 > 16) tiles2_pace<true>(g + b * kBlockElems, g + (b + 1) * kBlockElems, xb + i0 * ldx, ldx, cb, n0, n1, x0, std::max<int64_t>(0, xl));
+                  else tiles2_pace<false>(g + b * kBlockElems, g + (b + 1) * kBlockElems, xb + i0 * ldx, ldx, cb, n0, n1, x0, std::max<int64_t>(0, xl));
+                  acc += cb[3];
+                }
+              }
             } else if (v.kind == 4) {
               // chunk-major layout: the group's G-block sub-runs stored chunk by chunk, so that the
               // weights stream linearly: [b0 group][chunk][block in group][kc x 16]

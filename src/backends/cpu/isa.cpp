@@ -263,9 +263,9 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   const bool bf16_level = isa >= CpuIsa::kAvx512Bf16;
   k.prefetch = bf16_level ? kPrefetchBytesBf16Levels : kPrefetchBytes;
   k.prefetch_l2 = bf16_level ? kPrefetchL2Bytes : 0;
-  if (const int n = prefetch_override(); n >= 0) k.prefetch = n;
+  k.amx_prefetch = kAmxPrefetchBytes;  // (used at the AMX level only)
+  if (const int n = prefetch_override(); n >= 0) k.prefetch = k.amx_prefetch = n;
   if (const int n = prefetch_l2_override(); n >= 0) k.prefetch_l2 = n;
-  k.amx_prefetch = k.prefetch;
   if (const int n = amx_prefetch_override(); n >= 0) k.amx_prefetch = n;
   k.amx_stream_prefetch = kAmxStreamPrefetchBytes;
   if (const int n = amx_stream_prefetch_override(); n >= 0) k.amx_stream_prefetch = n;

@@ -197,7 +197,8 @@ struct KernelSet {
   // The streaming kernels' second distance, into L2 (BlockRef::prefetch_l2): kPrefetchL2Bytes at
   // AVX512-BF16 and AMX, none below, or MOERUN_CPU_PREFETCH_L2=<bytes> (0 = off; measurement).
   int prefetch_l2 = 0;
-  // The distance for the AMX tiles' weight panels: `prefetch`, or MOERUN_CPU_AMX_PREFETCH=<bytes>
+  // The distance for the AMX tiles' weight panels: kAmxPrefetchBytes, or MOERUN_CPU_PREFETCH's, or
+  // MOERUN_CPU_AMX_PREFETCH=<bytes>
   // (measurement: a tile call consumes its panels in bursts, not at the streaming kernels' pace).
   int amx_prefetch = 0;
   // The distance for calls of 2 or more tokens on the AMX decode stream (kernels::stream_amx_bf16):
@@ -270,6 +271,13 @@ int prefetch_override();
 // 1024, mixtral M = 256; 2 KiB 1.00-1.03x); an added L2 prefetch 4 or 12 KiB ahead lost 0.93-0.97x.
 inline constexpr int kPrefetchBytesBf16Levels = 1024;
 inline constexpr int kPrefetchL2Bytes = 4096;
+// Since session 32 the AMX tiles prefetch closer: 512 bytes ahead (kernels.hpp's next_step carries
+// the last prefetches into the next call). Alone, weights from memory (bench/results/2026-12-05_s32_
+// dev-xeon/amx_tall.cpp), 2 threads, K = 1408 and 24 rows: 26.5-27.0 GB/s at 1 KiB, 28.0-28.2 at 512;
+// no prefetch at all was fastest at 16 rows (29.8) but lost half at 64. In the layer side by side
+// against 1 KiB, bf16 at M = 16-1024 on qwen3-30b-a3b, deepseek-v2-lite and gpt-oss-20b: 512 bytes
+// 1.004-1.046x on 12 of 12 rows, 256 bytes 0.99-1.13x (NOTES: section 3).
+inline constexpr int kAmxPrefetchBytes = 512;
 // MOERUN_CPU_PREFETCH_L2 parsed: bytes in [0, 65536], or -1 when unset or invalid.
 int prefetch_l2_override();
 
