@@ -102,6 +102,41 @@ static void tiles2_next(const uint16_t* p0, const uint16_t* p1, const uint16_t* 
   if (kTwoA) { _tile_stored(2, c + 512, 64); _tile_stored(3, c + 768, 64); }
 }
 
+// tiles2_next, and when nx is set (the last call before the A rows change) each k step also prefetches
+// the next call's A rows at the same k (one line per row: 64 bytes = the step's 32 k), hint NXH.
+static int g_nxh = 1;  // 0: T0, 1: T1
+template <bool kTwoA>
+static void tiles2_nexta(const uint16_t* p0, const uint16_t* p1, const uint16_t* xb, int64_t ldx, float* c,
+                         const uint16_t* nx, int nrows) {
+  _tile_zero(0); _tile_zero(1); if (kTwoA) { _tile_zero(2); _tile_zero(3); }
+  const int64_t kend = K - g_pf0 / 32;
+  for (int64_t k = 0; k < K; k += 32) {
+    const int64_t skip = k < kend ? 0 : kBlockElems;
+    for (int l = 0; l < 1024; l += 64) {
+      _mm_prefetch((const char*)(p0 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
+      _mm_prefetch((const char*)(p1 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
+    }
+    if (nx != nullptr) {
+      if (g_nxh == 0)
+        for (int r = 0; r < nrows; ++r) _mm_prefetch((const char*)(nx + r * ldx + k), _MM_HINT_T0);
+      else
+        for (int r = 0; r < nrows; ++r) _mm_prefetch((const char*)(nx + r * ldx + k), _MM_HINT_T1);
+    }
+    _tile_loadd(6, p0 + k * 16, 64);
+    _tile_loadd(7, p1 + k * 16, 64);
+    _tile_loadd(4, xb + k, ldx * 2);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (kTwoA) {
+      _tile_loadd(5, xb + 16 * ldx + k, ldx * 2);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, 64); _tile_stored(1, c + 256, 64);
+  if (kTwoA) { _tile_stored(2, c + 512, 64); _tile_stored(3, c + 768, 64); }
+}
+
 // tiles2_next with the two-A pass's products reordered so that B6 is free after the second product
 // (C0 = A4 B6, C2 = A5 B6, C1 = A4 B7, C3 = A5 B7: each C tile's sequence is unchanged), letting the
 // next step's first B load start one product earlier.
@@ -234,6 +269,7 @@ int main(int argc, char** argv) {
   if (const char* e = getenv("PF_T0")) g_pf0 = atoll(e);
   if (const char* e = getenv("PF_T2")) g_pf2 = atoll(e);
   if (const char* e = getenv("PFX")) g_pfx = atoll(e);
+  if (const char* e = getenv("NXH")) g_nxh = atoi(e);
   g_cached = getenv("CACHED") && atoi(getenv("CACHED")) == 1;
   std::printf("prefetch: L1 %lld bytes ahead, L2 %lld\n", (long long)g_pf0, (long long)g_pf2);
   const int64_t ldx = K + 32;
@@ -251,7 +287,7 @@ int main(int argc, char** argv) {
     std::mt19937 g(t + 7);
     std::shuffle(order[t].begin(), order[t].end(), g);
   }
-  std::vector<Variant> vs = {{"lib 2x2", 0, K, 0}, {"2x2 pf into next", 5, K, 0}, {"2x2 next + paced L2", 6, K, 0}, {"2x2 next, reordered", 7, K, 0},         {"4x1 kc=K", 1, K, 1},
+  std::vector<Variant> vs = {{"lib 2x2", 0, K, 0}, {"2x2 pf into next", 5, K, 0}, {"2x2 next + paced L2", 6, K, 0}, {"2x2 next, reordered", 7, K, 0}, {"2x2 next + next A", 8, K, 0},         {"4x1 kc=K", 1, K, 1},
                              {"4x1 kc=256 g=4", 1, 256, 4}, {"4x1 kc=128 g=4", 1, 128, 4},
                              {"4x1 kc=256 g=2", 1, 256, 2}, {"4x1 kc=128 g=8", 1, 128, 8},
                              {"2x2 kc=256", 2, 256, 0},     {"2x2 kc=128", 2, 128, 0},
@@ -274,14 +310,20 @@ int main(int argc, char** argv) {
         {
           const int t = omp_get_thread_num();
           cfg();
-          uint16_t* xb = (uint16_t*)std::aligned_alloc(64, (m + 16) * ldx * 2);
-          for (int64_t i = 0; i < (m + 16) * ldx; ++i) xb[i] = 0x3a80;
+          // ABUF=n: n distinct A buffers, group i multiplying buffer i % n (n large: A from L3 / memory
+          // at each group's first call, as the down GEMM's rows of a new expert)
+          const int nabuf = getenv("ABUF") ? std::max(1, atoi(getenv("ABUF"))) : 1;
+          const size_t abuf = size_t(m + 16) * ldx;
+          uint16_t* xball = (uint16_t*)std::aligned_alloc(64, nabuf * abuf * 2);
+          for (size_t i = 0; i < nabuf * abuf; ++i) xball[i] = 0x3a80;
+          uint16_t* xb = xball;
           float* cb = (float*)std::aligned_alloc(64, size_t(kGroup) * 8 * 1024 * 4);
           float acc = 0;
 #pragma omp barrier
           const double t0 = now_s();
           for (size_t i = 0; i < ngroups; ++i) {
             const uint16_t* g = w[t] + (g_cached ? 0 : size_t(order[t][i]) * group_bytes / 2);
+            xb = xball + (i % nabuf) * abuf;
             if (v.kind == 0) {
               for (int b = 0; b < kGroup; b += 2)
                 for (int i0 = 0; i0 < m; i0 += 32) {
@@ -305,6 +347,17 @@ int main(int argc, char** argv) {
                 for (int i0 = 0; i0 < m; i0 += 32) {
                   if (m - i0 > 16) tiles2_next<true>(g + b * kBlockElems, g + (b + 1) * kBlockElems, xb + i0 * ldx, ldx, cb);
                   else tiles2_next<false>(g + b * kBlockElems, g + (b + 1) * kBlockElems, xb + i0 * ldx, ldx, cb);
+                  acc += cb[3];
+                }
+            } else if (v.kind == 8) {
+              const uint16_t* nxa = xball + ((i + 1) % nabuf) * abuf;  // the next group's A rows
+              for (int b = 0; b < kGroup; b += 2)
+                for (int i0 = 0; i0 < m; i0 += 32) {
+                  const bool last = b + 2 >= kGroup && i0 + 32 >= m;
+                  const uint16_t* nx = last ? nxa : nullptr;
+                  const int nr = (m + 15) / 16 * 16;
+                  if (m - i0 > 16) tiles2_nexta<true>(g + b * kBlockElems, g + (b + 1) * kBlockElems, xb + i0 * ldx, ldx, cb, nx, nr);
+                  else tiles2_nexta<false>(g + b * kBlockElems, g + (b + 1) * kBlockElems, xb + i0 * ldx, ldx, cb, nx, nr);
                   acc += cb[3];
                 }
             } else if (v.kind == 7) {
@@ -360,7 +413,7 @@ int main(int argc, char** argv) {
           }
           tmax = now_s() - t0;
           sink = sink + acc;
-          std::free(xb);
+          std::free(xball);
           std::free(cb);
           _tile_release();
         }
