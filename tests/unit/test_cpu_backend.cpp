@@ -854,6 +854,7 @@ TEST(CpuBackend, AmxPrefetchKnob) {
     ~EnvGuard() {
       unsetenv("MOERUN_CPU_AMX_PREFETCH");
       unsetenv("MOERUN_CPU_PREFETCH");
+      unsetenv("MOERUN_CPU_AMX_PREFETCH_NEXT");
     }
   } guard;
   unsetenv("MOERUN_CPU_AMX_PREFETCH");
@@ -868,6 +869,13 @@ TEST(CpuBackend, AmxPrefetchKnob) {
   setenv("MOERUN_CPU_AMX_PREFETCH", "x", 1);
   EXPECT_EQ(cpu::amx_prefetch_override(), -1);
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).amx_prefetch, 2048);
+  // MOERUN_CPU_AMX_PREFETCH_NEXT=0 keeps the tile calls' prefetches from running on into the next call
+  EXPECT_TRUE(cpu::kernels_for(CpuIsa::kAmx).amx_prefetch_next);
+  setenv("MOERUN_CPU_AMX_PREFETCH_NEXT", "0", 1);
+  EXPECT_FALSE(cpu::kernels_for(CpuIsa::kAmx).amx_prefetch_next);
+  setenv("MOERUN_CPU_AMX_PREFETCH_NEXT", "1", 1);
+  EXPECT_TRUE(cpu::kernels_for(CpuIsa::kAmx).amx_prefetch_next);
+  unsetenv("MOERUN_CPU_AMX_PREFETCH_NEXT");
 }
 
 // MOERUN_CPU_AMX_STREAM_PREFETCH: the AMX decode stream's own distance (kAmxStreamPrefetchBytes unless

@@ -579,7 +579,7 @@ TEST(CpuKernels, AmxTwoBlockTilesMatchOneBlockTilesAndScalarLoop) {
       for (size_t pi = 0; pi < std::size(pairs); ++pi) {
         const uint16_t* p0 = panel[static_cast<size_t>(pairs[pi].first)];
         const uint16_t* p1 = panel[static_cast<size_t>(pairs[pi].second)];
-        const int prefetch = pi % 2 ? 4096 : 1024;
+        const int prefetch = pi == 0 ? 0 : pi == 1 ? 512 : pi == 2 ? 1024 : 4096;
         // where the last pass's prefetches run on to (a guess that may be anywhere: prefetches never fault)
         const int64_t next_step = pi == 1 ? static_cast<int64_t>(2 * pn) : pi == 3 ? -static_cast<int64_t>(7 * pn) : 0;
         const size_t n = static_cast<size_t>(m) * 16;
@@ -642,6 +642,40 @@ void stream_bf16_matches_f32_stream(const KernelSet& ks);
 void stream_bf16_decodes_every_code(const KernelSet& ks, int m);
 
 // At the AMX level stream_bf16 is the AMX decode stream (mxfp4, fp8 and bf16 on tiles): the same checks.
+// The tile kernels' prefetch addresses (kernels::amx_prefetch_offset): over a call's k steps the lines
+// cover `prefetch` bytes ahead of every B tile; with a next step, the part that passes the panel's end
+// lands on the next call's panel instead, its first `prefetch` bytes, each line once, whatever the
+// distance (a KiB step straddles the end at 256 / 512 / 1536 bytes); without one it runs straight on.
+TEST(CpuKernels, AmxPrefetchRunsOnIntoTheNextPanel) {
+  for (int64_t kp : {64, 768, 1408, 2048, 2880}) {
+    const int64_t bytes = kp * 32;
+    for (int prefetch : {64, 256, 512, 1024, 1536, 4096}) {
+      for (int64_t next_step : {int64_t{0}, 3 * kp * 16, -5 * kp * 16}) {
+        std::vector<int64_t> in_panel, beyond;
+        for (int64_t k = 0; k < kp; k += 32)
+          for (int l = 0; l < 1024; l += 64) {
+            const int64_t o = kernels::amx_prefetch_offset(kp, prefetch, k, l, next_step);
+            ASSERT_EQ(o % 64, 0);
+            if (o >= 0 && o < bytes) in_panel.push_back(o);
+            else beyond.push_back(o);
+          }
+        std::sort(in_panel.begin(), in_panel.end());
+        std::sort(beyond.begin(), beyond.end());
+        const std::string what = "kp " + std::to_string(kp) + " prefetch " + std::to_string(prefetch) +
+                                 " next_step " + std::to_string(next_step);
+        // this panel: every line from `prefetch` on, once
+        const int64_t first = std::min<int64_t>(prefetch, bytes);
+        ASSERT_EQ(static_cast<int64_t>(in_panel.size()), (bytes - first) / 64) << what;
+        for (size_t i = 0; i < in_panel.size(); ++i) ASSERT_EQ(in_panel[i], first + 64 * static_cast<int64_t>(i)) << what;
+        // the rest: the next panel's first lines (or straight past the end)
+        const int64_t start = next_step != 0 ? next_step * 2 + std::max<int64_t>(0, prefetch - bytes) : bytes + std::max<int64_t>(0, prefetch - bytes);
+        ASSERT_EQ(static_cast<int64_t>(beyond.size()), std::min<int64_t>(prefetch, bytes) / 64) << what;
+        for (size_t i = 0; i < beyond.size(); ++i) ASSERT_EQ(beyond[i], start + 64 * static_cast<int64_t>(i)) << what;
+      }
+    }
+  }
+}
+
 TEST(CpuKernels, Avx512Bf16StreamMatchesF32StreamOnBf16Activations) {
   if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 + AVX512-VBMI here";
   for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {

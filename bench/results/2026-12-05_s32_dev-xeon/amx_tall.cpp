@@ -80,10 +80,11 @@ static void tiles2(const uint16_t* p0, const uint16_t* p1, int64_t k0, int64_t k
 template <bool kTwoA>
 static void tiles2_next(const uint16_t* p0, const uint16_t* p1, const uint16_t* xb, int64_t ldx, float* c) {
   _tile_zero(0); _tile_zero(1); if (kTwoA) { _tile_zero(2); _tile_zero(3); }
-  const int64_t kend = K - g_pf0 / 32;  // steps whose prefetch stays within the panel
+  // (per line: a step's KiB straddles the panel's end unless the distance is a multiple of 1 KiB; the
+  // first version decided per step, so its runs at 256 / 512 bytes never jumped: NOTES)  // steps whose prefetch stays within the panel
   for (int64_t k = 0; k < K; k += 32) {
-    const int64_t skip = k < kend ? 0 : kBlockElems;
     for (int l = 0; l < 1024; l += 64) {
+      const int64_t skip = k * 32 + g_pf0 + l < K * 32 ? 0 : kBlockElems;
       _mm_prefetch((const char*)(p0 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
       _mm_prefetch((const char*)(p1 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
     }
@@ -109,10 +110,11 @@ template <bool kTwoA>
 static void tiles2_nexta(const uint16_t* p0, const uint16_t* p1, const uint16_t* xb, int64_t ldx, float* c,
                          const uint16_t* nx, int nrows) {
   _tile_zero(0); _tile_zero(1); if (kTwoA) { _tile_zero(2); _tile_zero(3); }
-  const int64_t kend = K - g_pf0 / 32;
+  // (per line: a step's KiB straddles the panel's end unless the distance is a multiple of 1 KiB; the
+  // first version decided per step, so its runs at 256 / 512 bytes never jumped: NOTES)
   for (int64_t k = 0; k < K; k += 32) {
-    const int64_t skip = k < kend ? 0 : kBlockElems;
     for (int l = 0; l < 1024; l += 64) {
+      const int64_t skip = k * 32 + g_pf0 + l < K * 32 ? 0 : kBlockElems;
       _mm_prefetch((const char*)(p0 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
       _mm_prefetch((const char*)(p1 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
     }
@@ -143,10 +145,11 @@ static void tiles2_nexta(const uint16_t* p0, const uint16_t* p1, const uint16_t*
 template <bool kTwoA>
 static void tiles2_reorder(const uint16_t* p0, const uint16_t* p1, const uint16_t* xb, int64_t ldx, float* c) {
   _tile_zero(0); _tile_zero(1); if (kTwoA) { _tile_zero(2); _tile_zero(3); }
-  const int64_t kend = K - g_pf0 / 32;
+  // (per line: a step's KiB straddles the panel's end unless the distance is a multiple of 1 KiB; the
+  // first version decided per step, so its runs at 256 / 512 bytes never jumped: NOTES)
   for (int64_t k = 0; k < K; k += 32) {
-    const int64_t skip = k < kend ? 0 : kBlockElems;
     for (int l = 0; l < 1024; l += 64) {
+      const int64_t skip = k * 32 + g_pf0 + l < K * 32 ? 0 : kBlockElems;
       _mm_prefetch((const char*)(p0 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
       _mm_prefetch((const char*)(p1 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
     }
@@ -179,11 +182,12 @@ template <bool kTwoA>
 static void tiles2_pace(const uint16_t* p0, const uint16_t* p1, const uint16_t* xb, int64_t ldx, float* c,
                         const uint16_t* n0, const uint16_t* n1, int64_t x0, int64_t xlen) {
   _tile_zero(0); _tile_zero(1); if (kTwoA) { _tile_zero(2); _tile_zero(3); }
-  const int64_t kend = K - g_pf0 / 32;
+  // (per line: a step's KiB straddles the panel's end unless the distance is a multiple of 1 KiB; the
+  // first version decided per step, so its runs at 256 / 512 bytes never jumped: NOTES)
   const int64_t steps = K / 32, per = xlen / steps;  // bytes per panel per step (a multiple of 64 here)
   for (int64_t k = 0; k < K; k += 32) {
-    const int64_t skip = k < kend ? 0 : kBlockElems;
     for (int l = 0; l < 1024; l += 64) {
+      const int64_t skip = k * 32 + g_pf0 + l < K * 32 ? 0 : kBlockElems;
       _mm_prefetch((const char*)(p0 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
       _mm_prefetch((const char*)(p1 + skip) + k * 32 + g_pf0 + l, _MM_HINT_T0);
     }

@@ -266,17 +266,21 @@ int prefetch_override();
 // 1.70-1.75 -> 1.54-1.68, mxfp4 0.88-0.95 -> 0.78-0.87; M = 16 (AMX decode stream, whose L1 distance
 // stays kAmxStreamPrefetchBytes) fp8-block 19.4-20.3 -> 16.9-18.3. At the AVX-512 level here the pair
 // was mixed (bf16 1.1x faster, mxfp4 up to 0.92x), so the levels below keep kPrefetchBytes alone.
-// The AMX tiles take the L1 distance too (their prefetch loop issues T0 only): side by side against
+// Until session 32 the AMX tiles took the L1 distance too (their prefetch loop issues T0 only): side by side against
 // 4 KiB, 1.02-1.07x on every tiled row (qwen3, deepseek-v2-lite, gpt-oss-20b bf16 at M = 256 and
 // 1024, mixtral M = 256; 2 KiB 1.00-1.03x); an added L2 prefetch 4 or 12 KiB ahead lost 0.93-0.97x.
 inline constexpr int kPrefetchBytesBf16Levels = 1024;
 inline constexpr int kPrefetchL2Bytes = 4096;
-// Since session 32 the AMX tiles prefetch closer: 512 bytes ahead (kernels.hpp's next_step carries
-// the last prefetches into the next call). Alone, weights from memory (bench/results/2026-12-05_s32_
-// dev-xeon/amx_tall.cpp), 2 threads, K = 1408 and 24 rows: 26.5-27.0 GB/s at 1 KiB, 28.0-28.2 at 512;
-// no prefetch at all was fastest at 16 rows (29.8) but lost half at 64. In the layer side by side
-// against 1 KiB, bf16 at M = 16-1024 on qwen3-30b-a3b, deepseek-v2-lite and gpt-oss-20b: 512 bytes
-// 1.004-1.046x on 12 of 12 rows, 256 bytes 0.99-1.13x (NOTES: section 3).
+// Since session 32 the AMX tiles prefetch closer: 512 bytes ahead. A prefetch into L1 issued too early
+// waits for memory in a fill buffer; the hardware prefetcher has the line in L2 by the time a nearer one
+// asks. Alone, weights from memory (bench/results/2026-12-05_s32_dev-xeon/amx_tall.cpp), 2 threads,
+// K = 1408 and 24 rows: 26.5-27.0 GB/s at 1 KiB, 28.0-28.2 at 512; no prefetch at all was fastest at
+// 16 rows (29.8) but lost half at 64. In the layer side by side against 1 KiB, bf16 at M = 16-1024 on
+// qwen3-30b-a3b, deepseek-v2-lite and gpt-oss-20b: 512 bytes 1.004-1.046x on 12 of 12 rows, 256 bytes
+// 0.99-1.13x (NOTES: section 4). Those 512-byte runs had no run-on into the next call (it took whole
+// KiB steps until a review found it); with it (kernels::amx_prefetch_offset), side by side against
+// MOERUN_CPU_AMX_PREFETCH_NEXT=0, 18 of 20 tiled rows faster by 0.1-3.2% (deepseek-v2-lite M = 1024
+// lost one round at 0.966x and won the other at 1.010x).
 inline constexpr int kAmxPrefetchBytes = 512;
 // MOERUN_CPU_PREFETCH_L2 parsed: bytes in [0, 65536], or -1 when unset or invalid.
 int prefetch_l2_override();

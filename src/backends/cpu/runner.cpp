@@ -33,13 +33,14 @@
 // or two (gemm2) per thread; MOERUN_CPU_STREAM_RUN=<n> overrides it (1: one block per item). The blocks
 // and their epilogues are the same, so results do not depend on the runs.
 // AMX pairs: where a job's calls take AMX tiles, one tile_amx2 call computes two adjacent N-blocks (the
-// last one alone when the count is odd), and a gemm1 item covers a run of such pairs (the stream run's
-// length rounded down to whole pairs, at least one pair: the tiles read their weights straight from
-// memory, so a run is one contiguous stream, as for the streaming kernels; side by side, runs of 8
-// blocks against one pair were 1-2.5% faster on the bf16 rows of qwen3-30b-a3b and deepseek-v2-lite at
-// M = 16-1024, session 30; up to kTileRunMax blocks, longer than stream runs, since session 32, when
-// each tile call's last prefetches run on into its successor's panels: runs of 48 against 8 were 1%
-// faster on every bf16 row of those shapes at M = 64-1024, side by side, MOERUN_CPU_STREAM_RUN=8 being
+// last one alone when the count is odd), and a gemm1 item covers a run of such pairs (up to kTileRunMax
+// blocks by the stream runs' rule, rounded down to whole pairs, at least one pair: the tiles read their
+// weights straight from memory, so a run is one contiguous stream, as for the streaming kernels; side
+// by side, runs of 8 blocks against one pair were 1-2.5% faster on the bf16 rows of qwen3-30b-a3b and
+// deepseek-v2-lite at M = 16-1024, session 30. Since session 32 a tile call's last prefetches run on
+// into the panels of the thread's next call (run_blocks' next; single-block calls, run_block, do not
+// take it), so only an item's first call starts cold: runs of 48 against 8 were 0-2.6% faster on every
+// bf16 row of those shapes and gpt-oss-20b at M = 4-1024, side by side, MOERUN_CPU_STREAM_RUN=8 being
 // the old rule there); gemm2 calls cover two N-blocks of the hidden size when any job takes AMX
 // tiles. Only when the single-block items number at least twice the threads (so pairs still give
 // every thread an item), and not with MOERUN_CPU_AMX_NBLOCKS=1. Calls of up to 16 rows take four
@@ -374,6 +375,8 @@ void CpuRunner::run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, c
     const int mi = static_cast<int>(m);
     // The prefetches' next panels (kernels.hpp, next_step): a call's own next pair, else the next call's
     // blocks in the same order (bf16 stacks only: converted panels are the scratch's, not a stream).
+    // Panel q goes on to the next call's panel q at this stack's panel stride, even where the next call
+    // has fewer blocks or is on the shared stack: a few KiB prefetched in vain, never a wrong value.
     const bool direct = w.fmt == kernels::PackFmt::kBF16 && ks_.amx_prefetch_next;
     const int64_t to_next = direct && next != nullptr
                                 ? (reinterpret_cast<intptr_t>(next) - reinterpret_cast<intptr_t>(panels[0])) / 2

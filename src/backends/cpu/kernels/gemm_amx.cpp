@@ -351,22 +351,21 @@ void stream_amx_any_m(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m,
   }
 }
 
-// `jump` (every tile kernel): bytes added to a stream's prefetch address once it passes the panel's end,
-// so that it runs on into the panel this thread multiplies next (kernels.hpp, next_step); 0: straight on.
+// `step` (every tile kernel): the pass's next_step (kernels.hpp: amx_prefetch_offset), 0 for passes
+// that are not a call's last.
 template <int NT>
 void tiles_t(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, float* out /*[NT*16][16]*/,
-             int prefetch, intptr_t jump) {
+             int prefetch, int64_t step) {
   _tile_zero(0);
   if constexpr (NT > 1) _tile_zero(1);
   if constexpr (NT > 2) _tile_zero(2);
   if constexpr (NT > 3) _tile_zero(3);
   const size_t stride = static_cast<size_t>(ldx) * 2;
-  const uintptr_t pf = reinterpret_cast<uintptr_t>(panel) + static_cast<uintptr_t>(prefetch);  // may pass the end
-  const int64_t kend = kp - prefetch / 32;  // from this k step on, the prefetch is past the panel's end
+  const uintptr_t pf = reinterpret_cast<uintptr_t>(panel);  // addresses as integers: they may pass the end
   for (int64_t k = 0; k < kp; k += 32) {
-    const uintptr_t j = static_cast<uintptr_t>(k >= kend ? jump : 0);
     if (prefetch > 0)  // the B tile `prefetch` bytes ahead: 1 KiB = 16 lines per k step
-      for (int l = 0; l < 1024; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + j + k * 32 + l), _MM_HINT_T0);
+      for (int l = 0; l < 1024; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(pf + amx_prefetch_offset(kp, prefetch, k, l, step)), _MM_HINT_T0);
     _tile_loadd(5, panel + k * 16, 64);
     _tile_loadd(4, xb + k, stride);
     _tile_dpbf16ps(0, 4, 5);
@@ -384,7 +383,7 @@ void tiles_t(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx,
 // tile 4). out0 / out1 receive [16 or 32][16] floats of block 0 / block 1.
 template <bool kTwoA>
 void tiles2_t(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const uint16_t* xb, int64_t ldx,
-              float* out0, float* out1, int prefetch, intptr_t jump) {
+              float* out0, float* out1, int prefetch, int64_t step) {
   _tile_zero(0);
   _tile_zero(1);
   if constexpr (kTwoA) {
@@ -393,15 +392,14 @@ void tiles2_t(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const 
   }
   const size_t stride = static_cast<size_t>(ldx) * 2;
   // `prefetch` bytes ahead in each panel (may pass the end: prefetches never fault)
-  const uintptr_t pf0 = reinterpret_cast<uintptr_t>(panel0) + static_cast<uintptr_t>(prefetch);
-  const uintptr_t pf1 = reinterpret_cast<uintptr_t>(panel1) + static_cast<uintptr_t>(prefetch);
-  const int64_t kend = kp - prefetch / 32;
+  const uintptr_t pf0 = reinterpret_cast<uintptr_t>(panel0);
+  const uintptr_t pf1 = reinterpret_cast<uintptr_t>(panel1);
   for (int64_t k = 0; k < kp; k += 32) {
-    const uintptr_t j = static_cast<uintptr_t>(k >= kend ? jump : 0);
     if (prefetch > 0)
       for (int l = 0; l < 1024; l += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(pf0 + j + k * 32 + l), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(pf1 + j + k * 32 + l), _MM_HINT_T0);
+        const auto o = static_cast<uintptr_t>(amx_prefetch_offset(kp, prefetch, k, l, step));
+        _mm_prefetch(reinterpret_cast<const char*>(pf0 + o), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pf1 + o), _MM_HINT_T0);
       }
     _tile_loadd(6, panel0 + k * 16, 64);
     _tile_loadd(7, panel1 + k * 16, 64);
@@ -477,12 +475,6 @@ void f32_to_bf16_row(const float* x, int64_t n, uint16_t* out) {
   }
 }
 
-// The byte jump of a kernel's last pass (earlier passes' prefetches run on into their own panels' next
-// pass from L2: 0). A panel's bytes are kp * 32.
-inline intptr_t next_jump(int64_t kp, int64_t next_step) {
-  return next_step == 0 ? 0 : static_cast<intptr_t>(next_step * 2 - kp * 32);
-}
-
 void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, int m, float* acc,
               int prefetch, int64_t next_step) {
   load_config();
@@ -491,12 +483,14 @@ void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx
     const int rows = m - i < 64 ? m - i : 64;
     const int nt = (rows + 15) / 16;
     const uint16_t* x = xb + static_cast<int64_t>(i) * ldx;
-    const intptr_t jump = i + 64 >= m ? next_jump(kp, next_step) : 0;
+    // Only the last pass's prefetches run on into the next call; earlier ones run straight past the
+    // panel's end (into the block after it), since the next pass rereads this panel from L2.
+    const int64_t step = i + 64 >= m ? next_step : 0;
     switch (nt) {
-      case 4: tiles_t<4>(panel, kp, x, ldx, out, prefetch, jump); break;
-      case 3: tiles_t<3>(panel, kp, x, ldx, out, prefetch, jump); break;
-      case 2: tiles_t<2>(panel, kp, x, ldx, out, prefetch, jump); break;
-      default: tiles_t<1>(panel, kp, x, ldx, out, prefetch, jump); break;
+      case 4: tiles_t<4>(panel, kp, x, ldx, out, prefetch, step); break;
+      case 3: tiles_t<3>(panel, kp, x, ldx, out, prefetch, step); break;
+      case 2: tiles_t<2>(panel, kp, x, ldx, out, prefetch, step); break;
+      default: tiles_t<1>(panel, kp, x, ldx, out, prefetch, step); break;
     }
     std::memcpy(acc + static_cast<int64_t>(i) * 16, out, static_cast<size_t>(rows) * 16 * sizeof(float));
   }
@@ -509,9 +503,9 @@ void tile_amx2(const uint16_t* panel0, const uint16_t* panel1, int64_t kp, const
   for (int i = 0; i < m; i += 32) {
     const int rows = m - i < 32 ? m - i : 32;
     const uint16_t* x = xb + static_cast<int64_t>(i) * ldx;
-    const intptr_t jump = i + 32 >= m ? next_jump(kp, next_step) : 0;
-    if (rows > 16) tiles2_t<true>(panel0, panel1, kp, x, ldx, out0, out1, prefetch, jump);
-    else tiles2_t<false>(panel0, panel1, kp, x, ldx, out0, out1, prefetch, jump);
+    const int64_t step = i + 32 >= m ? next_step : 0;  // (the last pass only: tile_amx)
+    if (rows > 16) tiles2_t<true>(panel0, panel1, kp, x, ldx, out0, out1, prefetch, step);
+    else tiles2_t<false>(panel0, panel1, kp, x, ldx, out0, out1, prefetch, step);
     const size_t bytes = static_cast<size_t>(rows) * 16 * sizeof(float);
     std::memcpy(acc0 + static_cast<int64_t>(i) * 16, out0, bytes);
     std::memcpy(acc1 + static_cast<int64_t>(i) * 16, out1, bytes);
@@ -529,14 +523,14 @@ void tile_amx4(const uint16_t* const panels[4], int64_t kp, const uint16_t* xb, 
   const size_t stride = static_cast<size_t>(ldx) * 2;
   // `prefetch` bytes ahead in each panel, as integers (may pass the end: prefetches never fault)
   uintptr_t pf[4];
-  for (int q = 0; q < 4; ++q) pf[q] = reinterpret_cast<uintptr_t>(panels[q]) + static_cast<uintptr_t>(prefetch);
-  const int64_t kend = kp - prefetch / 32;
-  const intptr_t jump = next_jump(kp, next_step);
+  for (int q = 0; q < 4; ++q) pf[q] = reinterpret_cast<uintptr_t>(panels[q]);
   for (int64_t k = 0; k < kp; k += 32) {
-    const uintptr_t j = static_cast<uintptr_t>(k >= kend ? jump : 0);
     if (prefetch > 0)
       for (int q = 0; q < 4; ++q)
-        for (int l = 0; l < 1024; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf[q] + j + k * 32 + l), _MM_HINT_T0);
+        for (int l = 0; l < 1024; l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(pf[q] + static_cast<uintptr_t>(
+                                                                 amx_prefetch_offset(kp, prefetch, k, l, next_step))),
+                       _MM_HINT_T0);
     // One A tile for four products; the B tiles rotate over 5, 6, 7, so that a panel's load waits only
     // for the product two before it.
     _tile_loadd(4, xb + k, stride);

@@ -201,14 +201,23 @@ void panel_to_bf16_vnni(const float* panel, int64_t kp, uint16_t* out);
 void panel_bf16_vnni(const BlockRef& b, uint16_t* out);
 // n floats -> bf16 (round to nearest even).
 void f32_to_bf16_row(const float* x, int64_t n, uint16_t* out);
+// Where the tile kernels prefetch, as a byte offset from a panel of kp k (kp * 32 bytes): line l (0, 64,
+// .., 960) of k step k (32 k, the B tile's KiB) `prefetch` bytes ahead; a line past the panel's end moves
+// on into the next call's panel, next_step elements away (0: straight on). Decided line by line, since
+// a step's KiB straddles the end unless `prefetch` is a multiple of 1 KiB.
+constexpr int64_t amx_prefetch_offset(int64_t kp, int prefetch, int64_t k, int l, int64_t next_step) {
+  const int64_t off = prefetch + k * 32 + l;
+  return next_step != 0 && off >= kp * 32 ? off + next_step * 2 - kp * 32 : off;
+}
 // acc[m][16] = xb[m][kp] @ panel: xb bf16 with row stride ldx elements and round_up(m, 16) readable rows
 // (rows past m should be zero); panel bf16 VNNI [kp/2][16][2]. Loads its own tile configuration.
 // prefetch: bytes ahead of each B tile load, into L1. next_step (every tile kernel): the elements from
 // each panel to the panel that takes its place in this thread's next call (0: unknown). The last pass's
-// prefetches then run on into those panels instead of past their own ends, so that the next call's
-// streams start warm: alone, weights from memory, 2 threads, that read 24.3 -> 28.1 GB/s at K = 2048 and
-// 24 rows, 23.1 -> 25.3 at K = 768 (bench/results/2026-12-05_s32_dev-xeon/amx_tall.cpp). Prefetches
-// never fault, so a wrong guess costs bandwidth, not correctness.
+// prefetches then run on into those panels instead of past their own ends (amx_prefetch_offset), so
+// that the next call's streams start warm: alone, weights from memory, 2 threads, prefetching 1 KiB
+// ahead, that read 24.3 -> 28.1 GB/s at K = 2048 and 24 rows, 23.1 -> 25.3 at K = 768
+// (bench/results/2026-12-05_s32_dev-xeon/amx_tall.cpp). Prefetches never fault, so a wrong guess costs
+// bandwidth, not correctness.
 void tile_amx(const uint16_t* panel, int64_t kp, const uint16_t* xb, int64_t ldx, int m, float* acc,
               int prefetch = 0, int64_t next_step = 0);
 // Two N-blocks in one call (2x2 register blocking: each A tile is loaded once for both panels):
