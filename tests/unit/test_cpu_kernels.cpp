@@ -666,9 +666,11 @@ TEST(CpuKernels, AmxPrefetchRunsOnIntoTheNextPanel) {
         // this panel: every line from `prefetch` on, once
         const int64_t first = std::min<int64_t>(prefetch, bytes);
         ASSERT_EQ(static_cast<int64_t>(in_panel.size()), (bytes - first) / 64) << what;
-        for (size_t i = 0; i < in_panel.size(); ++i) ASSERT_EQ(in_panel[i], first + 64 * static_cast<int64_t>(i)) << what;
+        for (size_t i = 0; i < in_panel.size(); ++i)
+          ASSERT_EQ(in_panel[i], first + 64 * static_cast<int64_t>(i)) << what;
         // the rest: the next panel's first lines (or straight past the end)
-        const int64_t start = next_step != 0 ? next_step * 2 + std::max<int64_t>(0, prefetch - bytes) : bytes + std::max<int64_t>(0, prefetch - bytes);
+        const int64_t skipped = std::max<int64_t>(0, prefetch - bytes);  // a distance past a whole panel
+        const int64_t start = (next_step != 0 ? next_step * 2 : bytes) + skipped;
         ASSERT_EQ(static_cast<int64_t>(beyond.size()), std::min<int64_t>(prefetch, bytes) / 64) << what;
         for (size_t i = 0; i < beyond.size(); ++i) ASSERT_EQ(beyond[i], start + 64 * static_cast<int64_t>(i)) << what;
       }

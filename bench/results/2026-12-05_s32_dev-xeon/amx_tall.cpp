@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
     std::mt19937 g(t + 7);
     std::shuffle(order[t].begin(), order[t].end(), g);
   }
-  std::vector<Variant> vs = {{"lib 2x2", 0, K, 0}, {"2x2 pf into next", 5, K, 0}, {"2x2 next + paced L2", 6, K, 0}, {"2x2 next, reordered", 7, K, 0}, {"2x2 next + next A", 8, K, 0},         {"4x1 kc=K", 1, K, 1},
+  std::vector<Variant> vs = {{"lib 2x2", 0, K, 0}, {"2x2 pf into next", 5, K, 0}, {"2x2 next + paced L2", 6, K, 0}, {"2x2 next, reordered", 7, K, 0}, {"2x2 next + next A", 8, K, 0}, {"rows split between threads", 9, K, 0},         {"4x1 kc=K", 1, K, 1},
                              {"4x1 kc=256 g=4", 1, 256, 4}, {"4x1 kc=128 g=4", 1, 128, 4},
                              {"4x1 kc=256 g=2", 1, 256, 2}, {"4x1 kc=128 g=8", 1, 128, 8},
                              {"2x2 kc=256", 2, 256, 0},     {"2x2 kc=128", 2, 128, 0},
@@ -353,6 +353,22 @@ int main(int argc, char** argv) {
                   else tiles2_next<false>(g + b * kBlockElems, g + (b + 1) * kBlockElems, xb + i0 * ldx, ldx, cb);
                   acc += cb[3];
                 }
+            } else if (v.kind == 9) {
+              // rows split between the threads: both walk thread 0's groups in the same order, thread t
+              // takes rows [t * 32, t * 32 + 32) of every call in one pass, so each weight byte comes
+              // from memory once and to the other core from L3 (if the host's L3 is shared and they
+              // keep in step: a barrier every 8 groups)
+              const uint16_t* g0 = w[0] + size_t(order[0][i]) * group_bytes / 2;
+              const uint16_t* x = xb + t * 32 * ldx;
+              const int rows = std::min(32, m - t * 32);
+              for (int b = 0; b < kGroup; b += 2) {
+                if (rows > 16) tiles2_next<true>(g0 + b * kBlockElems, g0 + (b + 1) * kBlockElems, x, ldx, cb);
+                else if (rows > 0) tiles2_next<false>(g0 + b * kBlockElems, g0 + (b + 1) * kBlockElems, x, ldx, cb);
+                acc += cb[3];
+              }
+              if (i % 8 == 7) {
+#pragma omp barrier
+              }
             } else if (v.kind == 8) {
               const uint16_t* nxa = xball + ((i + 1) % nabuf) * abuf;  // the next group's A rows
               for (int b = 0; b < kGroup; b += 2)
@@ -421,8 +437,9 @@ int main(int argc, char** argv) {
           std::free(cb);
           _tile_release();
         }
+        // (rows split: the threads share one copy of the weights, so the distinct bytes are one thread's)
         std::printf("K=%lld threads %d m=%3d %-16s %5.1f GB/s\n", (long long)K, threads, m, v.name,
-                    threads * double(ngroups * group_bytes) / tmax / 1e9);
+                    (v.kind == 9 ? 1 : threads) * double(ngroups * group_bytes) / tmax / 1e9);
         std::fflush(stdout);
       }
   }

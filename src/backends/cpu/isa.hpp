@@ -198,8 +198,8 @@ struct KernelSet {
   // AVX512-BF16 and AMX, none below, or MOERUN_CPU_PREFETCH_L2=<bytes> (0 = off; measurement).
   int prefetch_l2 = 0;
   // The distance for the AMX tiles' weight panels: kAmxPrefetchBytes, or MOERUN_CPU_PREFETCH's, or
-  // MOERUN_CPU_AMX_PREFETCH=<bytes>
-  // (measurement: a tile call consumes its panels in bursts, not at the streaming kernels' pace).
+  // MOERUN_CPU_AMX_PREFETCH=<bytes> (measurement: a tile call consumes its panels in bursts, not at the
+  // streaming kernels' pace).
   int amx_prefetch = 0;
   // The distance for calls of 2 or more tokens on the AMX decode stream (kernels::stream_amx_bf16):
   // kAmxStreamPrefetchBytes, or MOERUN_CPU_AMX_STREAM_PREFETCH=<bytes> (measurement).
@@ -266,8 +266,8 @@ int prefetch_override();
 // 1.70-1.75 -> 1.54-1.68, mxfp4 0.88-0.95 -> 0.78-0.87; M = 16 (AMX decode stream, whose L1 distance
 // stays kAmxStreamPrefetchBytes) fp8-block 19.4-20.3 -> 16.9-18.3. At the AVX-512 level here the pair
 // was mixed (bf16 1.1x faster, mxfp4 up to 0.92x), so the levels below keep kPrefetchBytes alone.
-// Until session 32 the AMX tiles took the L1 distance too (their prefetch loop issues T0 only): side by side against
-// 4 KiB, 1.02-1.07x on every tiled row (qwen3, deepseek-v2-lite, gpt-oss-20b bf16 at M = 256 and
+// Until session 32 the AMX tiles took the L1 distance too (their prefetch loop issues T0 only): side by
+// side against 4 KiB, 1.02-1.07x on every tiled row (qwen3, deepseek-v2-lite, gpt-oss-20b bf16 at M = 256 and
 // 1024, mixtral M = 256; 2 KiB 1.00-1.03x); an added L2 prefetch 4 or 12 KiB ahead lost 0.93-0.97x.
 inline constexpr int kPrefetchBytesBf16Levels = 1024;
 inline constexpr int kPrefetchL2Bytes = 4096;
