@@ -527,10 +527,10 @@ void CpuRunner::forward(const ForwardArgs& args) {
   int64_t singles1 = 0;
   for (const Job& j : jobs) singles1 += j.shared ? sw13_->nblocks : w13_->nblocks;
   const bool pair1 = ks_.amx_nblocks >= 2 && singles1 >= 2 * static_cast<int64_t>(threads);
-  const int64_t run1 = ks_.stream_run > 0 ? ks_.stream_run
-                                          : std::clamp<int64_t>(singles1 / (4 * threads), 1, kStreamRunMax);
-  const int64_t tile_run1 = ks_.stream_run > 0 ? ks_.stream_run
-                                               : std::clamp<int64_t>(singles1 / (4 * threads), 1, kTileRunMax);
+  const auto run_up_to = [&](int64_t most) {  // blocks per gemm1 item: at least four items per thread
+    return ks_.stream_run > 0 ? ks_.stream_run : std::clamp<int64_t>(singles1 / (4 * threads), 1, most);
+  };
+  const int64_t run1 = run_up_to(kStreamRunMax), tile_run1 = run_up_to(kTileRunMax);
   items1.clear();
   for (size_t j = 0; j < jobs.size(); ++j) {
     const PackedStack& w = jobs[j].shared ? *sw13_ : *w13_;
@@ -889,21 +889,22 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const int64_t b_item = it * blocks_per_item2;
       const int nb_item = static_cast<int>(std::min(blocks_per_item2, nb2 - b_item));
       std::memset(s.out.v.data(), 0, static_cast<size_t>(nb_item) * static_cast<size_t>(M) * 16 * sizeof(float));
-      const int64_t calls = (nb_item + per2 - 1) / per2;
-      for (int64_t jc = 0; jc < static_cast<int64_t>(jobs.size()) * calls; ++jc) {  // one expert at a time
-        const Job& job = jobs[static_cast<size_t>(jc / calls)];
-        const int64_t b0 = b_item + (jc % calls) * per2;
+      const int64_t calls = (nb_item + per2 - 1) / per2, ncalls = static_cast<int64_t>(jobs.size()) * calls;
+      // call c: job c / calls, blocks from b_item + (c % calls) * per2, on that job's stack and expert
+      const auto call_job = [&](int64_t c) -> const Job& { return jobs[static_cast<size_t>(c / calls)]; };
+      const auto call_b0 = [&](int64_t c) { return b_item + (c % calls) * per2; };
+      const auto stack_of = [&](const Job& j) -> const PackedStack& { return j.shared ? *sw2_ : w2; };
+      for (int64_t jc = 0; jc < ncalls; ++jc) {  // one expert at a time
+        const Job& job = call_job(jc);
+        const int64_t b0 = call_b0(jc);
         const int nbi = static_cast<int>(std::min(per2, b_item + nb_item - b0));
-        const PackedStack& w = job.shared ? *sw2_ : w2;
+        const PackedStack& w = stack_of(job);
         const int64_t e = job.shared ? 0 : job.expert;
         const double t0 = clock();
         const bool jq8 = q8 && job.m > 0 && q8_row[job.row0];
         const kernels::Q8Rows hqj = jq8 ? hq.row(job.row0 * rpt).view() : kernels::Q8Rows{};
-        const void* next = nullptr;  // the thread's next call: this item's next blocks of this or the next expert
-        if (jc + 1 < static_cast<int64_t>(jobs.size()) * calls) {
-          const Job& nj = jobs[static_cast<size_t>((jc + 1) / calls)];
-          next = (nj.shared ? *sw2_ : w2).block(nj.shared ? 0 : nj.expert, b_item + ((jc + 1) % calls) * per2).data;
-        }
+        const Job* nj = jc + 1 < ncalls ? &call_job(jc + 1) : nullptr;  // the thread's next call, in this item
+        const void* next = nj ? stack_of(*nj).block(nj->shared ? 0 : nj->expert, call_b0(jc + 1)).data : nullptr;
         run_blocks(w, e, b0, nbi, Hb + job.row0 * ldh, Hbb ? Hbb + job.row0 * ldh : nullptr, jq8 ? &hqj : nullptr, ldh,
                    job.m, s, s.acc.v.data(), acc_stride, next);
         const double t1 = clock();
