@@ -631,17 +631,6 @@ TEST(CpuKernels, AmxTwoBlockTilesMatchOneBlockTilesAndScalarLoop) {
   }
 }
 
-// The AVX512-BF16 streaming kernel against the f32 streaming kernel (stream_avx512) on the same
-// bf16-valued x, every packed format (e4m3 codes include the subnormals; make_stack draws no NaN), token
-// counts that use every register group (1, 2, 3, 5, 8 and 8 + 5) and, at the AMX level, the decode
-// stream's one-group calls and its passes of 2-4 groups (16-100 tokens), and an odd K (fp4: a multiple of its
-// scale group). Both accumulate products exactly representable in f32 (bf16 x bf16, or bf16 x f32 on the
-// kernel's f32 fallback) in f32: they differ only in summation order and in where group scales apply.
-// Both are also checked against the dense double loop.
-void stream_bf16_matches_f32_stream(const KernelSet& ks);
-void stream_bf16_decodes_every_code(const KernelSet& ks, int m);
-
-// At the AMX level stream_bf16 is the AMX decode stream (mxfp4, fp8 and bf16 on tiles): the same checks.
 // The tile kernels' prefetch addresses (kernels::amx_prefetch_offset): over a call's k steps the lines
 // cover `prefetch` bytes ahead of every B tile; with a next step, the part that passes the panel's end
 // lands on the next call's panel instead, its first `prefetch` bytes, each line once, whatever the
@@ -678,6 +667,17 @@ TEST(CpuKernels, AmxPrefetchRunsOnIntoTheNextPanel) {
   }
 }
 
+// The AVX512-BF16 streaming kernel against the f32 streaming kernel (stream_avx512) on the same
+// bf16-valued x, every packed format (e4m3 codes include the subnormals; make_stack draws no NaN), token
+// counts that use every register group (1, 2, 3, 5, 8 and 8 + 5) and, at the AMX level, the decode
+// stream's one-group calls and its passes of 2-4 groups (16-100 tokens), and an odd K (fp4: a multiple of its
+// scale group). Both accumulate products exactly representable in f32 (bf16 x bf16, or bf16 x f32 on the
+// kernel's f32 fallback) in f32: they differ only in summation order and in where group scales apply.
+// Both are also checked against the dense double loop.
+void stream_bf16_matches_f32_stream(const KernelSet& ks);
+void stream_bf16_decodes_every_code(const KernelSet& ks, int m);
+
+// At the AMX level stream_bf16 is the AMX decode stream (mxfp4, fp8 and bf16 on tiles): the same checks.
 TEST(CpuKernels, Avx512Bf16StreamMatchesF32StreamOnBf16Activations) {
   if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 + AVX512-VBMI here";
   for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
