@@ -61,6 +61,7 @@
 #include "backends/cpu/huge_pages.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/reference/reference_backend.hpp"
+#include "core/knobs.hpp"
 #include "cpu/peaks/isa_peaks.hpp"
 #include "dispatch/dispatch.hpp"
 #include "moerun/formats.hpp"
@@ -718,14 +719,20 @@ struct Bench {
   }
 };
 
-// --compare-env's argument: VAR=VALUE settings joined by commas, each with a name; not the ISA cap,
-// which is read once per process and so cannot differ between the two sets of runners.
+// --compare-env's argument: VAR=VALUE settings joined by commas, each a knob (core/knobs.hpp) set to a
+// value it takes, so that a typo cannot time the default against itself; not the ISA cap, which is
+// read once per process and so cannot differ between the two sets of runners.
 bool valid_settings(const std::string& s) {
   std::stringstream ss(s);
   int n = 0;
   for (std::string kv; std::getline(ss, kv, ','); ++n) {
     const size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0 || kv.substr(0, eq) == "MOERUN_CPU_ISA") return false;
+    const Knob* k = eq == std::string::npos ? nullptr : find_knob(kv.substr(0, eq));
+    if (!k || k->name == "MOERUN_CPU_ISA" || !knob_accepts(*k, kv.substr(eq + 1))) {
+      std::fprintf(stderr, "cpu_moe_bench: --compare-env '%s': %s\n", kv.c_str(),
+                   k ? ("takes " + knob_values(*k)).c_str() : "not a knob (moerun knobs --all lists them)");
+      return false;
+    }
   }
   return n > 0 && s.back() != ',';
 }
@@ -791,6 +798,12 @@ int main(int argc, char** argv) {
                    argv[0]);
       return 2;
     }
+  }
+  try {
+    check_knob_environment();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cpu_moe_bench: %s\n", e.what());
+    return 2;
   }
   const double t_start = now_s();
   b.threads = b.opt.threads > 0 ? b.opt.threads : omp_get_num_procs();

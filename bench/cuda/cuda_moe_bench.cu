@@ -31,6 +31,7 @@
 #include "backends/cublas/cublas_backend.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/kernels/launch.hpp"
+#include "core/knobs.hpp"
 #include "moerun/backend.hpp"
 #include "moerun/weights.hpp"
 #include "routing/topk.hpp"
@@ -213,11 +214,23 @@ int main(int argc, char** argv) {
     if (e > b) ab_list.push_back(ab_arg.substr(b, e - b));
     b = e + 1;
   }
-  for (const std::string& x : ab_list)
-    if (x.rfind("env:", 0) == 0 && (x.rfind("env:MOERUN_", 0) != 0 || x.find('=') == std::string::npos)) {
-      std::fprintf(stderr, "cuda_moe_bench: --ab '%s': an env contender is env:MOERUN_...=VALUE\n", x.c_str());
+  for (const std::string& x : ab_list) {
+    if (x.rfind("env:", 0) != 0) continue;
+    // A knob (core/knobs.hpp) set to a value it takes: a typo must not time the default against itself.
+    const size_t eq = x.find('=');
+    const moerun::Knob* k = eq == std::string::npos ? nullptr : moerun::find_knob(x.substr(4, eq - 4));
+    if (!k || !moerun::knob_accepts(*k, x.substr(eq + 1))) {
+      std::fprintf(stderr, "cuda_moe_bench: --ab '%s': an env contender is env:NAME=VALUE with a knob and a value it takes (%s)\n",
+                   x.c_str(), k ? ("takes " + moerun::knob_values(*k)).c_str() : "moerun knobs --all lists them");
       return 2;
     }
+  }
+  try {
+    moerun::check_knob_environment();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_moe_bench: %s\n", e.what());
+    return 2;
+  }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { std::puts("no CUDA device"); return 0; }
   cudaDeviceProp prop{};

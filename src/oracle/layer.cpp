@@ -1,6 +1,7 @@
 // MoeLayer: validation at the boundary, then the plan's runner.
 #include "moerun/layer.hpp"
 
+#include "core/knobs.hpp"
 #include "moerun/error.hpp"
 
 namespace moerun {
@@ -56,6 +57,7 @@ void check_forward_args(const MoeSpec& spec, const ForwardArgs& a, DeviceKind de
 MoeLayer::MoeLayer(MoeSpec spec, std::shared_ptr<const MoeWeights> weights, const Platform& platform, const Policy& policy,
                    const Registry& registry, const RunnerOptions& options)
     : spec_(std::move(spec)), weights_(std::move(weights)) {
+  check_knob_environment();  // a mistyped measurement knob must not measure the default in silence
   spec_.validate();
   if (!weights_) throw_error(ErrorKind::kInvalidArgument, "MoeLayer needs weights");
   check_weights(spec_, *weights_);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "backends/reference/reference_backend.hpp"
 #include "core/activation.hpp"
 #include "core/formats_codecs.hpp"
+#include "core/knobs.hpp"
 #include "moerun/backend.hpp"
 #include "moerun/error.hpp"
 #include "moerun/formats.hpp"
@@ -2319,6 +2321,22 @@ TEST(CudaBackend, CapabilitiesAreHonest) {
   EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 192), kWgmma);
   EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 196), kWgmma);
   EXPECT_EQ(variant_for_tokens(be->capabilities(), big, sm90_platform(), 1), "mma-stream-m16-n32");
+}
+
+// MOERUN_CUDA_GEMM takes exactly the names the engines answer to (the knob table in core/knobs.cpp
+// lists them, so the boundary can refuse a typo): every mma config, every variant the backend
+// reports, and CUTLASS's two schedules. Host only: runs without a GPU.
+TEST(CudaBackend, GemmKnobNamesEveryEngine) {
+  const Knob* k = find_knob("MOERUN_CUDA_GEMM");
+  ASSERT_NE(k, nullptr);
+  std::set<std::string> names = {"cutlass-sm90-grouped", "cutlass-sm90-swapab"};
+  for (int c = 0; c < cuda_kernels::kNumGemmConfigs; ++c)
+    names.insert(cuda_kernels::gemm_config_name(static_cast<cuda_kernels::GemmConfig>(c)));
+  const auto backend = make_cuda_backend();
+  for (const KernelVariant& v : backend->capabilities().variants) names.insert(v.name);
+  for (const std::string& n : names) EXPECT_TRUE(knob_accepts(*k, n)) << n;
+  EXPECT_EQ(std::count(k->choices.begin(), k->choices.end(), '|') + 1, static_cast<long>(names.size()))
+      << "the table names a variant no engine has: " << k->choices;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/knobs.hpp"
 #include "moerun/moerun.hpp"
 
 namespace moerun::cli {
@@ -47,6 +48,7 @@ void add_run(CLI::App& root);
 void add_explain(CLI::App& root);
 void add_backends(CLI::App& root);
 void add_presets(CLI::App& root);
+void add_knobs(CLI::App& root);
 void add_verify(CLI::App& root);
 void add_check(CLI::App& root);
 

@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
   moerun::cli::add_explain(app);
   moerun::cli::add_backends(app);
   moerun::cli::add_presets(app);
+  moerun::cli::add_knobs(app);
   moerun::cli::add_verify(app);
   moerun::cli::add_check(app);
   try {

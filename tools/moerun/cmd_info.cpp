@@ -1,4 +1,6 @@
-// moerun explain | backends | presets — what the oracle would do and what it knows.
+// moerun explain | backends | presets | knobs — what the oracle would do and what it knows.
+#include <unistd.h>
+
 #include <iostream>
 
 #include "cli.hpp"
@@ -78,7 +80,59 @@ void backends(const BackendsOptions& o) {
   if (o.json) std::cout << all.dump(2) << "\n";
 }
 
+struct KnobsOptions {
+  bool json = false;
+  bool all = false;
+};
+
+// The knob table with the values set now. Unlike the other commands it never refuses the environment:
+// it is where a user finds out what is wrong with it.
+void knobs(const KnobsOptions& o) {
+  const std::vector<KnobProblem> problems = knob_problems(environ);
+  auto current = [](const Knob& k) -> std::optional<std::string> {
+    const char* v = std::getenv(std::string(k.name).c_str());
+    return v && *v ? std::optional<std::string>(v) : std::nullopt;
+  };
+  if (o.json) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const Knob& k : moerun::knobs()) {
+      nlohmann::json j{{"name", k.name},   {"area", k.area},   {"setting", k.setting},
+                       {"values", knob_values(k)}, {"unset", k.unset}, {"what", k.what}};
+      if (const auto v = current(k)) j["value"] = *v, j["accepted"] = knob_accepts(k, *v);
+      all.push_back(j);
+    }
+    nlohmann::json unknown = nlohmann::json::array();
+    for (const KnobProblem& p : problems)
+      if (!p.error) unknown.push_back({{"name", p.name}, {"message", p.message}});
+    std::cout << nlohmann::json{{"knobs", all}, {"unknown", unknown}}.dump(2) << "\n";
+  } else {
+    std::cout << "MOERUN_* environment variables. Settings first; the rest are measurement knobs for side-by-side\n"
+                 "benchmarks (their defaults measured fastest). A malformed value is refused by every command but\n"
+                 "this one. "
+              << (o.all ? "" : "Without --all, only the settings and the knobs set now are listed.") << "\n\n";
+    for (const Knob& k : moerun::knobs()) {
+      const auto v = current(k);
+      if (!o.all && !k.setting && !v) continue;
+      std::cout << fmt::format("{} = {}\n", k.name, knob_values(k));
+      std::cout << fmt::format("    {}; unset: {}\n", k.what, k.unset);
+      if (v) std::cout << fmt::format("    now: {}{}\n", *v, knob_accepts(k, *v) ? "" : "   <- not a value it takes");
+    }
+    for (const KnobProblem& p : problems)
+      if (!p.error) std::cout << "\nwarning: " << p.message << "\n";
+  }
+  for (const KnobProblem& p : problems)
+    if (p.error) throw CLI::RuntimeError(2);  // printed above; a script sees the failure
+}
+
 }  // namespace
+
+void add_knobs(CLI::App& root) {
+  auto* app = root.add_subcommand("knobs", "the MOERUN_* environment variables: values, defaults, and what is set now");
+  auto o = std::make_shared<KnobsOptions>();
+  app->add_flag("--all", o->all, "also the measurement knobs that are not set");
+  app->add_flag("--json", o->json, "print JSON (every knob)");
+  app->callback([o] { knobs(*o); });
+}
 
 void add_explain(CLI::App& root) {
   auto* app = root.add_subcommand("explain", "which backend would run a layer on a platform, and why every other one would not");
@@ -87,7 +141,10 @@ void add_explain(CLI::App& root) {
   o->common.add_to(*app);
   app->add_option("--tokens", o->tokens, "tokens per call (picks the kernel variant shown)");
   app->add_flag("--json", o->json, "print JSON");
-  app->callback([o] { explain(*o); });
+  app->callback([o] {
+    check_knob_environment();
+    explain(*o);
+  });
 }
 
 void add_backends(CLI::App& root) {
@@ -95,7 +152,10 @@ void add_backends(CLI::App& root) {
   auto o = std::make_shared<BackendsOptions>();
   o->common.add_to(*app, false);
   app->add_flag("--json", o->json, "print JSON");
-  app->callback([o] { backends(*o); });
+  app->callback([o] {
+    check_knob_environment();
+    backends(*o);
+  });
 }
 
 void add_presets(CLI::App& root) {

@@ -169,7 +169,10 @@ void add_run(CLI::App& root) {
   app->add_option("--seed", o->seed, "seed for random weights and inputs");
   app->add_option("--iters", o->iters, "timed forward calls (median reported)");
   app->add_flag("--verify", o->verify, "compare with the reference backend");
-  app->callback([o] { run(*o); });
+  app->callback([o] {
+    check_knob_environment();
+    run(*o);
+  });
 }
 
 }  // namespace moerun::cli

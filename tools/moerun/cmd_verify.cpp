@@ -87,7 +87,10 @@ void add_verify(CLI::App& root) {
   app->add_option("--cases", o->cases, "random cases (default 60)");
   app->add_option("--seed", o->seed, "seed (default: fresh, printed)");
   app->add_flag("-v,--verbose", o->verbose, "print every case");
-  app->callback([o] { verify(*o); });
+  app->callback([o] {
+    check_knob_environment();
+    verify(*o);
+  });
 }
 
 void add_check(CLI::App& root) {
@@ -98,7 +101,10 @@ void add_check(CLI::App& root) {
   app->add_option("--platform", o->platforms, "restrict to these platform descriptions");
   app->add_option("--tokens", o->tokens, "tokens per scaled-down forward");
   app->add_flag("--no-run", o->no_run, "plan only; run no forward");
-  app->callback([o] { check(*o); });
+  app->callback([o] {
+    check_knob_environment();
+    check(*o);
+  });
 }
 
 }  // namespace moerun::cli

@@ -9,11 +9,12 @@
 #include <sys/mman.h>
 #endif
 
+#include "core/knobs.hpp"
+
 namespace moerun::cpu {
 
 bool huge_pages_enabled() noexcept {
-  const char* v = std::getenv("MOERUN_CPU_HUGEPAGES");
-  return !(v && std::strcmp(v, "0") == 0);
+  return knob_on("MOERUN_CPU_HUGEPAGES", true);
 }
 
 void advise_huge_pages(void* p, size_t bytes) noexcept {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/knobs.hpp"
 #include "moerun/error.hpp"
 
 namespace moerun::cpu {
@@ -68,12 +69,8 @@ IsaFeatures detect() {
   const bool bf16_level = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.os_zmm && f.avx512_bf16 &&
                           f.avx512vbmi && f.avx512vnni;
   if (bf16_level) {
-    const char* v = std::getenv("MOERUN_CPU_BF16_DOT_RATE");
-    char* end = nullptr;
-    const double given = v ? std::strtod(v, &end) : 0.0;
-    f.bf16_dot_rate = v && end != v && *end == '\0' && given > 0.0 && given < 100.0
-                          ? given
-                          : kernels::bf16_dot_fma_rate_ratio();
+    const std::optional<double> given = knob_ratio("MOERUN_CPU_BF16_DOT_RATE");
+    f.bf16_dot_rate = given ? *given : kernels::bf16_dot_fma_rate_ratio();
   }
   return f;
 }
@@ -100,19 +97,10 @@ CpuIsa effective_isa() {
   return static_cast<CpuIsa>(std::min(static_cast<int>(detected_isa()), static_cast<int>(cpu_isa_cap())));
 }
 
+// The knobs' values and limits are in core/knobs.cpp's table; -1 (or the default) when unset or
+// malformed, which the boundary reports (check_knob_environment).
 namespace {
-// A decimal environment value in [0, max], or -1 when the variable is unset, empty or anything else.
-int env_count(const char* name, long max) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return -1;
-  long n = 0;
-  for (const char* c = v; *c; ++c) {
-    if (*c < '0' || *c > '9') return -1;
-    n = n * 10 + (*c - '0');
-    if (n > max) return -1;
-  }
-  return static_cast<int>(n);
-}
+int knob_or_none(const char* name) { return static_cast<int>(knob_count(name).value_or(-1)); }
 }  // namespace
 
 int q15_stream_max(CpuIsa isa, double bf16_dot_rate) noexcept {
@@ -125,67 +113,35 @@ int avx512bf16_stream_max(double bf16_dot_rate) noexcept {
   return bf16_dot_rate >= kBf16DotFullRate ? kStreamMaxTokensLimit : kAvx512Bf16StreamMaxTokens;
 }
 
-int prefetch_override() { return env_count("MOERUN_CPU_PREFETCH", 65536); }
-
-int prefetch_l2_override() { return env_count("MOERUN_CPU_PREFETCH_L2", 65536); }
-
-int amx_prefetch_override() { return env_count("MOERUN_CPU_AMX_PREFETCH", 65536); }
-
-int amx_stream_prefetch_override() { return env_count("MOERUN_CPU_AMX_STREAM_PREFETCH", 65536); }
-
-int job_rows_override() {
-  const int n = env_count("MOERUN_CPU_JOB_ROWS", 65536);
-  return n == 0 || n >= 32 ? n : -1;
-}
+int prefetch_override() { return knob_or_none("MOERUN_CPU_PREFETCH"); }
+int prefetch_l2_override() { return knob_or_none("MOERUN_CPU_PREFETCH_L2"); }
+int amx_prefetch_override() { return knob_or_none("MOERUN_CPU_AMX_PREFETCH"); }
+int amx_stream_prefetch_override() { return knob_or_none("MOERUN_CPU_AMX_STREAM_PREFETCH"); }
+int job_rows_override() { return knob_or_none("MOERUN_CPU_JOB_ROWS"); }
+int row_pad_override() { return knob_or_none("MOERUN_CPU_ROW_PAD"); }
+int down_group_override() { return knob_or_none("MOERUN_CPU_DOWN_GROUP"); }
+int stream_run_override() { return knob_or_none("MOERUN_CPU_STREAM_RUN"); }
+int stream_max_tokens_override() { return knob_or_none("MOERUN_CPU_STREAM_MAX_TOKENS"); }
 
 int amx_nblocks_override() {
-  const int n = env_count("MOERUN_CPU_AMX_NBLOCKS", 4);
-  return n == 1 || n == 2 || n == 4 ? n : -1;
+  const auto v = knob_choice("MOERUN_CPU_AMX_NBLOCKS");
+  return v ? (*v)[0] - '0' : -1;  // one digit: the table takes 1 | 2 | 4
 }
 
-int row_pad_override() {
-  const int n = env_count("MOERUN_CPU_ROW_PAD", 256);
-  return n % kernels::kKAlign == 0 ? n : -1;  // rows keep the alignment of the padded K
-}
-
-int down_group_override() {
-  const int n = env_count("MOERUN_CPU_DOWN_GROUP", 64);
-  return n >= 1 ? n : -1;
-}
-
-int stream_run_override() {
-  const int n = env_count("MOERUN_CPU_STREAM_RUN", 64);
-  return n >= 1 ? n : -1;
-}
-
-namespace {
-// An on/off environment switch: off only when set to exactly "0".
-bool env_not_zero(const char* name) {
-  const char* v = std::getenv(name);
-  return !(v && std::strcmp(v, "0") == 0);
-}
-}  // namespace
-
-bool amx_stream_enabled() { return env_not_zero("MOERUN_CPU_AMX_STREAM"); }
-
-bool e8m0_fold_enabled() { return env_not_zero("MOERUN_CPU_E8M0_FOLD"); }
-
-bool bf16_intermediate_enabled() { return env_not_zero("MOERUN_CPU_BF16_INTERMEDIATE"); }
-bool amx_prefetch_next_enabled() { return env_not_zero("MOERUN_CPU_AMX_PREFETCH_NEXT"); }
-
-bool q8_stream_enabled() { return env_not_zero("MOERUN_CPU_Q8"); }
-bool q15_stream_enabled() { return env_not_zero("MOERUN_CPU_Q15"); }
+bool amx_stream_enabled() { return knob_on("MOERUN_CPU_AMX_STREAM", true); }
+bool e8m0_fold_enabled() { return knob_on("MOERUN_CPU_E8M0_FOLD", true); }
+bool bf16_intermediate_enabled() { return knob_on("MOERUN_CPU_BF16_INTERMEDIATE", true); }
+bool amx_prefetch_next_enabled() { return knob_on("MOERUN_CPU_AMX_PREFETCH_NEXT", true); }
+bool q8_stream_enabled() { return knob_on("MOERUN_CPU_Q8", true); }
+bool q15_stream_enabled() { return knob_count("MOERUN_CPU_Q15") != 0; }
 
 int q15_max_tokens_override() {
-  const int n = env_count("MOERUN_CPU_Q15", kStreamMaxTokensLimit);
+  const int n = knob_or_none("MOERUN_CPU_Q15");
   return n >= 1 ? n : -1;
 }
 
-int stream_max_tokens_override() { return env_count("MOERUN_CPU_STREAM_MAX_TOKENS", kStreamMaxTokensLimit); }
-
 KernelSet kernels_for(CpuIsa isa) {
-  const char* v = std::getenv("MOERUN_CPU_KERNELS");
-  return kernels_for_variant(isa, v && *v ? v : "v2");
+  return kernels_for_variant(isa, std::string(knob_choice("MOERUN_CPU_KERNELS").value_or("v2")));
 }
 
 namespace {

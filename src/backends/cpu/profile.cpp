@@ -7,11 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/knobs.hpp"
+
 namespace moerun::cpu {
 
 bool ForwardProfile::requested() {
-  const char* v = std::getenv("MOERUN_CPU_PROFILE");
-  return v && v[0] == '1' && v[1] == '\0';
+  return knob_on("MOERUN_CPU_PROFILE", false);
 }
 
 double ForwardProfile::now() { return omp_get_wtime(); }

@@ -15,6 +15,7 @@
 #include "backends/cuda/device_runner.hpp"
 #include "backends/cuda/kernels/one_token.hpp"
 #include "backends/cuda/stream_tune.hpp"
+#include "core/knobs.hpp"
 
 namespace moerun {
 namespace {
@@ -74,21 +75,22 @@ struct Path {
   }
 };
 
-// MOERUN_CUDA_GEMM=<variant name> forces one GEMM variant (benchmarks, tests and tuning only). An
-// unknown name is ignored; "cutlass-sm90-grouped", "cutlass-sm90-swapab" and "sm90-wgmma-grouped" fall
-// back to the rule for f32.
+// MOERUN_CUDA_GEMM=<variant name> forces one GEMM variant (benchmarks, tests and tuning only). The
+// names it takes are the knob table's (an unknown one is refused at the boundary and ignored here);
+// "cutlass-sm90-grouped", "cutlass-sm90-swapab" and "sm90-wgmma-grouped" fall back to the rule for f32.
 Path forced_path(bool cutlass_ok, bool* forced) {
   *forced = false;
-  const char* v = std::getenv("MOERUN_CUDA_GEMM");
-  if (!v || !*v) return {};
-  const bool swap = std::strcmp(v, kCutlassSwapVariant) == 0, wgmma = std::strcmp(v, kWgmmaVariant) == 0;
+  const std::optional<std::string_view> name = knob_choice("MOERUN_CUDA_GEMM");
+  if (!name) return {};
+  const std::string_view v = *name;
+  const bool swap = v == kCutlassSwapVariant, wgmma = v == kWgmmaVariant;
   // (forcing the wgmma engine on a layer with more than kWgmmaMaxGroups local experts: its launch refuses)
-  if (swap || wgmma || std::strcmp(v, kCutlassVariant) == 0) {
+  if (swap || wgmma || v == kCutlassVariant) {
     *forced = cutlass_ok;
     return {cutlass_ok, GemmConfig::kTileM64, swap && cutlass_ok, wgmma && cutlass_ok};
   }
   for (int c = 0; c < kNumGemmConfigs; ++c)
-    if (std::strcmp(v, gemm_config_name(static_cast<GemmConfig>(c))) == 0) {
+    if (v == gemm_config_name(static_cast<GemmConfig>(c))) {
       *forced = true;
       return {false, static_cast<GemmConfig>(c)};
     }
@@ -105,10 +107,7 @@ Path path_for_tpe(double tpe, bool cutlass_ok) {
   return {true, GemmConfig::kTileM64, false, true};
 }
 
-bool direct_enabled() {
-  const char* v = std::getenv("MOERUN_CUDA_DIRECT");  // read per call: tests compare both in one process
-  return !(v && v[0] == '0');
-}
+bool direct_enabled() { return knob_on("MOERUN_CUDA_DIRECT", true); }  // read per call: tests compare both
 
 // Whether gate_up runs with the gated activation in its epilogue instead of the GEMM and the separate
 // activation pass. On CUTLASS's 128x256 schedule (cutlass_grouped_act.cuh) only with
@@ -124,12 +123,7 @@ bool direct_enabled() {
 // 5.53 vs 5.63 ms, qwen3 M=1024 0.377 vs 0.384, gpt-oss M=8192 3.58 vs 3.62; one loss, deepseek-v3
 // M=8192 12.78 vs 12.26; bench/results/2026-12-02_s19_h200/NOTES.md); MOERUN_CUDA_FUSED_ACT=0 turns it
 // off (and =1 on) for either engine.
-bool fused_act_enabled(bool wgmma) {
-  const char* v = std::getenv("MOERUN_CUDA_FUSED_ACT");
-  if (v && v[0] == '1' && v[1] == '\0') return true;
-  if (v && v[0] == '0' && v[1] == '\0') return false;
-  return wgmma;
-}
+bool fused_act_enabled(bool wgmma) { return knob_on("MOERUN_CUDA_FUSED_ACT", wgmma); }
 
 // Whether the wgmma engine gathers the tokens in gate_up's operand load (cp.async of each row from
 // the caller's hidden states) instead of a gather pass writing them expert-sorted first. The pass
@@ -138,17 +132,11 @@ bool fused_act_enabled(bool wgmma) {
 // pass, graph replay: deepseek-v3 M = 8192 14.6 against 11.6 ms, qwen3-30b-a3b M = 8192 1.59 against
 // 1.38, mixtral-8x7b M = 1024 1.77 against 1.38; bench/results/2026-12-03_s20_h200/NOTES.md), so it
 // is off unless MOERUN_CUDA_GEMM_GATHER=1. Read per call, so one process can time both side by side.
-bool gemm_gather_enabled() {
-  const char* v = std::getenv("MOERUN_CUDA_GEMM_GATHER");
-  return v && v[0] == '1' && v[1] == '\0';
-}
+bool gemm_gather_enabled() { return knob_on("MOERUN_CUDA_GEMM_GATHER", false); }
 
 // Whether the sorted path's token gather rides in the alignment's fill grid (launch.hpp, AlignGather)
 // or runs as its own pass after it (MOERUN_CUDA_FILL_GATHER=0; side-by-side runs). Read per call.
-bool fill_gather_enabled() {
-  const char* v = std::getenv("MOERUN_CUDA_FILL_GATHER");
-  return !(v && v[0] == '0' && v[1] == '\0');
-}
+bool fill_gather_enabled() { return knob_on("MOERUN_CUDA_FILL_GATHER", true); }
 
 // The wgmma engine's tail tiles (launch.hpp, WgmmaTiles): MOERUN_CUDA_SWAP_TAILS=0|16|32|48 (an
 // expert's last rows up to that many as swap-AB tiles; default 0, which measured fastest) and MOERUN_CUDA_NARROW_N=0|1 (the
@@ -157,19 +145,14 @@ bool fill_gather_enabled() {
 // the forms side by side (cuda_moe_bench --ab env:...); any other value is an error.
 cuda_kernels::WgmmaTiles wgmma_tiles_from_env() {
   cuda_kernels::WgmmaTiles t;
-  auto read = [](const char* name, std::initializer_list<int> allowed, int& out) {
-    const char* v = std::getenv(name);
-    if (!v || !*v) return;
-    for (int a : allowed)
-      if (std::to_string(a) == v) {
-        out = a;
-        return;
-      }
-    throw_error(ErrorKind::kInvalidArgument, std::string("cuda: ") + name + "='" + v + "' is not one of the values it takes");
+  // The values each takes are the knob table's (core/knobs.cpp); a malformed one is refused here too,
+  // as these shape the launches.
+  auto read = [](const char* name, int& out) {
+    if (const std::optional<long> v = knob_count_strict(name)) out = static_cast<int>(*v);
   };
-  read("MOERUN_CUDA_SWAP_TAILS", {0, 16, 32, 48}, t.swap_rows);
-  read("MOERUN_CUDA_NARROW_N", {0, 1}, t.narrow_n);
-  read("MOERUN_CUDA_PAIR", {0, 1}, t.pair);
+  read("MOERUN_CUDA_SWAP_TAILS", t.swap_rows);
+  read("MOERUN_CUDA_NARROW_N", t.narrow_n);
+  read("MOERUN_CUDA_PAIR", t.pair);
   if (t.pair && t.swap_rows)
     throw_error(ErrorKind::kInvalidArgument, "cuda: MOERUN_CUDA_PAIR=1 does not combine with MOERUN_CUDA_SWAP_TAILS");
   return t;
@@ -187,8 +170,7 @@ cuda_kernels::WgmmaTiles wgmma_tiles_from_env() {
 // fit (gpt-oss-120b shape: 66 MB), prefetching part of each expert was slower (75.6 vs 73.2 us), so the
 // runner prefetches only whole sets (l2_next_fits).
 int down_prefetch_at(int k_tiles) {
-  const char* v = std::getenv("MOERUN_CUDA_DOWN_PREFETCH");
-  const std::string w = v ? v : "end";
+  const std::string_view w = knob_choice("MOERUN_CUDA_DOWN_PREFETCH").value_or("end");
   if (w == "0" || w == "off") return -1;
   if (w == "start") return 0;
   if (w == "mid") return k_tiles / 2;
@@ -197,10 +179,7 @@ int down_prefetch_at(int k_tiles) {
 
 // Whether a one-token call takes the fused stage (one_token.hpp) where the layer fits it: only with
 // MOERUN_CUDA_ONE_TOKEN=1, as it measured no faster than the chain (read per call: side-by-side runs).
-bool one_token_enabled() {
-  const char* v = std::getenv("MOERUN_CUDA_ONE_TOKEN");
-  return v && v[0] == '1' && v[1] == '\0';
-}
+bool one_token_enabled() { return knob_on("MOERUN_CUDA_ONE_TOKEN", false); }
 
 int device_sm_count(int device) {
   int n = 0;
@@ -700,11 +679,9 @@ class CudaRunner final : public Runner {
   // MOERUN_CUDA_N128: 128-column blocks in the wgmma engine (launch.hpp, WgmmaTiles::n128) for every
   // launch (1), where wgmma_n128_wanted says (auto), or none (0 or unset). Read per call.
   bool n128_for(int64_t rows, int groups, int n) const {
-    const char* v = std::getenv("MOERUN_CUDA_N128");
-    if (!v || !*v || std::strcmp(v, "0") == 0) return false;
-    if (std::strcmp(v, "1") == 0) return true;
-    if (std::strcmp(v, "auto") == 0) return wgmma_n128_wanted(rows, groups, n, sm_count_);
-    throw_error(ErrorKind::kInvalidArgument, std::string("cuda: MOERUN_CUDA_N128='") + v + "' is not 0, 1 or auto");
+    const std::string_view v = knob_choice_strict("MOERUN_CUDA_N128").value_or("0");
+    if (v == "auto") return wgmma_n128_wanted(rows, groups, n, sm_count_);
+    return v == "1";
   }
   // The wgmma engine's K splits for one GEMM. By default (unset, or =tail) the tail split: only the
   // last partial wave's output tiles, in launches of at most kWgmmaTailMaxWaves waves
@@ -720,12 +697,11 @@ class CudaRunner final : public Runner {
     bool tail = false;  // only the last partial wave's tiles
   };
   SplitK split_k_for(int64_t rows, int groups, int n, int k) const {
-    const char* v = std::getenv("MOERUN_CUDA_KSPLIT");
-    const char* mode = v && *v ? v : "tail";
-    if (std::strcmp(mode, "auto") == 0) return {wgmma_k_splits(rows, groups, n, k, sm_count_), false};
-    const bool tail = std::strcmp(mode, "tail") == 0;
+    const std::string_view mode = knob_choice("MOERUN_CUDA_KSPLIT").value_or("tail");
+    if (mode == "auto") return {wgmma_k_splits(rows, groups, n, k, sm_count_), false};
+    const bool tail = mode == "tail";
     if (tail && !wgmma_tail_split_may_apply(rows, groups, n, sm_count_)) return {};
-    int s = tail ? kWgmmaMaxKSplits : std::atoi(mode);
+    int s = tail ? kWgmmaMaxKSplits : mode[0] - '0';  // one digit: the table takes 0-4
     if (s <= 1) return {};
     s = std::min(s, kWgmmaMaxKSplits);
     while (s > 1 && !wgmma_k_splits_fit(k, s)) --s;
@@ -799,6 +775,10 @@ class CudaBackend final : public cuda_detail::GpuBackendBase {
 };
 
 }  // namespace
+
+namespace cuda_kernels {
+bool pdl_enabled() { return knob_on("MOERUN_CUDA_PDL", true); }
+}  // namespace cuda_kernels
 
 std::shared_ptr<const Backend> make_cuda_backend() { return std::make_shared<CudaBackend>(); }
 

@@ -24,10 +24,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/cuda/kernels/launch.hpp"
+#include "core/knobs.hpp"
 
 namespace moerun::cuda_detail {
 
@@ -35,10 +38,9 @@ inline constexpr int64_t kTuneMinBytes = int64_t{16} << 20;
 
 enum class StreamTune { kOff, kAuto, kAlways };
 inline StreamTune stream_tune_mode() {
-  const char* v = std::getenv("MOERUN_CUDA_STREAM_TUNE");
-  if (v && std::strcmp(v, "0") == 0) return StreamTune::kOff;
-  if (v && std::strcmp(v, "1") == 0) return StreamTune::kAlways;
-  return StreamTune::kAuto;
+  const std::optional<std::string_view> v = knob_choice("MOERUN_CUDA_STREAM_TUNE");
+  if (!v) return StreamTune::kAuto;
+  return *v == "1" ? StreamTune::kAlways : StreamTune::kOff;
 }
 
 // Whether a runner whose one-token call streams `bytes_at_m1` weight bytes times the two tilings.
