@@ -51,6 +51,7 @@
 #include "backends/cpu/prepack.hpp"
 #include "backends/cpu/q8_rows.hpp"
 #include "backends/cpu/runner.hpp"
+#include "core/knobs.hpp"
 #include "moerun/formats.hpp"
 #include "moerun/platform.hpp"
 
@@ -159,6 +160,12 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  try {
+    moerun::check_knob_environment();  // the kernel sets below read the cpu knobs
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cpu_kernel_bench: %s\n", e.what());
+    return 2;
+  }
   std::vector<std::string> variants = {"v1", "v2"}, formats;
   bool probe = false, placement = false, panel_mode = false;
   std::vector<int> threads = {1, 2};

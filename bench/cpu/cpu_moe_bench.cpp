@@ -720,17 +720,20 @@ struct Bench {
 };
 
 // --compare-env's argument: VAR=VALUE settings joined by commas, each a knob (core/knobs.hpp) set to a
-// value it takes, so that a typo cannot time the default against itself; not the ISA cap, which is
-// read once per process and so cannot differ between the two sets of runners.
+// value it takes, so that a typo cannot time the default against itself; not the ISA cap or the
+// VDPBF16PS rate, which are read once per process and so cannot differ between the two sets of runners.
 bool valid_settings(const std::string& s) {
   std::stringstream ss(s);
   int n = 0;
   for (std::string kv; std::getline(ss, kv, ','); ++n) {
     const size_t eq = kv.find('=');
     const Knob* k = eq == std::string::npos ? nullptr : find_knob(kv.substr(0, eq));
-    if (!k || k->name == "MOERUN_CPU_ISA" || !knob_accepts(*k, kv.substr(eq + 1))) {
+    const bool per_process = k && (k->name == "MOERUN_CPU_ISA" || k->name == "MOERUN_CPU_BF16_DOT_RATE");
+    if (!k || per_process || !knob_accepts(*k, kv.substr(eq + 1))) {
       std::fprintf(stderr, "cpu_moe_bench: --compare-env '%s': %s\n", kv.c_str(),
-                   k ? ("takes " + knob_values(*k)).c_str() : "not a knob (moerun knobs --all lists them)");
+                   !k            ? "not a knob (moerun knobs --all lists them)"
+                   : per_process ? "read once per process: both sides would run the same"
+                                 : ("takes " + knob_values(*k)).c_str());
       return false;
     }
   }
@@ -789,7 +792,15 @@ int main(int argc, char** argv) {
     }
     else if (a == "--budget" && i + 1 < argc) b.opt.budget = std::atof(argv[++i]);
     else if (a == "--stream-sweep" && i + 1 < argc) {
-      for (int64_t n : parse_list(argv[++i])) b.opt.sweep.push_back(static_cast<int>(n));
+      // Each value becomes MOERUN_CPU_STREAM_MAX_TOKENS: one it does not take would time the default.
+      const Knob& cut = *find_knob("MOERUN_CPU_STREAM_MAX_TOKENS");
+      for (int64_t n : parse_list(argv[++i])) {
+        if (!knob_accepts(cut, std::to_string(n))) {
+          std::fprintf(stderr, "--stream-sweep: %lld: takes %s\n", static_cast<long long>(n), knob_values(cut).c_str());
+          return 2;
+        }
+        b.opt.sweep.push_back(static_cast<int>(n));
+      }
     } else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE,...] [--m 1,64,...] [--compare-v1] "

@@ -214,14 +214,25 @@ int main(int argc, char** argv) {
     if (e > b) ab_list.push_back(ab_arg.substr(b, e - b));
     b = e + 1;
   }
+  // Every contender sets a knob (core/knobs.hpp) to a value it takes: a typo must not time the rule
+  // against itself under another name.
   for (const std::string& x : ab_list) {
-    if (x.rfind("env:", 0) != 0) continue;
-    // A knob (core/knobs.hpp) set to a value it takes: a typo must not time the default against itself.
-    const size_t eq = x.find('=');
-    const moerun::Knob* k = eq == std::string::npos ? nullptr : moerun::find_knob(x.substr(4, eq - 4));
-    if (!k || !moerun::knob_accepts(*k, x.substr(eq + 1))) {
-      std::fprintf(stderr, "cuda_moe_bench: --ab '%s': an env contender is env:NAME=VALUE with a knob and a value it takes (%s)\n",
-                   x.c_str(), k ? ("takes " + moerun::knob_values(*k)).c_str() : "moerun knobs --all lists them");
+    std::string name, value;
+    if (x == "gather") continue;
+    if (x.rfind("env:", 0) == 0) {
+      const size_t eq = x.find('=');
+      if (eq != std::string::npos) name = x.substr(4, eq - 4), value = x.substr(eq + 1);
+    } else if (x.rfind("ksplit=", 0) == 0) {
+      name = "MOERUN_CUDA_KSPLIT", value = x.substr(7);
+    } else {
+      const size_t plus = x.find('+');
+      if (plus == std::string::npos || x.substr(plus) == "+unfused") name = "MOERUN_CUDA_GEMM", value = x.substr(0, plus);
+    }
+    const moerun::Knob* k = name.empty() ? nullptr : moerun::find_knob(name);
+    if (!k || !moerun::knob_accepts(*k, value)) {
+      std::fprintf(stderr, "cuda_moe_bench: --ab '%s': a contender is gather, ksplit=N, an engine name (+unfused), or "
+                   "env:NAME=VALUE, each a knob and a value it takes (%s)\n",
+                   x.c_str(), k ? (name + " takes " + moerun::knob_values(*k)).c_str() : "moerun knobs --all lists them");
       return 2;
     }
   }
@@ -430,7 +441,7 @@ int main(int argc, char** argv) {
       // so the card's moving clocks fall on both alike (the forced rows below run one after another).
       // "gather" (the tokens gathered in the wgmma operand load, MOERUN_CUDA_GEMM_GATHER=1) and
       // "ksplit=N" (MOERUN_CUDA_KSPLIT=N) only where the rule takes that engine; an engine from 128
-      // tokens; "env:NAME=VALUE" at every M (a knob of the decode path, e.g. MOERUN_CUDA_FUSED_COMBINE,
+      // tokens; "env:NAME=VALUE" at every M (a knob of the decode path, e.g. MOERUN_CUDA_ONE_TOKEN,
       // acts below 128 tokens).
       for (const std::string& x : ab_list) {
         const size_t plus = x.find('+');

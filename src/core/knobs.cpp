@@ -49,7 +49,7 @@ const std::vector<Knob>& table() {
                       "the streams' L1 prefetch distance in bytes, and the AMX tiles' unless set apart; 0: none"));
     v.push_back(count("MOERUN_CPU_PREFETCH_L2", "cpu", 0, 65536, "4096 at avx512-bf16 and amx, else none",
                       "the streams' second prefetch distance, into L2, in bytes; 0: none"));
-    v.push_back(count("MOERUN_CPU_AMX_PREFETCH", "cpu", 0, 65536, "512",
+    v.push_back(count("MOERUN_CPU_AMX_PREFETCH", "cpu", 0, 65536, "512, or MOERUN_CPU_PREFETCH where set",
                       "the AMX tile calls' prefetch distance in bytes; 0: none"));
     v.push_back(count("MOERUN_CPU_AMX_STREAM_PREFETCH", "cpu", 0, 65536, "1024",
                       "the AMX decode stream's prefetch distance in bytes (calls of 2-64 tokens per expert)"));
@@ -65,7 +65,7 @@ const std::vector<Knob>& table() {
                       "elements of padding per activation row; 0: none", 32));
     v.push_back(count("MOERUN_CPU_DOWN_GROUP", "cpu", 1, 64, "the runner's rule",
                       "N-blocks per down-GEMM work item where a down GEMM is tiled"));
-    v.push_back(count("MOERUN_CPU_STREAM_RUN", "cpu", 1, 64, "8 (48 for AMX tile items)",
+    v.push_back(count("MOERUN_CPU_STREAM_RUN", "cpu", 1, 64, "the runner's rule, at most 8 (AMX tile items: 48)",
                       "consecutive N-blocks of one expert per decode work item (tile items: whole pairs)"));
     v.push_back(on_off("MOERUN_CPU_E8M0_FOLD", "cpu", "1", "0: mxfp4 scales applied per group, never folded into the weights"));
     v.push_back(on_off("MOERUN_CPU_BF16_INTERMEDIATE", "cpu", "1",
@@ -124,12 +124,14 @@ bool parse_long(std::string_view s, long& out) {
 }
 
 bool parse_double(std::string_view s, double& out) {
-  if (s.empty() || s.size() > 64) return false;
-  const std::string str(s);
+  char buf[64];  // strtod wants a terminated string; no allocation (knobs.hpp)
+  if (s.empty() || s.size() >= sizeof buf || s.find_first_of(" \t\n") != std::string_view::npos) return false;
+  std::memcpy(buf, s.data(), s.size());
+  buf[s.size()] = '\0';
   char* end = nullptr;
   errno = 0;
-  out = std::strtod(str.c_str(), &end);
-  return errno == 0 && end == str.c_str() + str.size() && str.find_first_of(" \t\n") == std::string::npos;
+  out = std::strtod(buf, &end);
+  return errno == 0 && end == buf + s.size();
 }
 
 bool in_choices(std::string_view choices, std::string_view v) {

@@ -126,7 +126,13 @@ TEST(Knobs, TheBoundaryRefusesAMalformedKnob) {
     spec.hidden = 64;
     spec.intermediate = 32;
     auto w = std::make_shared<MoeWeights>(random_weights(spec, 7));
-    EXPECT_THROW(MoeLayer(spec, w, Platform::detect()), Error);
+    try {
+      MoeLayer layer(spec, w, Platform::detect());
+      ADD_FAILURE() << "a layer was made with a malformed knob";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("MOERUN_CPU_ROW_PAD"), std::string::npos) << e.what();
+    }
     // The readers below it stay lenient: the default.
     EXPECT_EQ(cpu::row_pad_override(), -1);
   }
@@ -163,6 +169,14 @@ TEST(Knobs, ReadersParseByTheTable) {
     ScopedEnv e("MOERUN_CUDA_SWAP_TAILS", "32");
     EXPECT_EQ(knob_count_strict("MOERUN_CUDA_SWAP_TAILS"), 32);
   }
+  {
+    ScopedEnv e("MOERUN_CPU_KERNELS", "v3");  // refused where it is read, as before the table
+    EXPECT_THROW(cpu::kernels_for(CpuIsa::kAvx2), Error);
+  }
+  {
+    ScopedEnv e("MOERUN_CPU_KERNELS", "v1");
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).variant, "v1");
+  }
   EXPECT_TRUE(knob_on("MOERUN_CUDA_PDL", true));
   {
     ScopedEnv e("MOERUN_CUDA_PDL", "0");
@@ -196,7 +210,9 @@ TEST(Knobs, TheTableMatchesTheSources) {
     for (const auto& e : std::filesystem::recursive_directory_iterator(root / dir)) {
       const std::string ext = e.path().extension().string();
       if (!e.is_regular_file() || (ext != ".cpp" && ext != ".hpp" && ext != ".cu" && ext != ".cuh" && ext != ".h")) continue;
-      if (e.path().filename() == "test_knobs.cpp") continue;  // this file names non-knobs on purpose
+      // This file names non-knobs on purpose; the table names every knob, so it cannot count as a reader.
+      const std::string file = e.path().filename().string();
+      if (file == "test_knobs.cpp" || file == "knobs.cpp" || file == "knobs.hpp") continue;
       const std::string text = read_file(e.path());
       for (std::sregex_iterator m(text.begin(), text.end(), quoted), end; m != end; ++m) {
         named.insert((*m)[1].str());
@@ -210,6 +226,26 @@ TEST(Knobs, TheTableMatchesTheSources) {
     EXPECT_TRUE(named.count(std::string(k.name))) << k.name << " is in the table but nothing reads it";
 }
 
+// Knobs are read through the table (knob_count, knob_choice, ...), not with getenv, so that a reader
+// cannot take values the table refuses or miss the boundary's check. The exceptions and why:
+// knobs.cpp (the table), platform.cpp (MOERUN_CPU_ISA, refused there too, with the allowed levels),
+// registry.cpp (MOERUN_PLUGIN_PATH, a path list), common.cuh (MOERUN_CUDA_PDL: kernels that probes
+// link without the library).
+TEST(Knobs, NoReaderBypassesTheTable) {
+  const std::filesystem::path root = MOERUN_SOURCE_ROOT;
+  const std::set<std::string> allowed = {"knobs.cpp", "platform.cpp", "registry.cpp", "common.cuh"};
+  const std::regex direct("getenv\\(\\s*\"MOERUN_");
+  int files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root / "src")) {
+    if (!e.is_regular_file()) continue;
+    ++files;
+    const std::string text = read_file(e.path());
+    if (std::regex_search(text, direct))
+      EXPECT_TRUE(allowed.count(e.path().filename().string())) << e.path() << " reads a MOERUN_ variable with getenv";
+  }
+  EXPECT_GT(files, 50);  // the tree was found
+}
+
 // docs/knobs.md has a row for every knob, with the values it takes and its default.
 TEST(Knobs, TheDocsListEveryKnob) {
   const std::string doc = read_file(std::filesystem::path(MOERUN_SOURCE_ROOT) / "docs" / "knobs.md");
@@ -217,13 +253,13 @@ TEST(Knobs, TheDocsListEveryKnob) {
   for (const Knob& k : knobs()) {
     const std::string head = "| `" + std::string(k.name) + "` |";
     const size_t at = doc.find(head);
-    ASSERT_NE(at, std::string::npos) << k.name << " has no row in docs/knobs.md";
+    ASSERT_NE(at, std::string::npos) << k.name << " has no row in docs/knobs.md (python3 tools/knobs-doc.py)";
     const std::string row = doc.substr(at, doc.find('\n', at) - at);
     auto cell = [](std::string s) {  // as a markdown table cell writes it
       for (size_t i = s.find('|'); i != std::string::npos; i = s.find('|', i + 2)) s.insert(i, "\\");
       return s;
     };
-    EXPECT_NE(row.find(cell(knob_values(k))), std::string::npos) << k.name << ": the row should say " << cell(knob_values(k));
+    EXPECT_NE(row.find(cell(knob_values(k))), std::string::npos) << k.name << ": the row should say " << cell(knob_values(k)) << " (python3 tools/knobs-doc.py)";
     EXPECT_NE(row.find(cell(std::string(k.unset))), std::string::npos) << k.name << ": the row should say " << k.unset;
   }
 }

@@ -161,6 +161,7 @@ void add_backends(CLI::App& root) {
 void add_presets(CLI::App& root) {
   auto* app = root.add_subcommand("presets", "list the named layer shapes");
   app->callback([] {
+    check_knob_environment();
     for (const Preset& p : presets()) {
       std::cout << fmt::format("{:<22} {}\n", p.name, p.description);
       std::cout << fmt::format("{:<22} {}\n", "", p.model.spec.summary());

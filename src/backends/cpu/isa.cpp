@@ -141,7 +141,8 @@ int q15_max_tokens_override() {
 }
 
 KernelSet kernels_for(CpuIsa isa) {
-  return kernels_for_variant(isa, std::string(knob_choice("MOERUN_CPU_KERNELS").value_or("v2")));
+  // Refused, not ignored, as before the table: a runner of the wrong kernels would time the wrong thing.
+  return kernels_for_variant(isa, std::string(knob_choice_strict("MOERUN_CPU_KERNELS").value_or("v2")));
 }
 
 namespace {

@@ -131,6 +131,8 @@ int q15_stream_max(CpuIsa isa, double bf16_dot_rate) noexcept;
 inline constexpr int kStreamMaxTokensLimit = 65536;  // largest value MOERUN_CPU_STREAM_MAX_TOKENS accepts
 
 // MOERUN_CPU_STREAM_MAX_TOKENS parsed: n, or -1 when unset or invalid (then the defaults hold).
+// Every knob below: its values are core/knobs.cpp's table; a malformed value reads as unset here and
+// is refused at the boundary (check_knob_environment).
 int stream_max_tokens_override();
 
 // The kernels one runner uses, fixed when it is created.
@@ -325,27 +327,27 @@ int amx_prefetch_override();
 int down_group_override();
 // MOERUN_CPU_STREAM_RUN parsed: 1..64, or -1 when unset or anything else.
 int stream_run_override();
-// MOERUN_CPU_AMX_STREAM=0: false; unset or anything else: true.
+// MOERUN_CPU_AMX_STREAM=0: false; unset (or malformed): true.
 bool amx_stream_enabled();
-// MOERUN_CPU_E8M0_FOLD=0: false; unset or anything else: true.
+// MOERUN_CPU_E8M0_FOLD=0: false; unset (or malformed): true.
 bool e8m0_fold_enabled();
-// MOERUN_CPU_BF16_INTERMEDIATE=0: false; unset or anything else: true.
+// MOERUN_CPU_BF16_INTERMEDIATE=0: false; unset (or malformed): true.
 bool bf16_intermediate_enabled();
-// MOERUN_CPU_AMX_PREFETCH_NEXT=0: false; unset or anything else: true.
+// MOERUN_CPU_AMX_PREFETCH_NEXT=0: false; unset (or malformed): true.
 bool amx_prefetch_next_enabled();
-// MOERUN_CPU_Q8=0: false; unset or anything else: true.
+// MOERUN_CPU_Q8=0: false; unset (or malformed): true.
 bool q8_stream_enabled();
-// MOERUN_CPU_Q15=0: false; unset or anything else: true (a number n >= 1 also sets the cut, below; so
+// MOERUN_CPU_Q15=0: false; unset (or malformed): true (a number n >= 1 also sets the cut, below; so
 // MOERUN_CPU_Q15=1 means a cut of one token, not just "on").
 bool q15_stream_enabled();
 // MOERUN_CPU_Q15=<n> with n >= 1 (measurement): the q15 kernels take calls of up to n tokens per expert,
-// whatever MOERUN_CPU_STREAM_MAX_TOKENS says; -1 when unset or anything else (the level's cut holds).
+// whatever MOERUN_CPU_STREAM_MAX_TOKENS says; -1 when unset, 0 or malformed (the level's cut holds).
 int q15_max_tokens_override();
 
 // Kernels for the given level (kAvx512Bf16 and kAmx: the AVX-512 set plus stream_bf16; kAmx adds the
 // tiles). Throws Error{kUnsupported} below AVX2.
 // The environment variable MOERUN_CPU_KERNELS=v1 selects the previous AVX2 streaming kernel and
-// crossover (for side-by-side measurement only).
+// crossover (for side-by-side measurement only); another value throws Error{kInvalidArgument}.
 KernelSet kernels_for(CpuIsa isa);
 // kernels_for with an explicit variant, "v1" or "v2"; throws Error{kInvalidArgument} for another name.
 KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant);

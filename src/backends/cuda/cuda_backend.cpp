@@ -776,10 +776,6 @@ class CudaBackend final : public cuda_detail::GpuBackendBase {
 
 }  // namespace
 
-namespace cuda_kernels {
-bool pdl_enabled() { return knob_on("MOERUN_CUDA_PDL", true); }
-}  // namespace cuda_kernels
-
 std::shared_ptr<const Backend> make_cuda_backend() { return std::make_shared<CudaBackend>(); }
 
 }  // namespace moerun
