@@ -225,6 +225,9 @@ const moerun_backend_v1 kBackends[] = {
 
 extern "C" __attribute__((visibility("default"))) int moerun_plugin_init(uint32_t host_abi_version, moerun_plugin_v1* out,
                                                                          char* err, size_t err_len) {
+#ifdef EXAMPLE_INIT_REFUSES  // (testing: a plugin that cannot start, e.g. for want of its device)
+  return fail(err, err_len, EXAMPLE_INIT_REFUSES);
+#endif
   out->abi_version = EXAMPLE_ABI_VERSION;
   out->num_backends = 1;
   out->backends = kBackends;

@@ -48,7 +48,11 @@ class Registry {
   // cannot open, missing moerun_plugin_init, ABI version mismatch, failing init, bad capabilities.
   void load_plugin(const std::string& path, AddOptions options = {});
   // Loads every path in MOERUN_PLUGIN_PATH (':'-separated files); returns the errors, one per failure.
+  // Loading a library that is already loaded (by any path) is a no-op.
   std::vector<std::string> load_plugins_from_env();
+  // global()'s MOERUN_PLUGIN_PATH failures. The library only warns of them on stderr (a host program
+  // keeps its built-in backends); the moerun command line refuses to go on with any.
+  std::vector<std::string> env_plugin_errors() const;
 
   // Where override notices go (default: stderr). Tests capture it.
   void set_log(std::function<void(const std::string&)> log);
@@ -57,6 +61,8 @@ class Registry {
   mutable std::mutex mu_;
   std::vector<BackendEntry> entries_;
   std::function<void(const std::string&)> log_;
+  std::vector<void*> plugin_libs_;              // dlopen handles whose backends are registered
+  std::vector<std::string> env_plugin_errors_;  // global(): MOERUN_PLUGIN_PATH failures
 };
 
 // Registers reference, cpu and (when built with CUDA) cuda and cublas.

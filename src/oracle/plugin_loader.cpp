@@ -1,6 +1,8 @@
 // Loading out-of-tree backends through the C ABI of moerun/plugin.h.
 #include <dlfcn.h>
 
+#include <algorithm>
+
 #include <cstring>
 #include <vector>
 
@@ -119,10 +121,21 @@ class PluginBackend final : public Backend {
 
 void Registry::load_plugin(const std::string& path, AddOptions options) {
   auto fail = [&](const std::string& why) { throw_error(ErrorKind::kPlugin, "plugin " + path + ": " + why); };
+  // dlopen("") would hand back the main program, and the error would be a missing symbol.
+  if (path.empty()) throw_error(ErrorKind::kPlugin, "plugin path is empty");
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* e = dlerror();
     fail(std::string("cannot load (") + (e ? e : "unknown dlopen error") + ")");
+  }
+  // The same library again (another path to it, or both --plugin and MOERUN_PLUGIN_PATH naming it):
+  // dlopen returned the handle it already holds, whose backends are registered. Nothing to do.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (std::find(plugin_libs_.begin(), plugin_libs_.end(), lib) != plugin_libs_.end()) {
+      dlclose(lib);  // only the reference count this call took
+      return;
+    }
   }
   // The library stays loaded for the life of the process: backends and runners point into it.
   dlerror();
@@ -132,10 +145,15 @@ void Registry::load_plugin(const std::string& path, AddOptions options) {
   moerun_plugin_v1 info{};
   char err[512] = {};
   const int rc = init(MOERUN_PLUGIN_ABI_VERSION, &info, err, sizeof err);
-  if (info.abi_version != MOERUN_PLUGIN_ABI_VERSION)
+  // A plugin that names another ABI is a mismatch whatever init returned (plugin.h: it should refuse).
+  // One that fails without naming any did not get that far: its own message says why.
+  if (info.abi_version != 0 && info.abi_version != MOERUN_PLUGIN_ABI_VERSION)
     fail("ABI version mismatch: plugin built for " + std::to_string(info.abi_version) + ", this moerun speaks " +
          std::to_string(MOERUN_PLUGIN_ABI_VERSION) + " (rebuild it against this moerun)");
   if (rc != 0) fail("init failed (code " + std::to_string(rc) + "): " + message(err));
+  if (info.abi_version != MOERUN_PLUGIN_ABI_VERSION)
+    fail("init succeeded but set no ABI version (moerun_plugin_v1::abi_version must be " +
+         std::to_string(MOERUN_PLUGIN_ABI_VERSION) + ")");
   if (info.num_backends == 0 || !info.backends) fail("init declared no backends");
   if (info.num_backends > 64) fail("init declared " + std::to_string(info.num_backends) + " backends (at most 64)");
   // Validate every backend before adding any, so a bad plugin adds nothing.
@@ -159,6 +177,8 @@ void Registry::load_plugin(const std::string& path, AddOptions options) {
     backends.push_back(std::make_shared<PluginBackend>(b, std::move(caps), path));
   }
   for (auto& b : backends) add(std::move(b), path, options);
+  std::lock_guard<std::mutex> lock(mu_);
+  plugin_libs_.push_back(lib);
 }
 
 }  // namespace moerun

@@ -43,7 +43,8 @@ void Registry::add(std::shared_ptr<const Backend> backend, std::string origin, A
       if (e.backend == backend) return;  // the very same backend again: a no-op
       if (!options.allow_override)
         throw_error(ErrorKind::kRegistry, "backend '" + name + "' is already registered (from " + e.origin + "); " + origin +
-                                              " may replace it only with an explicit override");
+                                              " may replace it only with an explicit override (AddOptions::allow_override; from the command line, give the "
+                                              "backends different names)");
       const std::string notice = "moerun: backend '" + name + "' from " + e.origin + " overridden by " + origin;
       e.backend = std::move(backend);
       e.origin = std::move(origin);
@@ -101,6 +102,11 @@ std::vector<std::string> Registry::load_plugins_from_env() {
   return errors;
 }
 
+std::vector<std::string> Registry::env_plugin_errors() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return env_plugin_errors_;
+}
+
 void register_builtin_backends(Registry& r) {
   r.add(make_reference_backend(), "built-in");
 #ifdef MOERUN_WITH_CPU_BACKEND
@@ -118,7 +124,8 @@ Registry& Registry::global() {
   static Registry* r = [] {
     auto* reg = new Registry();  // never destroyed: plugins' code must outlive every backend object
     register_builtin_backends(*reg);
-    for (const std::string& e : reg->load_plugins_from_env()) std::cerr << "moerun: " << e << "\n";
+    reg->env_plugin_errors_ = reg->load_plugins_from_env();
+    for (const std::string& e : reg->env_plugin_errors_) std::cerr << "moerun: MOERUN_PLUGIN_PATH: " << e << "\n";
     return reg;
   }();
   return *r;

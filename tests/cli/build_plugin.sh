@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs moerun into <build>/_install and builds examples/plugin against it with find_package(moerun),
-# twice: as shipped, and pretending to be built against ABI version 2 (for the refusal test).
+# three times: as shipped, pretending to be built against ABI version 2, and with an init that refuses
+# (for the refusal tests).
 set -euo pipefail
 src=$1 build=$2
 cmake --install "$build" --prefix "$build/_install" >/dev/null
@@ -9,4 +10,8 @@ for abi in "" 2; do
   cmake -S "$src/examples/plugin" -B "$out" -DCMAKE_PREFIX_PATH="$build/_install" -DEXAMPLE_ABI_OVERRIDE="$abi" >/dev/null
   cmake --build "$out" >/dev/null
 done
+out="$build/plugin-example-refuses"
+cmake -S "$src/examples/plugin" -B "$out" -DCMAKE_PREFIX_PATH="$build/_install" \
+  -DEXAMPLE_INIT_REFUSES="no device for example-scalar" >/dev/null
+cmake --build "$out" >/dev/null
 ls "$build"/plugin-example*/libmoerun_example_plugin*.so
