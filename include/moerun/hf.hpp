@@ -32,6 +32,9 @@ struct HfModel {
   HfFamily family = HfFamily::kQwenMoe;
   int num_layers = 0;
   std::vector<int> moe_layers;   // indices of layers that have a MoE block
+  // Where moerun's layer is not exactly the model's own (one line each; the CLI prints them), e.g. a
+  // routing it approximates. Empty for the models it runs as published.
+  std::vector<std::string> caveats;
 };
 
 // Reads config.json (+ its quantization_config, or hf_quant_config.json beside it). Unknown fields

@@ -265,7 +265,12 @@ void build_mixtral(Ctx& c) {
 // expert's logit (jitter-eps threshold), not a plain softmax over the k. moerun has no sparsemixer;
 // the closest supported routing is Mixtral's softmax top-k with renormalization, used here. Expert
 // choice is the same (top-2 logits); the weights differ, so outputs are near, not equal, to Phi's.
-void build_phimoe(Ctx& c) { build_mixtral(c); }
+void build_phimoe(Ctx& c) {
+  build_mixtral(c);
+  c.out.caveats.push_back(
+      "phimoe routes with sparsemixer, which moerun approximates by softmax top-k + renormalize: the same experts, "
+      "other weights, so outputs are near, not equal, to the model's");
+}
 
 // Qwen2-MoE / Qwen3-MoE (modeling_qwen2_moe.py, modeling_qwen3_moe.py): softmax over all experts,
 // top-k, renormalize iff norm_topk_prob (default false). A layer is sparse when it is not in

@@ -284,7 +284,9 @@ Platform Platform::from_json_text(std::string_view text, std::string_view origin
   if (!j.is_object()) throw_error(ErrorKind::kParse, std::string(origin) + ": expected a JSON object");
   reject_unknown(j, {"cpu", "gpus", "name"}, origin, "platform");
   Platform p;
-  p.description = std::string(origin);
+  // "name" labels the platform in explain's output; without it the file's path does.
+  p.description = j.contains("name") ? get_field<std::string>(j, "name", origin, "a string") : std::string(origin);
+  if (p.description.empty()) p.description = std::string(origin);
   p.cpu = described_cpu("avx2", 1);
   p.cpu.avx2 = p.cpu.fma = p.cpu.f16c = false;
   if (j.contains("cpu")) {

@@ -101,6 +101,9 @@ TEST(Platform, DescriptionsAndErrors) {
   EXPECT_EQ(p.cpu.isa(), CpuIsa::kAvx512Bf16);
   EXPECT_EQ(p.gpu_sm(), 100);
   EXPECT_NE(error_of([] { Platform::from_json_text(R"({"cpu": {"isa": "avx9"}})", "t.json"); }).find("cpu.isa 'avx9'"), std::string::npos);
+  // "name" labels the platform; without it the origin does.
+  EXPECT_EQ(Platform::from_json_text(R"({"name": "lab box", "cpu": {"isa": "amx"}})", "t.json").description, "lab box");
+  EXPECT_EQ(Platform::from_json_text(R"({"cpu": {"isa": "amx"}})", "t.json").description, "t.json");
   EXPECT_NE(error_of([] { Platform::from_json_text(R"({"gpu": []})", "t.json"); }).find("unknown key 'gpu'"), std::string::npos);
   EXPECT_NE(error_of([] { Platform::from_json_text("{", "t.json"); }).find("not valid JSON"), std::string::npos);
 }

@@ -25,10 +25,15 @@ struct SpecOptions {
   int tp = 1, ep = 1, rank = 0, lora_adapters = 0, lora_rank = 0;
 
   void add_to(CLI::App& app, bool allow_config = true);
-  // The spec, validated. Throws moerun::Error naming the problem.
+  // The spec, validated. Throws moerun::Error naming the problem: a layer flag given beside --preset or
+  // --config (it would change nothing), a hand-described layer missing one of its four sizes, or what
+  // MoeSpec::validate refuses.
   MoeSpec resolve() const;
   // The model (family) when from a preset or config; nullopt for flags.
   std::optional<HfModel> model() const;
+
+ private:
+  std::vector<const CLI::Option*> layer_flags_;  // the "layer flags" group, to tell which were given
 };
 
 struct CommonOptions {
@@ -36,10 +41,12 @@ struct CommonOptions {
   std::string backend = "auto";
   std::vector<std::string> plugins;
   int threads = 0;
-  void add_to(CLI::App& app, bool with_backend = true);
+  // with_threads: only for the commands that run forwards (run, verify).
+  void add_to(CLI::App& app, bool with_backend = true, bool with_threads = true);
   Platform resolve_platform() const;
   Policy resolve_policy() const;
   // Loads --plugin libraries into the global registry (MOERUN_PLUGIN_PATH ones load by themselves).
+  // Throws Error{kPlugin} when one of either cannot be loaded: the command would run without it.
   Registry& registry() const;
 };
 
@@ -52,7 +59,15 @@ void add_knobs(CLI::App& root);
 void add_verify(CLI::App& root);
 void add_check(CLI::App& root);
 
-// Prints "moerun: <message>" to stderr (one line) and returns the exit code for the error kind.
+// A --seed: digits only (CLI11 would wrap "-1" round to 2^64 - 1).
+CLI::Validator seed_value();
+
+// Prints "moerun: <message>" to stderr (one line) and returns the exit code for the error kind
+// (README: exit codes).
 int report(const std::exception& e);
+
+// The global registry with the MOERUN_PLUGIN_PATH plugins loaded; throws Error{kPlugin} naming the
+// ones that failed.
+Registry& registry_with_env_plugins();
 
 }  // namespace moerun::cli

@@ -1,4 +1,6 @@
 #include <iostream>
+#include <new>
+#include <stdexcept>
 
 #include "cli.hpp"
 
@@ -10,27 +12,29 @@ void SpecOptions::add_to(CLI::App& app, bool allow_config) {
   app.add_option("--act-quant", act_quant,
                  "dynamic activation quantization: " + allowed_act_quants() +
                      " (default none; with --preset/--config it replaces the model's own)");
-  auto* g = app.add_option_group("layer flags", "describe a layer by hand (when no --preset/--config)");
-  g->add_option("--experts", experts, "number of routed experts E");
-  g->add_option("--top-k", top_k, "experts per token");
-  g->add_option("--hidden", hidden, "hidden size H");
-  g->add_option("--intermediate", intermediate, "expert intermediate size I");
-  g->add_option("--activation", activation, "silu-and-mul | gelu-and-mul | gelu-tanh-and-mul | swiglu-oai | relu2 | silu");
-  g->add_option("--scoring", scoring, "softmax | sigmoid");
-  g->add_option("--format", format, "weight format: " + allowed_weight_formats());
-  g->add_option("--act-dtype", act_dtype, "f32 | f16 | bf16");
-  g->add_option("--n-group", n_group, "expert groups for grouped top-k");
-  g->add_option("--topk-group", topk_group, "groups kept by grouped top-k");
-  g->add_flag("--no-renormalize", no_renormalize, "do not renormalize the top-k weights");
-  g->add_flag("--correction-bias", correction_bias, "DeepSeek-V3 score correction bias");
-  g->add_flag("--softmax-after-topk", softmax_after_topk, "top-k on logits, then softmax (gpt-oss)");
-  g->add_option("--scale", scale, "routed scaling factor");
-  g->add_option("--shared", shared, "shared experts");
-  g->add_option("--shared-intermediate", shared_intermediate, "total shared-expert intermediate size");
-  g->add_flag("--expert-bias", expert_bias, "biases on the expert GEMMs");
-  g->add_flag("--router-bias", router_bias, "bias on the router");
-  g->add_option("--lora-adapters", lora_adapters, "max LoRA adapters");
-  g->add_option("--lora-rank", lora_rank, "max LoRA rank");
+  auto* g = app.add_option_group("layer flags", "describe a layer by hand (not with --preset/--config)");
+  layer_flags_ = {
+      g->add_option("--experts", experts, "number of routed experts E"),
+      g->add_option("--top-k", top_k, "experts per token"),
+      g->add_option("--hidden", hidden, "hidden size H"),
+      g->add_option("--intermediate", intermediate, "expert intermediate size I"),
+      g->add_option("--activation", activation, "silu-and-mul | gelu-and-mul | gelu-tanh-and-mul | swiglu-oai | relu2 | silu"),
+      g->add_option("--scoring", scoring, "softmax | sigmoid"),
+      g->add_option("--format", format, "weight format: " + allowed_weight_formats()),
+      g->add_option("--act-dtype", act_dtype, "f32 | f16 | bf16"),
+      g->add_option("--n-group", n_group, "expert groups for grouped top-k"),
+      g->add_option("--topk-group", topk_group, "groups kept by grouped top-k"),
+      g->add_flag("--no-renormalize", no_renormalize, "do not renormalize the top-k weights"),
+      g->add_flag("--correction-bias", correction_bias, "DeepSeek-V3 score correction bias"),
+      g->add_flag("--softmax-after-topk", softmax_after_topk, "top-k on logits, then softmax (gpt-oss)"),
+      g->add_option("--scale", scale, "routed scaling factor"),
+      g->add_option("--shared", shared, "shared experts"),
+      g->add_option("--shared-intermediate", shared_intermediate, "total shared-expert intermediate size"),
+      g->add_flag("--expert-bias", expert_bias, "biases on the expert GEMMs"),
+      g->add_flag("--router-bias", router_bias, "bias on the router"),
+      g->add_option("--lora-adapters", lora_adapters, "max LoRA adapters"),
+      g->add_option("--lora-rank", lora_rank, "max LoRA rank"),
+  };
   auto* p = app.add_option_group("parallel", "this process's shard");
   p->add_option("--tp", tp, "tensor-parallel size");
   p->add_option("--ep", ep, "expert-parallel size");
@@ -45,13 +49,30 @@ std::optional<HfModel> SpecOptions::model() const {
 
 MoeSpec SpecOptions::resolve() const {
   if (!preset.empty() && !config.empty()) throw_error(ErrorKind::kInvalidArgument, "give --preset or --config, not both");
+  // Which layer flags were given (a flag left at its default is indistinguishable from one not given).
+  std::string given;
+  for (const CLI::Option* o : layer_flags_)
+    if (o->count() > 0) given += (given.empty() ? "" : ", ") + o->get_name();
   MoeSpec s;
   const std::optional<HfModel> m = model();
   if (m) {
+    // The preset or config fixes the whole layer: a flag beside it would be dropped without a word.
+    if (!given.empty())
+      throw_error(ErrorKind::kInvalidArgument,
+                  given + ": the layer comes from " + (preset.empty() ? "--config " + config : "--preset " + preset) +
+                      "; layer flags describe one by hand instead (give one or the other; --act-quant and the parallel "
+                      "flags apply to both)");
     s = m->spec;
   } else {
-    if (experts == 0 && top_k == 0 && hidden == 0 && intermediate == 0)
+    if (given.empty())
       throw_error(ErrorKind::kInvalidArgument, "describe the layer: --preset NAME, --config config.json, or --experts/--top-k/--hidden/--intermediate");
+    std::string missing;
+    for (const char* need : {"--experts", "--top-k", "--hidden", "--intermediate"})
+      for (const CLI::Option* o : layer_flags_)
+        if (o->get_name() == need && o->count() == 0) missing += (missing.empty() ? "" : ", ") + std::string(need);
+    if (!missing.empty())
+      throw_error(ErrorKind::kInvalidArgument, "a layer described by hand needs --experts, --top-k, --hidden and "
+                                               "--intermediate; missing " + missing);
     s.name = "custom";
     s.num_experts = experts;
     s.top_k = top_k;
@@ -96,22 +117,41 @@ MoeSpec SpecOptions::resolve() const {
   return s;
 }
 
-void CommonOptions::add_to(CLI::App& app, bool with_backend) {
+void CommonOptions::add_to(CLI::App& app, bool with_backend, bool with_threads) {
   app.add_option("--platform", platform, "detected, or a description: " +
                                              [] { std::string s; for (auto& n : Platform::known_descriptions()) s += (s.empty() ? "" : ", ") + n; return s; }() +
-                                             ", or a .json file");
+                                             ", or a .json file (docs/platform-json.md)");
   if (with_backend) app.add_option("--backend", backend, "auto, a backend name, or order:a,b,c");
   app.add_option("--plugin", plugins, "load a backend plugin (.so); repeatable. Also MOERUN_PLUGIN_PATH");
-  app.add_option("--threads", threads, "CPU threads (0 = all)");
+  if (with_threads) app.add_option("--threads", threads, "CPU threads (0 = all)")->check(CLI::Range(0, 4096));
 }
 
 Platform CommonOptions::resolve_platform() const { return Platform::describe(platform); }
 Policy CommonOptions::resolve_policy() const { return Policy::parse(backend); }
 
-Registry& CommonOptions::registry() const {
+Registry& registry_with_env_plugins() {
   Registry& r = Registry::global();
+  const std::vector<std::string> errors = r.env_plugin_errors();
+  // Registry::global() has printed each failure on its own line already.
+  if (!errors.empty())
+    throw_error(ErrorKind::kPlugin, std::to_string(errors.size()) + " of the MOERUN_PLUGIN_PATH plugins could not be "
+                                    "loaded (above); fix the path or unset it");
+  return r;
+}
+
+Registry& CommonOptions::registry() const {
+  Registry& r = registry_with_env_plugins();
   for (const std::string& p : plugins) r.load_plugin(p);
   return r;
+}
+
+CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& v) {
+        const bool digits = !v.empty() && v.size() <= 20 && v.find_first_not_of("0123456789") == std::string::npos;
+        return digits ? std::string() : "'" + v + "' is not a seed (an integer 0 .. 2^64 - 1)";
+      },
+      "SEED");
 }
 
 int report(const std::exception& e) {
@@ -124,6 +164,10 @@ int report(const std::exception& e) {
       case ErrorKind::kInternal: return 70;
       default: return 2;
     }
+  }
+  if (dynamic_cast<const std::bad_alloc*>(&e) || dynamic_cast<const std::length_error*>(&e)) {
+    std::cerr << "moerun: out of memory (" << msg << "): the layer or its inputs do not fit this machine\n";
+    return 2;
   }
   std::cerr << "moerun: unexpected error: " << msg << "\n";
   return 70;

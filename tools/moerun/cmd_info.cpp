@@ -23,9 +23,18 @@ void explain(const ExplainOptions& o) {
   Registry& registry = o.common.registry();
   SelectOptions so;
   so.tokens = o.tokens;
+  const std::optional<HfModel> model = o.spec.model();
+  const std::vector<std::string> caveats = model ? model->caveats : std::vector<std::string>{};
   try {
     const Selection s = select(spec, platform, o.common.resolve_policy(), registry, so);
-    std::cout << (o.json ? explain_json(spec, platform, s) + "\n" : explain_text(spec, platform, s));
+    if (o.json) {
+      nlohmann::json j = nlohmann::json::parse(explain_json(spec, platform, s));
+      if (!caveats.empty()) j["caveats"] = caveats;
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << explain_text(spec, platform, s);
+      for (const std::string& c : caveats) std::cout << "caveat:    " << c << "\n";
+    }
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kUnsupported) throw;
     // A refusal is a complete answer to "explain": print it fully and exit 3.
@@ -138,8 +147,8 @@ void add_explain(CLI::App& root) {
   auto* app = root.add_subcommand("explain", "which backend would run a layer on a platform, and why every other one would not");
   auto o = std::make_shared<ExplainOptions>();
   o->spec.add_to(*app);
-  o->common.add_to(*app);
-  app->add_option("--tokens", o->tokens, "tokens per call (picks the kernel variant shown)");
+  o->common.add_to(*app, true, false);
+  app->add_option("--tokens", o->tokens, "tokens per call (picks the kernel variant shown)")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app->add_flag("--json", o->json, "print JSON");
   app->callback([o] {
     check_knob_environment();
@@ -150,7 +159,7 @@ void add_explain(CLI::App& root) {
 void add_backends(CLI::App& root) {
   auto* app = root.add_subcommand("backends", "list registered backends: where they came from and what they support");
   auto o = std::make_shared<BackendsOptions>();
-  o->common.add_to(*app, false);
+  o->common.add_to(*app, false, false);
   app->add_flag("--json", o->json, "print JSON");
   app->callback([o] {
     check_knob_environment();

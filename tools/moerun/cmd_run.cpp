@@ -40,9 +40,27 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// `run` executes on this machine, so a described platform may only narrow it (a lower CPU level is
+// honoured: the cpu backend runs at the lower of the two). One that claims more would plan kernels
+// or a device this machine cannot run. Returns what it claims beyond the machine, or "".
+std::string beyond_this_machine(const Platform& described, const Platform& here) {
+  if (described.has_gpu() && (!here.has_gpu() || here.gpu_sm() < described.gpu_sm()))
+    return "a GPU of sm" + std::to_string(described.gpu_sm());
+  if (described.cpu.isa() > here.cpu.isa()) return "the CPU level " + std::string(to_string(described.cpu.isa()));
+  return "";
+}
+
 void run(const RunOptions& o) {
   const MoeSpec spec = o.spec.resolve();
   const Platform platform = o.common.resolve_platform();
+  if (o.common.platform != "detected") {
+    const Platform here = Platform::detect();
+    if (const std::string more = beyond_this_machine(platform, here); !more.empty())
+      throw_error(ErrorKind::kInvalidArgument, "--platform " + o.common.platform + " has " + more +
+                                                   ", which this machine (" + here.summary() +
+                                                   ") lacks; `run` executes here. Plan for that hardware with "
+                                                   "`moerun explain --platform " + o.common.platform + "`");
+  }
   Registry& registry = o.common.registry();
   const Policy policy = o.common.resolve_policy();
 
@@ -63,7 +81,11 @@ void run(const RunOptions& o) {
       logits = converted(l, DType::kF32);
     }
   } else {
-    if (o.tokens < 0) throw_error(ErrorKind::kInvalidArgument, "--tokens must be >= 0");
+    // (--tokens is range-checked when parsed; this bounds what the random inputs take.)
+    const double bytes = static_cast<double>(o.tokens) * (spec.hidden + spec.num_experts) * (4 + 4);
+    if (bytes > 64.0 * (1ull << 30))
+      throw_error(ErrorKind::kInvalidArgument, fmt::format("--tokens {}: the random inputs alone would take {:.0f} GiB",
+                                                           o.tokens, bytes / (1ull << 30)));
     SplitMix64 g(o.seed ^ 0x5eed);
     std::vector<float> x(static_cast<size_t>(o.tokens * spec.hidden)), l(static_cast<size_t>(o.tokens * spec.num_experts));
     for (float& v : x) v = g.uniform_pm1();
@@ -80,6 +102,8 @@ void run(const RunOptions& o) {
   so.tokens = m;
   const Selection plan = select(spec, platform, policy, registry, so);
   std::cout << explain_text(spec, platform, plan);
+  if (const std::optional<HfModel> model = o.spec.model())
+    for (const std::string& c : model->caveats) std::cout << "caveat:    " << c << "\n";
 
   auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<MoeWeights> weights;
@@ -115,7 +139,7 @@ void run(const RunOptions& o) {
   // Warm-up, then the median of --iters timed calls.
   layer.forward(args);
   std::vector<double> times;
-  for (int i = 0; i < std::max(1, o.iters); ++i) {
+  for (int i = 0; i < o.iters; ++i) {
     auto t = std::chrono::steady_clock::now();
     layer.forward(args);
     times.push_back(seconds_since(t));
@@ -126,6 +150,7 @@ void run(const RunOptions& o) {
                            layer.variant_for(m).empty() ? "-" : layer.variant_for(m), med * 1e3, times.size(),
                            med > 0 ? static_cast<double>(m) / med : 0.0);
 
+  bool mismatch = false;
   if (o.verify) {
     if (plan.backend == "reference") {
       std::cout << "verify:    skipped (the plan is the reference itself)\n";
@@ -145,13 +170,16 @@ void run(const RunOptions& o) {
       std::cout << fmt::format("verify:    {} vs reference: normalized max error {:.2e}, relative L2 {:.2e} {}; reference took {:.3f} s ({:.0f}x slower)\n",
                                plan.backend, v.error, v.rel_l2, v.passed ? "OK" : "MISMATCH: " + v.message, ref_time,
                                med > 0 ? ref_time / med : 0.0);
-      if (!v.passed) throw CLI::RuntimeError(5);
+      mismatch = !v.passed;
     }
   }
+  // Written on a mismatch too: that is when the output is wanted most.
   if (!o.output.empty()) {
     write_safetensors(o.output, {{"output", out.view()}}, {{"producer", "moerun run"}, {"backend", plan.backend}});
-    std::cout << "output:    wrote 'output' " << out.shape().str() << " to " << o.output << "\n";
+    std::cout << "output:    wrote 'output' " << out.shape().str() << " to " << o.output
+              << (mismatch ? " (the mismatching output)" : "") << "\n";
   }
+  if (mismatch) throw CLI::RuntimeError(5);
 }
 
 }  // namespace
@@ -161,13 +189,20 @@ void add_run(CLI::App& root) {
   auto o = std::make_shared<RunOptions>();
   o->spec.add_to(*app);
   o->common.add_to(*app);
-  app->add_option("--weights", o->weights, "safetensors file(s) holding the layer under its Hugging Face names")->check(CLI::ExistingFile);
-  app->add_option("--layer", o->layer, "which layer when the file holds several");
-  app->add_option("--input", o->input, "safetensors with hidden_states [M, H] (+ router_logits [M, E])")->check(CLI::ExistingFile);
-  app->add_option("--output", o->output, "write tensor 'output' [M, H] here");
-  app->add_option("--tokens", o->tokens, "tokens M for random inputs (default 64)");
-  app->add_option("--seed", o->seed, "seed for random weights and inputs");
-  app->add_option("--iters", o->iters, "timed forward calls (median reported)");
+  const CLI::Validator not_empty([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
+                                 "PATH");
+  auto* weights = app->add_option("--weights", o->weights, "safetensors file(s) holding the layer under its Hugging Face names")
+                      ->check(CLI::ExistingFile);
+  app->add_option("--layer", o->layer, "which layer when the file holds several")->check(CLI::Range(0, 1 << 20))->needs(weights);
+  auto* input = app->add_option("--input", o->input, "safetensors with hidden_states [M, H] (+ router_logits [M, E])")
+                    ->check(CLI::ExistingFile);
+  app->add_option("--output", o->output, "write tensor 'output' [M, H] here (also when --verify finds a mismatch)")
+      ->check(not_empty);
+  app->add_option("--tokens", o->tokens, "tokens M for random inputs (default 64)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24))
+      ->excludes(input);
+  app->add_option("--seed", o->seed, "seed for random weights and inputs")->check(seed_value());
+  app->add_option("--iters", o->iters, "timed forward calls after one warm-up (median reported)")->check(CLI::Range(1, 1000000));
   app->add_flag("--verify", o->verify, "compare with the reference backend");
   app->callback([o] {
     check_knob_environment();

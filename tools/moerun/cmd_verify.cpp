@@ -57,7 +57,7 @@ struct CheckOptions {
 };
 
 void check(const CheckOptions& o) {
-  Registry& registry = Registry::global();
+  Registry& registry = registry_with_env_plugins();
   for (const std::string& p : o.plugins) registry.load_plugin(p);
   LaunchMatrixOptions lo;
   lo.presets = o.presets;
@@ -71,8 +71,11 @@ void check(const CheckOptions& o) {
                            o.platforms.empty() ? Platform::known_descriptions().size() + 1 : o.platforms.size(), names.size());
   const LaunchMatrixResult r = run_launch_matrix(registry, lo);
   for (const std::string& f : r.failures) std::cout << "  " << f << "\n";
-  std::cout << fmt::format("ran {} distinct scaled-down forwards on this machine, all checked against reference; {} plans need hardware this machine lacks\n",
-                           r.ran, r.not_runnable_here);
+  if (o.no_run)
+    std::cout << "planned only (--no-run): no forward ran\n";
+  else
+    std::cout << fmt::format("ran {} distinct scaled-down forwards on this machine, all checked against reference; {} plans need hardware this machine lacks\n",
+                             r.ran, r.not_runnable_here);
   std::cout << r.summary() << "\n";
   if (r.crashed || r.mismatched) throw CLI::RuntimeError(1);
 }
@@ -83,9 +86,9 @@ void add_verify(CLI::App& root) {
   auto* app = root.add_subcommand("verify", "run a backend (a plugin too) through the conformance harness against reference");
   auto o = std::make_shared<VerifyOptions>();
   o->common.add_to(*app);
-  app->get_option("--backend")->required();
-  app->add_option("--cases", o->cases, "random cases (default 60)");
-  app->add_option("--seed", o->seed, "seed (default: fresh, printed)");
+  app->get_option("--backend")->required()->description("the backend to verify: a registered name (see `moerun backends`)");
+  app->add_option("--cases", o->cases, "random cases (default 60)")->check(CLI::Range(1, 100000));
+  app->add_option("--seed", o->seed, "seed (default or 0: a fresh one, printed)")->check(seed_value());
   app->add_flag("-v,--verbose", o->verbose, "print every case");
   app->callback([o] {
     check_knob_environment();
@@ -99,7 +102,7 @@ void add_check(CLI::App& root) {
   app->add_option("--plugin", o->plugins, "load a backend plugin (.so); repeatable");
   app->add_option("--preset", o->presets, "restrict to these presets");
   app->add_option("--platform", o->platforms, "restrict to these platform descriptions");
-  app->add_option("--tokens", o->tokens, "tokens per scaled-down forward");
+  app->add_option("--tokens", o->tokens, "tokens per scaled-down forward")->check(CLI::Range(int64_t{0}, int64_t{4096}));
   app->add_flag("--no-run", o->no_run, "plan only; run no forward");
   app->callback([o] {
     check_knob_environment();
