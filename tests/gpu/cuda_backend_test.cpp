@@ -2339,5 +2339,24 @@ TEST(CudaBackend, GemmKnobNamesEveryEngine) {
       << "the table names a variant no engine has: " << k->choices;
 }
 
+// The refusal names the dtypes the spec has: f32 weights are refused for their format, never reported as
+// "weight dtype BF16"; f16 weights under bf16 activations name both. Host only: runs without a GPU.
+TEST(CudaBackend, DtypeRefusalsNameTheSpecsDtypes) {
+  for (const auto& be : {make_cuda_backend(), make_cublas_backend()}) {
+    MoeSpec s = make_spec(8, 2, 128, 64);
+    s.weight_format = WeightFormat::kF32;
+    s.act_dtype = DType::kF32;
+    std::string all;
+    for (const std::string& r : supports(*be, s, sm90_platform()).reasons) all += r + "; ";
+    EXPECT_NE(all.find("weight format f32"), std::string::npos) << all;
+    EXPECT_EQ(all.find("weight dtype"), std::string::npos) << all;
+    s.weight_format = WeightFormat::kF16;
+    s.act_dtype = DType::kBF16;
+    all.clear();
+    for (const std::string& r : supports(*be, s, sm90_platform()).reasons) all += r + "; ";
+    EXPECT_NE(all.find("act_dtype BF16 differs from the weight dtype F16"), std::string::npos) << all;
+  }
+}
+
 }  // namespace
 }  // namespace moerun

@@ -66,8 +66,11 @@ Capabilities common_gpu_capabilities() {
 }
 
 void common_gpu_checks(const MoeSpec& spec, Support& out) {
+  // Only for the weight formats these backends take (capabilities: bf16, f16); any other is refused by
+  // its format, and naming a dtype for it here would be wrong (f32 weights are not "BF16").
+  const bool half = spec.weight_format == WeightFormat::kBF16 || spec.weight_format == WeightFormat::kF16;
   const DType wd = spec.weight_format == WeightFormat::kF16 ? DType::kF16 : DType::kBF16;
-  if (spec.act_dtype != wd)
+  if (half && spec.act_dtype != wd)
     out.reasons.push_back("act_dtype " + std::string(dtype_name(spec.act_dtype)) +
                           " differs from the weight dtype " + std::string(dtype_name(wd)) +
                           ": the GPU backends compute in the weights' dtype (use the same dtype)");
