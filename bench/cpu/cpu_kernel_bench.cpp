@@ -30,8 +30,11 @@
 // (panel_bf16_vnni), ns per 16-row block of K = 2048, blocks of qwen3-30b-a3b's gate_up from a copy in
 // cache and from copies far larger than the caches; alternating rounds, the fastest of each.
 //
-// Each number is the median over --reps alternating rounds (variant A, variant B, A, B, ...), so that
+// Each number is the fastest of --reps alternating rounds (variant A, variant B, A, B, ...), so that
 // load from other processes on a shared machine hits both variants alike.
+//
+// Arguments are checked before anything runs: an unknown format, variant or ISA, or an --m the mode's
+// buffers do not hold, is refused with exit code 2 (never an empty table or a crash).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -82,7 +85,7 @@ struct Fmt {
   int q = 0;
 };
 const Fmt kFormats[] = {{"bf16", WeightFormat::kBF16},       {"fp8-block", WeightFormat::kFp8Block},
-                        {"fp8-channel", WeightFormat::kFp8PerChannel}, {"int8", WeightFormat::kInt8PerChannel},
+                        {"fp8-channel", WeightFormat::kFp8PerChannel}, {"int8-channel", WeightFormat::kInt8PerChannel},
                         {"mxfp4", WeightFormat::kMxfp4},     {"nvfp4", WeightFormat::kNvfp4},
                         {"mxfp4-q8", WeightFormat::kMxfp4, 8}, {"nvfp4-q8", WeightFormat::kNvfp4, 8},
                         {"mxfp4-q15", WeightFormat::kMxfp4, 15}, {"nvfp4-q15", WeightFormat::kNvfp4, 15}};
@@ -152,20 +155,52 @@ Set make_set(WeightFormat f, int64_t N, int64_t K, size_t min_bytes, kernels::Co
 
 // The fastest of the rounds: on a shared, loaded machine the minimum is the round least disturbed by
 // other processes (each round is short, about a millisecond, to fit in one scheduler slice).
-double median(std::vector<double> v) {
+double fastest(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[0];
+}
+
+int run(int argc, char** argv);
+
+// Strict list parsing: every item a whole decimal integer in [lo, hi] (atoi would take "x" as 0).
+bool parse_ints(const std::string& what, const std::string& list, int lo, int hi, std::vector<int>& out) {
+  out.clear();
+  for (const std::string& t : split(list)) {
+    char* end = nullptr;
+    const long v = t.empty() ? 0 : std::strtol(t.c_str(), &end, 10);
+    if (t.empty() || *end != '\0' || v < lo || v > hi) {
+      std::fprintf(stderr, "%s: '%s' is not a whole number in %d..%d\n", what.c_str(), t.c_str(), lo, hi);
+      return false;
+    }
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) std::fprintf(stderr, "%s: an empty list\n", what.c_str());
+  return !out.empty();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // a kernel set or allocation the arguments asked for
+    std::fprintf(stderr, "cpu_kernel_bench: %s\n", e.what());
+    return 2;
+  }
+}
+
+namespace {
+
+int run(int argc, char** argv) {
+  try {
     moerun::check_knob_environment();  // the kernel sets below read the cpu knobs
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cpu_kernel_bench: %s\n", e.what());
     return 2;
   }
+  const char* usage =
+      "usage: %s [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N] [--m 1,4,...] "
+      "[--amx-probe] [--amx-placement [--threads 1,2] [--seconds S]] [--panels]\n";
   std::vector<std::string> variants = {"v1", "v2"}, formats;
   bool probe = false, placement = false, panel_mode = false;
   std::vector<int> threads = {1, 2};
@@ -182,8 +217,9 @@ int main(int argc, char** argv) {
     else if (a == "--amx-placement") placement = true;
     else if (a == "--panels") panel_mode = true;
     else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
-    else if (a == "--threads" && i + 1 < argc) { threads.clear(); for (auto& t : split(argv[++i])) threads.push_back(std::atoi(t.c_str())); }
-    else if (a == "--m" && i + 1 < argc) { ms.clear(); for (auto& t : split(argv[++i])) ms.push_back(std::atoi(t.c_str())); }
+    else if (a == "--threads" && i + 1 < argc) { if (!parse_ints("--threads", argv[++i], 1, 1024, threads)) return 2; }
+    else if (a == "--m" && i + 1 < argc) { if (!parse_ints("--m", argv[++i], 1, 1024, ms)) return 2; }
+    else if (a == "--help" || a == "-h") { std::printf(usage, argv[0]); return 0; }
     else if (a == "--isa" && i + 1 < argc) {
       const std::string n = argv[++i];
       bool found = false;
@@ -197,9 +233,30 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N] [--m 1,4,...] [--amx-probe] [--amx-placement [--threads 1,2] [--seconds S]] [--panels]\n", argv[0]);
+      std::fprintf(stderr, usage, argv[0]);
       return 2;
     }
+  }
+  for (const std::string& f : formats)
+    if (std::none_of(std::begin(kFormats), std::end(kFormats), [&](const Fmt& k) { return f == k.name; })) {
+      std::string known;
+      for (const Fmt& k : kFormats) known += (known.empty() ? "" : ", ") + std::string(k.name);
+      std::fprintf(stderr, "--formats: unknown format '%s' (known: %s)\n", f.c_str(), known.c_str());
+      return 2;
+    }
+  if (variants.empty()) {
+    std::fprintf(stderr, "--variants: an empty list (v1, v2)\n");
+    return 2;
+  }
+  for (const std::string& v : variants)
+    if (v != "v1" && v != "v2") {
+      std::fprintf(stderr, "--variants: unknown variant '%s' (v1, v2)\n", v.c_str());
+      return 2;
+    }
+  // The kernel table's activation buffers hold 64 rows; the probe sizes its own.
+  if (!probe && std::any_of(ms.begin(), ms.end(), [](int m) { return m > 64; })) {
+    std::fprintf(stderr, "--m: at most 64 rows here (larger ones only with --amx-probe)\n");
+    return 2;
   }
   if (reps < 1 || seconds <= 0 || threads.empty()) {
     std::fprintf(stderr, "--reps and --seconds must be positive, --threads a list of counts\n");
@@ -316,8 +373,8 @@ int main(int argc, char** argv) {
         }
       std::printf("%-12s %-22s", F.name, "mem m=1");
       for (size_t v = 0; v < ks.size(); ++v)
-        std::printf(" %10.2f GB/s ", static_cast<double>(s.bytes_per_copy) * s.copies / median(t[v]) / 1e9);
-      if (ks.size() == 2) std::printf(" %.2fx", median(t[0]) / median(t[1]));
+        std::printf(" %10.2f GB/s ", static_cast<double>(s.bytes_per_copy) * s.copies / fastest(t[v]) / 1e9);
+      if (ks.size() == 2) std::printf(" %.2fx", fastest(t[0]) / fastest(t[1]));
       std::printf("\n");
     }
     // cache-resident: the first 4 blocks of one copy, repeated
@@ -345,18 +402,16 @@ int main(int argc, char** argv) {
       std::snprintf(label, sizeof label, "cached m=%d", m);
       std::printf("%-12s %-22s", F.name, label);
       for (size_t v = 0; v < ks.size(); ++v) {
-        const double ns = median(t[v]);
+        const double ns = fastest(t[v]);
         std::printf(" %6.2f ns %4.1fGF", ns, 2.0 * 2 * 16 * m / ns);
       }
-      if (ks.size() == 2) std::printf(" %.2fx", median(t[0]) / median(t[1]));
+      if (ks.size() == 2) std::printf(" %.2fx", fastest(t[0]) / fastest(t[1]));
       std::printf("\n");
     }
     std::fflush(stdout);
   }
   return 0;
 }
-
-namespace {
 
 // Fastest of `reps` rounds of 2-4 ms, in TFLOP/s, of calls of `body`, each doing `flops`.
 template <typename F>
@@ -458,7 +513,7 @@ int panels(int reps) {
         t0s.push_back(round(false, at0));
         t1s.push_back(round(true, at1));
       }
-      const double a = median(t0s), b = median(t1s);
+      const double a = fastest(t0s), b = fastest(t1s);
       std::printf("%-12s %-7s %12.0f %12.0f %7.2fx\n", fmt.name, bytes ? "memory" : "cache", a, b, a / b);
     }
   }

@@ -6,7 +6,9 @@
 //                 [--stream-sweep 4,8,16,...] [--formats LABEL,...] [--no-onednn]
 //
 // --formats LABEL,...: only the rows of these formats, labelled as in the output ("bf16", "mxfp4",
-// "mxfp4+int8-token-group", ...). --m replaces the token counts of the bf16, quantized-weight and int8-activation rows.
+// "mxfp4+int8-token-group", ...). --m replaces the token counts of every row (mixtral's too).
+// A shape or format with no row in the mode asked for (--quick runs qwen3-30b-a3b alone; the quantized
+// formats are qwen3's, and gpt-oss-20b's mxfp4) is refused with exit code 2 before anything runs.
 // --no-onednn: no oneDNN baseline rows (faster side-by-side runs of the cpu backend alone).
 // --budget S: seconds of timed calls per row (default 0.8, 0.25 with --quick; at least 3 calls).
 // --stream-sweep N,...: instead of the usual rows, time the bf16 qwen3-30b-a3b and deepseek-v2-lite layers
@@ -49,6 +51,7 @@
 #include <functional>
 #include <immintrin.h>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -740,36 +743,90 @@ bool valid_settings(const std::string& s) {
   return n > 0 && s.back() != ',';
 }
 
-std::vector<int64_t> parse_list(const std::string& s) {
+// A comma-separated list of whole numbers in [lo, hi]; nullopt (after a message naming `what`) for
+// anything else, an empty list included: atoll took "abc" as 0 and "-4" as a row count.
+std::optional<std::vector<int64_t>> parse_list(const char* what, const std::string& s, int64_t lo, int64_t hi) {
   std::vector<int64_t> v;
-  for (std::string l = s; !l.empty();) {
-    const size_t c = l.find(',');
-    v.push_back(std::atoll(l.substr(0, c).c_str()));
-    l = c == std::string::npos ? "" : l.substr(c + 1);
+  size_t p = 0;
+  while (p <= s.size()) {
+    const size_t c = std::min(s.find(',', p), s.size());
+    const std::string t = s.substr(p, c - p);
+    char* end = nullptr;
+    const long long x = t.empty() ? 0 : std::strtoll(t.c_str(), &end, 10);
+    if (t.empty() || *end != '\0' || x < lo || x > hi) {
+      std::fprintf(stderr, "%s: '%s' is not a whole number in %lld..%lld\n", what, t.c_str(), static_cast<long long>(lo),
+                   static_cast<long long>(hi));
+      return std::nullopt;
+    }
+    v.push_back(x);
+    p = c + 1;
   }
   return v;
 }
 
+// Comma-separated names, spaces around each dropped, empty items skipped.
+std::vector<std::string> name_list(const std::string& list) {
+  std::vector<std::string> v;
+  for (size_t p = 0; p <= list.size();) {
+    const size_t e = std::min(list.find(',', p), list.size());
+    std::string name = list.substr(p, e - p);
+    name.erase(0, name.find_first_not_of(' '));
+    name.erase(name.find_last_not_of(' ') + 1);
+    p = e + 1;
+    if (!name.empty()) v.push_back(name);
+  }
+  return v;
+}
+
+// The rows main() times: which format labels each shape has, in the full run (--quick: qwen3 only;
+// --stream-sweep: the bf16 layers of qwen3 and deepseek-v2-lite). The check below refuses a request
+// that would time none of them.
+const char* const kQwenFormats[] = {"bf16", "fp8-block", "mxfp4", "nvfp4", "int8-channel", "mxfp4+int8-token-group",
+                                    "nvfp4+int8-token-group"};
+std::vector<std::string> formats_of(const std::string& shape, bool quick, bool sweep) {
+  if (sweep) return shape == "qwen3-30b-a3b" || shape == "deepseek-v2-lite" ? std::vector<std::string>{"bf16"}
+                                                                           : std::vector<std::string>{};
+  if (shape == "qwen3-30b-a3b") return {std::begin(kQwenFormats), std::end(kQwenFormats)};
+  if (quick) return {};
+  if (shape == "gpt-oss-20b") return {"mxfp4", "bf16"};
+  return {"bf16"};  // deepseek-v2-lite, mixtral-8x7b
+}
+
+int run(int argc, char** argv);
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cpu_moe_bench: %s\n", e.what());
+    return 1;
+  }
+}
+
+namespace {
+
+int run(int argc, char** argv) {
+  const char* usage =
+      "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE,...] [--m 1,64,...] [--compare-v1] "
+      "[--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE[,...]] [--budget S] [--stream-sweep 4,8,16,...] "
+      "[--formats bf16,mxfp4+int8-token-group,...] [--no-onednn]\n";
   Bench b;
+  bool only_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") b.opt.quick = true;
     else if (a == "--json" && i + 1 < argc) b.opt.json_path = argv[++i];
-    else if (a == "--threads" && i + 1 < argc) b.opt.threads = std::atoi(argv[++i]);
-    else if (a == "--only" && i + 1 < argc) {
+    else if (a == "--threads" && i + 1 < argc) {
+      const auto t = parse_list("--threads", argv[++i], 0, 4096);  // 0: every processor
+      if (!t || t->size() != 1) return 2;
+      b.opt.threads = static_cast<int>(t->front());
+    } else if (a == "--only" && i + 1 < argc) {
       // Comma-separated shape names (spaces around them ignored); an unknown name is an error, not an
-      // empty run.
-      const std::string list = argv[++i];
-      for (size_t p = 0; p <= list.size();) {
-        const size_t e = std::min(list.find(',', p), list.size());
-        std::string name = list.substr(p, e - p);
-        name.erase(0, name.find_first_not_of(' '));
-        name.erase(name.find_last_not_of(' ') + 1);
-        p = e + 1;
-        if (name.empty()) continue;
+      // empty run, and so is an empty list (which would otherwise mean every shape).
+      only_given = true;
+      for (const std::string& name : name_list(argv[++i])) {
         if (std::find(std::begin(kShapes), std::end(kShapes), name) == std::end(kShapes)) {
           std::fprintf(stderr, "--only: unknown shape '%s' (known: qwen3-30b-a3b, deepseek-v2-lite, gpt-oss-20b, "
                        "mixtral-8x7b)\n", name.c_str());
@@ -784,17 +841,33 @@ int main(int argc, char** argv) {
     else if (a == "--compare-down1") b.opt.compare_down1 = true;
     else if (a == "--compare-env" && i + 1 < argc && valid_settings(argv[i + 1]))
       b.opt.compare_env = argv[++i];
-    else if (a == "--m" && i + 1 < argc) b.opt.ms = parse_list(argv[++i]);
-    else if (a == "--formats" && i + 1 < argc) {
-      std::stringstream ss(argv[++i]);
-      for (std::string f; std::getline(ss, f, ',');)
-        if (!f.empty()) b.opt.formats.push_back(f);
-    }
-    else if (a == "--budget" && i + 1 < argc) b.opt.budget = std::atof(argv[++i]);
-    else if (a == "--stream-sweep" && i + 1 < argc) {
+    else if (a == "--m" && i + 1 < argc) {
+      const auto ms = parse_list("--m", argv[++i], 1, 65536);
+      if (!ms) return 2;
+      b.opt.ms = *ms;
+    } else if (a == "--formats" && i + 1 < argc) {
+      b.opt.formats = name_list(argv[++i]);
+      if (b.opt.formats.empty()) {
+        std::fprintf(stderr, "--formats: an empty list\n");
+        return 2;
+      }
+    } else if (a == "--budget" && i + 1 < argc) {
+      char* end = nullptr;
+      const std::string v = argv[++i];
+      b.opt.budget = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(b.opt.budget >= 0.0 && b.opt.budget <= 3600.0)) {
+        std::fprintf(stderr, "--budget: '%s' is not a number of seconds in 0..3600\n", v.c_str());
+        return 2;
+      }
+    } else if (a == "--help" || a == "-h") {
+      std::printf(usage, argv[0]);
+      return 0;
+    } else if (a == "--stream-sweep" && i + 1 < argc) {
       // Each value becomes MOERUN_CPU_STREAM_MAX_TOKENS: one it does not take would time the default.
       const Knob& cut = *find_knob("MOERUN_CPU_STREAM_MAX_TOKENS");
-      for (int64_t n : parse_list(argv[++i])) {
+      const auto sweep = parse_list("--stream-sweep", argv[++i], 0, 65536);
+      if (!sweep) return 2;
+      for (int64_t n : *sweep) {
         if (!knob_accepts(cut, std::to_string(n))) {
           std::fprintf(stderr, "--stream-sweep: %lld: takes %s\n", static_cast<long long>(n), knob_values(cut).c_str());
           return 2;
@@ -802,13 +875,44 @@ int main(int argc, char** argv) {
         b.opt.sweep.push_back(static_cast<int>(n));
       }
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE,...] [--m 1,64,...] [--compare-v1] "
-                   "[--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE[,...]] [--budget S] [--stream-sweep 4,8,16,...] "
-                   "[--formats bf16,mxfp4+int8-token-group,...] [--no-onednn]\n",
-                   argv[0]);
+      std::fprintf(stderr, usage, argv[0]);
       return 2;
     }
+  }
+  // Every shape and format asked for must have a row in this mode: a request that matches none would
+  // measure the machine's limits, write an empty table and exit 0.
+  if (only_given && b.opt.only.empty()) {
+    std::fprintf(stderr, "--only: an empty list\n");
+    return 2;
+  }
+  {
+    const bool sweep = !b.opt.sweep.empty();
+    const char* mode = sweep ? "--stream-sweep" : b.opt.quick ? "--quick" : "the full run";
+    std::set<std::string> runnable;  // format labels of the selected shapes
+    for (const std::string& shape : kShapes) {
+      if (!b.opt.want(shape)) continue;
+      const std::vector<std::string> fs = formats_of(shape, b.opt.quick, sweep);
+      bool any = false;
+      for (const std::string& f : fs) {
+        runnable.insert(f);
+        any = any || b.opt.want_format(f);
+      }
+      if (!b.opt.only.empty() && !any) {
+        std::string has;
+        for (const std::string& f : fs) has += (has.empty() ? "" : ", ") + f;
+        std::fprintf(stderr, "--only %s: no rows%s in %s (its formats there: %s)\n", shape.c_str(),
+                     b.opt.formats.empty() ? "" : " of the --formats asked for", mode, has.empty() ? "none" : has.c_str());
+        return 2;
+      }
+    }
+    for (const std::string& f : b.opt.formats)
+      if (!runnable.count(f)) {
+        std::string known;
+        for (const std::string& k : runnable) known += (known.empty() ? "" : ", ") + k;
+        std::fprintf(stderr, "--formats: no row of format '%s' in %s of the shapes chosen (they have: %s)\n", f.c_str(),
+                     mode, known.empty() ? "none" : known.c_str());
+        return 2;
+      }
   }
   try {
     check_knob_environment();
@@ -938,7 +1042,7 @@ int main(int argc, char** argv) {
     if (b.opt.want("mixtral-8x7b") && b.opt.want_format("bf16")) {
       Model x = make_model("mixtral-8x7b", "scaled: I = 14336/4 = 3584 (fits the 24 GiB box with oneDNN's f32 copy)",
                            WeightFormat::kBF16, 1024, [](MoeSpec& s) { s.intermediate = 3584; });
-      b.model_rows(x, {1, 16, 256}, false, true);
+      b.model_rows(x, !b.opt.ms.empty() ? b.opt.ms : std::vector<int64_t>{1, 16, 256}, false, true);
       write_json();
     }
   }
@@ -947,3 +1051,5 @@ int main(int argc, char** argv) {
   write_json();
   return 0;
 }
+
+}  // namespace

@@ -123,6 +123,9 @@ def sweep_table(d):
 
 
 def main():
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        sys.exit(0 if len(sys.argv) >= 2 else 2)
     for path in sys.argv[1:]:
         d = json.load(open(path))
         if len(sys.argv) > 2:

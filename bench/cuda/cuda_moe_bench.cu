@@ -187,7 +187,11 @@ int main(int argc, char** argv) {
     else if (a == "--ms" && i + 1 < argc) ms_arg = argv[++i];
     else if (a == "--shapes" && i + 1 < argc) shapes_arg = argv[++i];
     else if (a == "--no-forced") forced = false;
-    else if (a == "--read-flush-max-m" && i + 1 < argc) read_flush_max_m = std::atoi(argv[++i]);
+    else if (a == "--read-flush-max-m" && i + 1 < argc) {
+      char* end = nullptr;
+      read_flush_max_m = static_cast<int>(std::strtol(argv[++i], &end, 10));
+      if (*end != '\0' || end == argv[i]) read_flush_max_m = -1;  // refused below
+    }
     else if (a == "--ab" && i + 1 < argc) ab_arg = argv[++i];
     else if (a == "--help" || a == "-h") {
       std::puts(
@@ -240,6 +244,52 @@ int main(int argc, char** argv) {
     moerun::check_knob_environment();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_moe_bench: %s\n", e.what());
+    return 2;
+  }
+  // The shapes and token counts, checked before the device is looked for: a typo must be an error on
+  // any machine, not a run that times nothing.
+  std::vector<ShapeDef> shapes = {{"deepseek-v3", 256, 8, 7168, 2048},
+                                  {"mixtral-8x7b", 8, 2, 4096, 14336},
+                                  {"qwen3-30b-a3b", 128, 8, 2048, 768},
+                                  {"gpt-oss-120b-silu", 128, 4, 2880, 2880}};
+  std::vector<int> ms_list = quick ? std::vector<int>{1, 128} : std::vector<int>{1, 16, 128, 1024, 8192};
+  auto items = [](const std::string& list) {
+    std::vector<std::string> v;
+    for (size_t p = 0; p <= list.size();) {
+      const size_t q = std::min(list.find(',', p), list.size());
+      v.push_back(list.substr(p, q - p));
+      p = q + 1;
+    }
+    return v;
+  };
+  if (!ms_arg.empty()) {  // --ms 1024,8192
+    ms_list.clear();
+    for (const std::string& t : items(ms_arg)) {
+      char* end = nullptr;
+      const long v = t.empty() ? 0 : std::strtol(t.c_str(), &end, 10);
+      if (t.empty() || *end != '\0' || v < 1 || v > 65536) {
+        std::fprintf(stderr, "cuda_moe_bench: --ms: '%s' is not a token count in 1..65536\n", t.c_str());
+        return 2;
+      }
+      ms_list.push_back(static_cast<int>(v));
+    }
+  }
+  if (!shapes_arg.empty()) {  // --shapes deepseek-v3,mixtral-8x7b
+    std::vector<ShapeDef> keep;
+    for (const std::string& name : items(shapes_arg)) {
+      const auto it = std::find_if(shapes.begin(), shapes.end(), [&](const ShapeDef& sd) { return sd.name == name; });
+      if (it == shapes.end()) {
+        std::string known;
+        for (const ShapeDef& sd : shapes) known += (known.empty() ? "" : ", ") + std::string(sd.name);
+        std::fprintf(stderr, "cuda_moe_bench: --shapes: unknown shape '%s' (known: %s)\n", name.c_str(), known.c_str());
+        return 2;
+      }
+      keep.push_back(*it);
+    }
+    shapes = keep;
+  }
+  if (read_flush_max_m < 0) {
+    std::fprintf(stderr, "cuda_moe_bench: --read-flush-max-m: a token count (0: none)\n");
     return 2;
   }
   int ndev = 0;
@@ -295,25 +345,6 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::vector<ShapeDef> shapes = {{"deepseek-v3", 256, 8, 7168, 2048},
-                                  {"mixtral-8x7b", 8, 2, 4096, 14336},
-                                  {"qwen3-30b-a3b", 128, 8, 2048, 768},
-                                  {"gpt-oss-120b-silu", 128, 4, 2880, 2880}};
-  std::vector<int> ms_list = quick ? std::vector<int>{1, 128} : std::vector<int>{1, 16, 128, 1024, 8192};
-  if (!ms_arg.empty()) {  // --ms 1024,8192
-    ms_list.clear();
-    for (size_t p = 0; p < ms_arg.size();) {
-      const size_t q = ms_arg.find(',', p);
-      ms_list.push_back(std::atoi(ms_arg.substr(p, q - p).c_str()));
-      p = q == std::string::npos ? ms_arg.size() : q + 1;
-    }
-  }
-  if (!shapes_arg.empty()) {  // --shapes deepseek-v3,mixtral-8x7b
-    std::vector<ShapeDef> keep;
-    for (const ShapeDef& sd : shapes)
-      if (("," + shapes_arg + ",").find("," + sd.name + ",") != std::string::npos) keep.push_back(sd);
-    shapes = keep;
-  }
   Platform plat;
   GpuInfo g;
   g.name = prop.name;

@@ -26,8 +26,15 @@ def table(title, rows, cell):
 
 
 def main():
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        sys.exit(0 if len(sys.argv) >= 2 else 2)
     d = json.load(open(sys.argv[1]))
     variants = sys.argv[2:] or ["cuda-graph-expert", "cuda-eager-full", "cublas-full"]
+    known = sorted({r["variant"] for r in d["rows"]})
+    unknown = [v for v in sys.argv[2:] if v not in known]
+    if unknown:  # a named variant with no rows is a typo, not an empty table
+        sys.exit(f"table.py: no rows of variant {', '.join(unknown)} in {sys.argv[1]} (it has: {', '.join(known)})")
     print(f"{d['device']}: copy {d['copy_bw_TBps']:.2f} TB/s, bf16 matmul {d['matmul_TFLOPs']:.0f} TFLOP/s (measured in the same run)\n")
     if "matmul_sustained_TFLOPs" in d:
         print(f"matmul over ~1 s back to back: {d['matmul_sustained_TFLOPs']:.0f} TFLOP/s at the start, "
