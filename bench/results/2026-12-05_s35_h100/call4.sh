@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Session 35, call 4: the stream tiles' weight evict-first hint with the policy made in the same asm
+# block as each copy (calls 2-3 held it in a register and faulted in the main loop). SASS of the
+# bf16 16x32 stream kernel first (for the fault, if it comes back), then the suite, memcheck on the
+# decode tests, and the A/B against the plain copies at M = 1, 16, 128 (memset and read flush).
+set -u
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+P=build-prebuilt-main
+{ nvidia-smi --query-gpu=name,driver_version --format=csv; cat $P/COMMIT; } > "$OUT/device.txt" 2>&1
+cuobjdump -sass -fun '_ZN6moerun12cuda_kernels19grouped_gemm_kernelI13__nv_bfloat16NS0_9TileShapeILi16ELi32ELi1ELi2ELi8EEEEEvNS0_17GroupedGemmParamsE' \
+  "$P/moerun_gpu_tests" > "$OUT/stream_m16n32_bf16.sass" 2>&1
+echo "sass lines: $(wc -l < $OUT/stream_m16n32_bf16.sass); hinted copies: $(grep -c 'LDGSTS' $OUT/stream_m16n32_bf16.sass)"
+"$P/moerun_gpu_tests" --gtest_output=json:$OUT/gpu_tests.json > "$OUT/tests.log" 2>&1
+echo "gpu tests rc=$?"; grep -E "^\[  (PASSED|FAILED|SKIPPED)|FAILED  \]" "$OUT/tests.log" | head -8
+compute-sanitizer --tool memcheck --print-limit 20 "$P/moerun_gpu_tests" \
+  --gtest_filter='*WeightL2*:CudaBackend.SmallOneTokenDirect:CudaBackend.SmallStreamTilingsBitwiseEqual:CudaBackend.SmallOneTokenDownPrefetch' \
+  > "$OUT/memcheck.log" 2>&1
+echo "memcheck rc=$?: $(grep -E 'ERROR SUMMARY|PASSED  \]' $OUT/memcheck.log | tr '\n' ' ')"
+timeout 300 "$P/cuda_moe_bench" --ms 1,16,128 --no-forced --ab env:MOERUN_CUDA_WEIGHT_L2=normal \
+  --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+echo "bench rc=$?"
+grep -E "limits|cuda-graph-expert |ab:" "$OUT/bench.log" | head -60
