@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 35, call 6: call 5 with the shuffle in inline PTX (call 5's __shfl_sync was folded away; call 4 found
-# ptxas encoding the hinted copy as LDGSTS [R+UR], desc[UR] with a clobbered policy). SASS of the
+# Session 35, calls 4-7, each on that call's binaries: 4 the policy made in the copy's asm block, 5 the
+# stage base through __shfl_sync, 6 through shfl.sync in inline PTX, 7 read from a shared-memory table
+# (the fix). Each call printed one of the counts below (4: LDGSTS, 5-6: SHFL, 7: LDS). SASS of the
 # bf16 16x32 stream kernel first (for the fault, if it comes back), then the suite, memcheck on the
 # decode tests, and the A/B against the plain copies at M = 1, 16, 128 (memset and read flush).
 set -u
@@ -11,7 +12,7 @@ P=build-prebuilt-main
 cuobjdump -sass -fun '_ZN6moerun12cuda_kernels19grouped_gemm_kernelI13__nv_bfloat16NS0_9TileShapeILi16ELi32ELi1ELi2ELi8EEEEEvNS0_17GroupedGemmParamsE' \
   "$P/moerun_gpu_tests" > "$OUT/stream_m16n32_bf16.sass" 2>&1
 echo "sass: LDGSTS forms (desc UR16 is the default descriptor):"
-echo "SHFL: $(grep -c SHFL $OUT/stream_m16n32_bf16.sass)"; grep -oE "LDGSTS[^;]*" "$OUT/stream_m16n32_bf16.sass" | sed -E 's/\[R[0-9]+/[R/; s/\+0x[0-9a-f]+//; s/\]\[R[0-9]+\.64\]/][R.64]/; s/P[0-9]$/P/' | sort | uniq -c
+echo "LDGSTS: $(grep -c LDGSTS $OUT/stream_m16n32_bf16.sass), SHFL: $(grep -c SHFL $OUT/stream_m16n32_bf16.sass), LDS: $(grep -c LDS $OUT/stream_m16n32_bf16.sass)"; grep -oE "LDGSTS[^;]*" "$OUT/stream_m16n32_bf16.sass" | sed -E 's/\[R[0-9]+/[R/; s/\+0x[0-9a-f]+//; s/\]\[R[0-9]+\.64\]/][R.64]/; s/P[0-9]$/P/' | sort | uniq -c
 "$P/moerun_gpu_tests" --gtest_output=json:$OUT/gpu_tests.json > "$OUT/tests.log" 2>&1
 echo "gpu tests rc=$?"; grep -E "^\[  (PASSED|FAILED|SKIPPED)|FAILED  \]" "$OUT/tests.log" | head -8
 compute-sanitizer --tool memcheck --print-limit 20 "$P/moerun_gpu_tests" \
