@@ -1784,41 +1784,6 @@ TEST(CudaBackend, SmallStreamTilingsBitwiseEqual) {
   }
 }
 
-// The stream tiles' L2 evict-first hint on the weight copies (MOERUN_CUDA_WEIGHT_L2=first; off by
-// default) changes where lines stay, never a value: bitwise the output of the plain copies, one token
-// (direct, with the down prefetch) and several, on both stream tilings, with biases and a shared
-// expert; and both within tolerance of the reference.
-TEST(CudaBackend, SmallWeightL2HintBitwiseEqual) {
-  REQUIRE_GPU();
-  MoeSpec s = make_spec(16, 4, 264, 136, ActivationKind::kSiluAndMul);
-  s.expert_bias = true;
-  s.shared.count = 1;
-  s.shared.intermediate = 72;
-  const Platform plat = sm90_platform();
-  const MoeWeights w = random_weights(s, 917);
-  auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
-  auto ref = make_reference_backend()->create_runner(s, w, plat, {});
-  for (const char* gemm : {"mma-stream-m16-n32", "mma-stream-m16", "mma-stream-m32"}) {
-    ForceGemm force(gemm);
-    for (int64_t m : {1, 5, 16, 33}) {
-      const Inputs in = make_inputs(s, m, 918 + m, Route::kLogits);
-      HostTensor normal(s.act_dtype, {m, s.hidden}), first(s.act_dtype, {m, s.hidden}), want(s.act_dtype, {m, s.hidden});
-      setenv("MOERUN_CUDA_WEIGHT_L2", "normal", 1);
-      poison(normal);
-      runner->forward(host_args(in, normal));
-      setenv("MOERUN_CUDA_WEIGHT_L2", "first", 1);
-      poison(first);
-      runner->forward(host_args(in, first));
-      unsetenv("MOERUN_CUDA_WEIGHT_L2");
-      EXPECT_EQ(std::memcmp(normal.data(), first.data(), first.nbytes()), 0) << gemm << " m=" << m;
-      ref->forward(host_args(in, want));
-      int64_t bad = 0;
-      EXPECT_LT(rel_error(first, want, m * s.hidden, &bad), tolerance_for(s).rel_l2) << gemm << " m=" << m;
-      EXPECT_EQ(bad, 0);
-    }
-  }
-}
-
 // A runner that timed the two stream tilings (MOERUN_CUDA_STREAM_TUNE=1 also tunes this small layer)
 // reports one of them for every streaming token count, the rule's variants above, and stays right
 // against the reference; MOERUN_CUDA_GEMM still overrides the measured choice.

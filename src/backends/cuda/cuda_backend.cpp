@@ -180,15 +180,6 @@ int down_prefetch_at(int k_tiles) {
 // Whether a one-token call takes the fused stage (one_token.hpp) where the layer fits it: only with
 // MOERUN_CUDA_ONE_TOKEN=1, as it measured no faster than the chain (read per call: side-by-side runs).
 bool one_token_enabled() { return knob_on("MOERUN_CUDA_ONE_TOKEN", false); }
-// Whether the decode tiles' weight copies take the L2 evict-first policy (GroupedGemmParams::
-// weights_evict_first). Off by default: side by side on an H100 (bench/results/2026-12-05_s35_h100)
-// it tied after a read flush (-0.5% .. +0.9%) and was mixed after a memset flush: +9.5% on qwen3-30b-a3b
-// at one token, whose dirty-line write-backs it avoids, but -3.5% on deepseek-v3 and mixtral there and
-// -1.6 .. -3.2% at 16 tokens. Read per call: the bench replays both forms side by side.
-bool weights_evict_first_enabled() { return knob_choice("MOERUN_CUDA_WEIGHT_L2").value_or("normal") == "first"; }
-bool is_stream_config(GemmConfig c) {
-  return c == GemmConfig::kStreamM16 || c == GemmConfig::kStreamM32 || c == GemmConfig::kStreamM16N32;
-}
 
 int device_sm_count(int device) {
   int n = 0;
@@ -287,9 +278,6 @@ class CudaRunner final : public Runner {
     g1.bias = sp.expert_bias ? d_.b13.as<float>() : nullptr;
     g1.inter = d_.inter_buf.get();
     g1.ld_inter = I;
-    // The stream tiles read each expert's weights once a forward (an expert's rows rarely span more
-    // than one 16- or 32-row tile, and such tiles run side by side): mark them evict-first.
-    g1.weights_evict_first = is_stream_config(cfg) && weights_evict_first_enabled();
     if (direct) {
       g1.a_row_index = nullptr;
       g1.direct_ids = call.ids;
@@ -348,7 +336,6 @@ class CudaRunner final : public Runner {
       s1.layout = GateUpLayout::kHalves;  // shared w13 is gate rows then up rows
       s1.inter = d_.sinter.get();
       s1.ld_inter = d_.shared_inter();
-      s1.weights_evict_first = is_stream_config(sc) && weights_evict_first_enabled();
       MOERUN_CUDA_CHECK(launch_grouped_gemm(el, sc, s1, s));
       GroupedGemmParams s2 = s1;
       s2.a = d_.sinter.get();

@@ -50,22 +50,6 @@ __device__ __forceinline__ void cp_async16(uint32_t smem_addr, const void* gmem,
   const int src_size = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_size));
 }
-// The same copy with the L2 evict-first policy on the lines it reads.
-// smem_addr must not be splittable into a register plus a uniform register: ptxas 13.0 then encodes
-// the copy as LDGSTS [R+UR], desc[UR] with the policy pair overwritten by the uniform offset, which
-// faults with an illegal instruction (session 35, calls 2-4, bench/results/2026-12-05_s35_h100:
-// `UMOV UR8, UR14` after the policy was built in UR8:UR9, then `LDGSTS [R40+UR0], desc[UR1]`). The
-// caller reads the stage base from a shared-memory table (one LDS a stage), which ptxas cannot prove
-// warp-uniform and so keeps in a vector register: the copies then read LDGSTS [R], desc[UR], as in a
-// small probe kernel that ran clean. A shuffle from the thread's own lane (__shfl_sync or inline PTX)
-// and a volatile local were folded away (session 35, calls 5-6).
-__device__ __forceinline__ void cp_async16_evict_first(uint32_t smem_addr, const void* gmem, bool valid) {
-  const int src_size = valid ? 16 : 0;
-  asm volatile(
-      "{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
-      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, pol;\n}\n" ::"r"(smem_addr),
-      "l"(gmem), "r"(src_size));
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -197,22 +181,13 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(const Grouped
       cp_async16(base + a_dst[i], ok ? a_src[i] + k0 : A, ok);
     }
   };
-  const bool b_first = p.weights_evict_first;
-  // The stage bases as the hinted copies take them (cp_async16_evict_first): each warp's own table.
-  __shared__ uint32_t b_stage_base[S::kThreads / 32][S::STAGES];
-  if (b_first) {
-    if (lane < S::STAGES) b_stage_base[warp][lane] = smem_base + lane * S::kStageElems * 2;
-    __syncwarp();
-  }
   auto load_b = [&](int stage, int kt) {
     const int k0 = kt * S::BK;
     const uint32_t base = smem_base + stage * S::kStageElems * 2;
-    const uint32_t b_base = b_first ? b_stage_base[warp][stage] : base;
 #pragma unroll
     for (int i = 0; i < S::kBChunksPerThread; ++i) {
       const bool ok = b_ok[i] && k0 + b_ch[i] * 8 < K;
-      if (b_first) cp_async16_evict_first(b_base + b_dst[i], ok ? b_src[i] + k0 : B, ok);
-      else cp_async16(base + b_dst[i], ok ? b_src[i] + k0 : B, ok);
+      cp_async16(base + b_dst[i], ok ? b_src[i] + k0 : B, ok);
     }
   };
   auto load_stage = [&](int stage, int kt) {

@@ -154,13 +154,6 @@ struct GroupedGemmParams {
   int64_t l2_next_stride = 0;
   int64_t l2_next_bytes = 0;
   int l2_next_at = 0;
-  // B's copies carry an L2 evict-first policy (createpolicy.fractional.L2::evict_first). For the
-  // decode tiles, where every weight byte is read once per forward: a set's misses then replace the
-  // weight lines this kernel brought in, not what the L2 held before (the previous kernels' outputs,
-  // the next weights the prefetch above asked for, or dirty lines that would have to be written back
-  // first). A hint: results cannot change. Off unless MOERUN_CUDA_WEIGHT_L2=first (cuda_backend.cpp:
-  // it measured mixed).
-  bool weights_evict_first = false;
 };
 
 // K per main-loop step of the grouped GEMM's tiles (TileShape::BK in grouped_gemm.cuh).
