@@ -59,6 +59,7 @@ class Registry {
 
  private:
   mutable std::mutex mu_;
+  std::mutex load_mu_;  // one load_plugin at a time: its duplicate check and its registration are one step
   std::vector<BackendEntry> entries_;
   std::function<void(const std::string&)> log_;
   std::vector<void*> plugin_libs_;              // dlopen handles whose backends are registered

@@ -289,6 +289,7 @@ Platform Platform::from_json_text(std::string_view text, std::string_view origin
   if (p.description.empty()) p.description = std::string(origin);
   p.cpu = described_cpu("avx2", 1);
   p.cpu.avx2 = p.cpu.fma = p.cpu.f16c = false;
+  p.cpu.model = "cpu-scalar";  // (the label of the level described; "model" replaces it)
   if (j.contains("cpu")) {
     const auto& c = j["cpu"];
     if (!c.is_object()) throw_error(ErrorKind::kParse, std::string(origin) + ": 'cpu' must be an object");
@@ -301,6 +302,7 @@ Platform Platform::from_json_text(std::string_view text, std::string_view origin
       } else if (isa == "avx512-bf16") {
         p.cpu = described_cpu("avx512", 1);
         p.cpu.avx512_bf16 = true;
+        p.cpu.model = "cpu-avx512-bf16";
       } else {
         throw_error(ErrorKind::kParse, std::string(origin) + ": cpu.isa '" + isa + "': allowed scalar, avx2, avx512, avx512-bf16, amx");
       }

@@ -123,6 +123,8 @@ void Registry::load_plugin(const std::string& path, AddOptions options) {
   auto fail = [&](const std::string& why) { throw_error(ErrorKind::kPlugin, "plugin " + path + ": " + why); };
   // dlopen("") would hand back the main program, and the error would be a missing symbol.
   if (path.empty()) throw_error(ErrorKind::kPlugin, "plugin path is empty");
+  // Two threads loading one library would both pass the check below and both run its init.
+  std::lock_guard<std::mutex> serial(load_mu_);
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* e = dlerror();

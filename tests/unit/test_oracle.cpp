@@ -104,6 +104,10 @@ TEST(Platform, DescriptionsAndErrors) {
   // "name" labels the platform; without it the origin does.
   EXPECT_EQ(Platform::from_json_text(R"({"name": "lab box", "cpu": {"isa": "amx"}})", "t.json").description, "lab box");
   EXPECT_EQ(Platform::from_json_text(R"({"cpu": {"isa": "amx"}})", "t.json").description, "t.json");
+  // The CPU's label is the level described (docs/platform-json.md), or "model" where given.
+  EXPECT_EQ(Platform::from_json_text(R"({})", "t.json").cpu.model, "cpu-scalar");
+  EXPECT_EQ(Platform::from_json_text(R"({"cpu": {"isa": "avx512-bf16"}})", "t.json").cpu.model, "cpu-avx512-bf16");
+  EXPECT_EQ(Platform::from_json_text(R"({"cpu": {"isa": "amx", "model": "Xeon"}})", "t.json").cpu.model, "Xeon");
   EXPECT_NE(error_of([] { Platform::from_json_text(R"({"gpu": []})", "t.json"); }).find("unknown key 'gpu'"), std::string::npos);
   EXPECT_NE(error_of([] { Platform::from_json_text("{", "t.json"); }).find("not valid JSON"), std::string::npos);
 }

@@ -1,3 +1,5 @@
+#include <charconv>
+#include <cstdint>
 #include <iostream>
 #include <new>
 #include <stdexcept>
@@ -148,8 +150,10 @@ Registry& CommonOptions::registry() const {
 CLI::Validator seed_value() {
   return CLI::Validator(
       [](std::string& v) {
-        const bool digits = !v.empty() && v.size() <= 20 && v.find_first_not_of("0123456789") == std::string::npos;
-        return digits ? std::string() : "'" + v + "' is not a seed (an integer 0 .. 2^64 - 1)";
+        uint64_t x = 0;
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+        const bool ok = !v.empty() && v.front() != '-' && ec == std::errc() && end == v.data() + v.size();
+        return ok ? std::string() : "'" + v + "' is not a seed (an integer 0 .. 2^64 - 1)";
       },
       "SEED");
 }

@@ -44,10 +44,12 @@ void explain(const ExplainOptions& o) {
       j["platform"] = json_io::to_json(platform);
       j["policy"] = o.common.backend;
       j["refused"] = e.what();
+      if (!caveats.empty()) j["caveats"] = caveats;
       std::cout << j.dump(2) << "\n";
     } else {
       std::cout << "spec:      " << spec.name << ": " << spec.summary() << "\nplatform:  " << platform.summary()
                 << "\nrefused:   " << e.what() << "\n";
+      for (const std::string& c : caveats) std::cout << "caveat:    " << c << "\n";
     }
     throw CLI::RuntimeError(3);
   }

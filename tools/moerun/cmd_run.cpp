@@ -46,6 +46,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 std::string beyond_this_machine(const Platform& described, const Platform& here) {
   if (described.has_gpu() && (!here.has_gpu() || here.gpu_sm() < described.gpu_sm()))
     return "a GPU of sm" + std::to_string(described.gpu_sm());
+  // Arch-specific code (sm_90a's wgmma and TMA) runs only on that very architecture, not on a newer one.
+  if (described.has_gpu() && described.gpus.front().arch_specific &&
+      !(here.gpus.front().arch_specific && here.gpu_sm() == described.gpu_sm()))
+    return "arch-specific sm" + std::to_string(described.gpu_sm()) + "a features (this GPU is sm" +
+           std::to_string(here.gpu_sm()) + ")";
   if (described.cpu.isa() > here.cpu.isa()) return "the CPU level " + std::string(to_string(described.cpu.isa()));
   return "";
 }
