@@ -169,7 +169,7 @@ bool parse_ints(const std::string& what, const std::string& list, int lo, int hi
     char* end = nullptr;
     const long v = t.empty() ? 0 : std::strtol(t.c_str(), &end, 10);
     if (t.empty() || *end != '\0' || v < lo || v > hi) {
-      std::fprintf(stderr, "%s: '%s' is not a whole number in %d..%d\n", what.c_str(), t.c_str(), lo, hi);
+      std::fprintf(stderr, "%s: '%s' is not an integer in %d..%d\n", what.c_str(), t.c_str(), lo, hi);
       return false;
     }
     out.push_back(static_cast<int>(v));

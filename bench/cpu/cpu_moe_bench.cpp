@@ -754,7 +754,7 @@ std::optional<std::vector<int64_t>> parse_list(const char* what, const std::stri
     char* end = nullptr;
     const long long x = t.empty() ? 0 : std::strtoll(t.c_str(), &end, 10);
     if (t.empty() || *end != '\0' || x < lo || x > hi) {
-      std::fprintf(stderr, "%s: '%s' is not a whole number in %lld..%lld\n", what, t.c_str(), static_cast<long long>(lo),
+      std::fprintf(stderr, "%s: '%s' is not an integer in %lld..%lld\n", what, t.c_str(), static_cast<long long>(lo),
                    static_cast<long long>(hi));
       return std::nullopt;
     }
@@ -820,7 +820,11 @@ int run(int argc, char** argv) {
     else if (a == "--json" && i + 1 < argc) b.opt.json_path = argv[++i];
     else if (a == "--threads" && i + 1 < argc) {
       const auto t = parse_list("--threads", argv[++i], 0, 4096);  // 0: every processor
-      if (!t || t->size() != 1) return 2;
+      if (!t) return 2;
+      if (t->size() != 1) {
+        std::fprintf(stderr, "--threads: one count (0: every processor)\n");
+        return 2;
+      }
       b.opt.threads = static_cast<int>(t->front());
     } else if (a == "--only" && i + 1 < argc) {
       // Comma-separated shape names (spaces around them ignored); an unknown name is an error, not an
@@ -993,8 +997,10 @@ int run(int argc, char** argv) {
 
   const std::vector<int64_t> all_m = !b.opt.ms.empty() ? b.opt.ms
                                      : b.opt.quick ? std::vector<int64_t>{1, 16, 256} : std::vector<int64_t>{1, 4, 16, 64, 256, 1024};
+  // The bf16 models hold inputs for this many tokens (the rows read M of them): at least the default 1024.
+  const int64_t rows_cap = std::max<int64_t>(1024, *std::max_element(all_m.begin(), all_m.end()));
   if (b.opt.want("qwen3-30b-a3b") && b.opt.want_format("bf16")) {
-    Model q = make_model("qwen3-30b-a3b", "", WeightFormat::kBF16, 1024);
+    Model q = make_model("qwen3-30b-a3b", "", WeightFormat::kBF16, rows_cap);
     b.model_rows(q, all_m, true, true);
     // thread scaling 1 -> N
     for (int64_t M : {int64_t{1}, int64_t{256}}) {
@@ -1028,20 +1034,20 @@ int run(int argc, char** argv) {
   }
   if (!b.opt.quick) {
     if (b.opt.want("deepseek-v2-lite") && b.opt.want_format("bf16")) {
-      Model d = make_model("deepseek-v2-lite", "2 shared experts", WeightFormat::kBF16, 1024);
+      Model d = make_model("deepseek-v2-lite", "2 shared experts", WeightFormat::kBF16, rows_cap);
       b.model_rows(d, all_m, false, true);
       write_json();
     }
     for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kBF16}) {
       if (!b.opt.want("gpt-oss-20b")) break;
       if (!b.opt.want_format(std::string(to_string(f)))) continue;
-      Model g = make_model("gpt-oss-20b", "swiglu-oai, interleaved, biases", f, 1024);
+      Model g = make_model("gpt-oss-20b", "swiglu-oai, interleaved, biases", f, rows_cap);
       b.model_rows(g, all_m, false, f == WeightFormat::kBF16);
       write_json();
     }
     if (b.opt.want("mixtral-8x7b") && b.opt.want_format("bf16")) {
       Model x = make_model("mixtral-8x7b", "scaled: I = 14336/4 = 3584 (fits the 24 GiB box with oneDNN's f32 copy)",
-                           WeightFormat::kBF16, 1024, [](MoeSpec& s) { s.intermediate = 3584; });
+                           WeightFormat::kBF16, rows_cap, [](MoeSpec& s) { s.intermediate = 3584; });
       b.model_rows(x, !b.opt.ms.empty() ? b.opt.ms : std::vector<int64_t>{1, 16, 256}, false, true);
       write_json();
     }

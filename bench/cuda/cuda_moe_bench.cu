@@ -189,8 +189,8 @@ int main(int argc, char** argv) {
     else if (a == "--no-forced") forced = false;
     else if (a == "--read-flush-max-m" && i + 1 < argc) {
       char* end = nullptr;
-      read_flush_max_m = static_cast<int>(std::strtol(argv[++i], &end, 10));
-      if (*end != '\0' || end == argv[i]) read_flush_max_m = -1;  // refused below
+      const long v = std::strtol(argv[++i], &end, 10);
+      read_flush_max_m = *end != '\0' || end == argv[i] || v < 0 || v > 65536 ? -1 : static_cast<int>(v);  // -1: refused below
     }
     else if (a == "--ab" && i + 1 < argc) ab_arg = argv[++i];
     else if (a == "--help" || a == "-h") {
@@ -289,7 +289,7 @@ int main(int argc, char** argv) {
     shapes = keep;
   }
   if (read_flush_max_m < 0) {
-    std::fprintf(stderr, "cuda_moe_bench: --read-flush-max-m: a token count (0: none)\n");
+    std::fprintf(stderr, "cuda_moe_bench: --read-flush-max-m: a token count in 0..65536 (0: none)\n");
     return 2;
   }
   int ndev = 0;
