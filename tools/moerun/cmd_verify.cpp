@@ -74,8 +74,9 @@ void check(const CheckOptions& o) {
   if (o.no_run)
     std::cout << "planned only (--no-run): no forward ran\n";
   else
-    std::cout << fmt::format("ran {} distinct scaled-down forwards on this machine, all checked against reference; {} plans need hardware this machine lacks\n",
-                             r.ran, r.not_runnable_here);
+    std::cout << fmt::format("ran {} distinct scaled-down forwards on this machine, each compared with reference{}; {} plans need "
+                             "hardware this machine lacks\n",
+                             r.ran, r.crashed || r.mismatched ? " (the failures are listed above)" : "", r.not_runnable_here);
   std::cout << r.summary() << "\n";
   if (r.crashed || r.mismatched) throw CLI::RuntimeError(1);
 }
