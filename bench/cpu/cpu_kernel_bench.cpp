@@ -49,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "arg_lists.hpp"
 #include "backends/cpu/isa.hpp"
 #include "cpu/peaks/isa_peaks.hpp"
 #include "backends/cpu/prepack.hpp"
@@ -69,13 +70,7 @@ int panels(int reps);
 
 double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string t;
-  while (std::getline(ss, t, ',')) out.push_back(t);
-  return out;
-}
+using moerun_bench::name_list;
 
 struct Fmt {
   const char* name;
@@ -162,20 +157,12 @@ double fastest(std::vector<double> v) {
 
 int run(int argc, char** argv);
 
-// Strict list parsing: every item a whole decimal integer in [lo, hi] (atoi would take "x" as 0).
-bool parse_ints(const std::string& what, const std::string& list, int lo, int hi, std::vector<int>& out) {
-  out.clear();
-  for (const std::string& t : split(list)) {
-    char* end = nullptr;
-    const long v = t.empty() ? 0 : std::strtol(t.c_str(), &end, 10);
-    if (t.empty() || *end != '\0' || v < lo || v > hi) {
-      std::fprintf(stderr, "%s: '%s' is not an integer in %d..%d\n", what.c_str(), t.c_str(), lo, hi);
-      return false;
-    }
-    out.push_back(static_cast<int>(v));
-  }
-  if (out.empty()) std::fprintf(stderr, "%s: an empty list\n", what.c_str());
-  return !out.empty();
+// An int list by moerun_bench::int_list (arg_lists.hpp), into out.
+bool parse_ints(const char* what, const std::string& list, int lo, int hi, std::vector<int>& out) {
+  const auto v = moerun_bench::int_list(what, list, lo, hi);
+  if (!v) return false;
+  out.assign(v->begin(), v->end());
+  return true;
 }
 
 }  // namespace
@@ -210,8 +197,8 @@ int run(int argc, char** argv) {
   std::vector<int> ms = {1, 2, 3, 4, 5, 6, 8, 12, 16, 64};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--variants" && i + 1 < argc) variants = split(argv[++i]);
-    else if (a == "--formats" && i + 1 < argc) formats = split(argv[++i]);
+    if (a == "--variants" && i + 1 < argc) variants = name_list(argv[++i]);
+    else if (a == "--formats" && i + 1 < argc) formats = name_list(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--amx-probe") probe = true;
     else if (a == "--amx-placement") placement = true;

@@ -60,6 +60,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "arg_lists.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/huge_pages.hpp"
 #include "backends/cpu/isa.hpp"
@@ -743,41 +744,6 @@ bool valid_settings(const std::string& s) {
   return n > 0 && s.back() != ',';
 }
 
-// A comma-separated list of whole numbers in [lo, hi]; nullopt (after a message naming `what`) for
-// anything else, an empty list included: atoll took "abc" as 0 and "-4" as a row count.
-std::optional<std::vector<int64_t>> parse_list(const char* what, const std::string& s, int64_t lo, int64_t hi) {
-  std::vector<int64_t> v;
-  size_t p = 0;
-  while (p <= s.size()) {
-    const size_t c = std::min(s.find(',', p), s.size());
-    const std::string t = s.substr(p, c - p);
-    char* end = nullptr;
-    const long long x = t.empty() ? 0 : std::strtoll(t.c_str(), &end, 10);
-    if (t.empty() || *end != '\0' || x < lo || x > hi) {
-      std::fprintf(stderr, "%s: '%s' is not an integer in %lld..%lld\n", what, t.c_str(), static_cast<long long>(lo),
-                   static_cast<long long>(hi));
-      return std::nullopt;
-    }
-    v.push_back(x);
-    p = c + 1;
-  }
-  return v;
-}
-
-// Comma-separated names, spaces around each dropped, empty items skipped.
-std::vector<std::string> name_list(const std::string& list) {
-  std::vector<std::string> v;
-  for (size_t p = 0; p <= list.size();) {
-    const size_t e = std::min(list.find(',', p), list.size());
-    std::string name = list.substr(p, e - p);
-    name.erase(0, name.find_first_not_of(' '));
-    name.erase(name.find_last_not_of(' ') + 1);
-    p = e + 1;
-    if (!name.empty()) v.push_back(name);
-  }
-  return v;
-}
-
 // The rows main() times: which format labels each shape has, in the full run (--quick: qwen3 only;
 // --stream-sweep: the bf16 layers of qwen3 and deepseek-v2-lite). The check below refuses a request
 // that would time none of them.
@@ -819,7 +785,7 @@ int run(int argc, char** argv) {
     if (a == "--quick") b.opt.quick = true;
     else if (a == "--json" && i + 1 < argc) b.opt.json_path = argv[++i];
     else if (a == "--threads" && i + 1 < argc) {
-      const auto t = parse_list("--threads", argv[++i], 0, 4096);  // 0: every processor
+      const auto t = moerun_bench::int_list("--threads", argv[++i], 0, 4096);  // 0: every processor
       if (!t) return 2;
       if (t->size() != 1) {
         std::fprintf(stderr, "--threads: one count (0: every processor)\n");
@@ -830,7 +796,7 @@ int run(int argc, char** argv) {
       // Comma-separated shape names (spaces around them ignored); an unknown name is an error, not an
       // empty run, and so is an empty list (which would otherwise mean every shape).
       only_given = true;
-      for (const std::string& name : name_list(argv[++i])) {
+      for (const std::string& name : moerun_bench::name_list(argv[++i])) {
         if (std::find(std::begin(kShapes), std::end(kShapes), name) == std::end(kShapes)) {
           std::fprintf(stderr, "--only: unknown shape '%s' (known: qwen3-30b-a3b, deepseek-v2-lite, gpt-oss-20b, "
                        "mixtral-8x7b)\n", name.c_str());
@@ -846,11 +812,11 @@ int run(int argc, char** argv) {
     else if (a == "--compare-env" && i + 1 < argc && valid_settings(argv[i + 1]))
       b.opt.compare_env = argv[++i];
     else if (a == "--m" && i + 1 < argc) {
-      const auto ms = parse_list("--m", argv[++i], 1, 65536);
+      const auto ms = moerun_bench::int_list("--m", argv[++i], 1, 65536);
       if (!ms) return 2;
       b.opt.ms = *ms;
     } else if (a == "--formats" && i + 1 < argc) {
-      b.opt.formats = name_list(argv[++i]);
+      b.opt.formats = moerun_bench::name_list(argv[++i]);
       if (b.opt.formats.empty()) {
         std::fprintf(stderr, "--formats: an empty list\n");
         return 2;
@@ -869,7 +835,7 @@ int run(int argc, char** argv) {
     } else if (a == "--stream-sweep" && i + 1 < argc) {
       // Each value becomes MOERUN_CPU_STREAM_MAX_TOKENS: one it does not take would time the default.
       const Knob& cut = *find_knob("MOERUN_CPU_STREAM_MAX_TOKENS");
-      const auto sweep = parse_list("--stream-sweep", argv[++i], 0, 65536);
+      const auto sweep = moerun_bench::int_list("--stream-sweep", argv[++i], 0, 65536);
       if (!sweep) return 2;
       for (int64_t n : *sweep) {
         if (!knob_accepts(cut, std::to_string(n))) {

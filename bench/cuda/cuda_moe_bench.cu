@@ -36,6 +36,7 @@
 #include "moerun/weights.hpp"
 #include "routing/topk.hpp"
 
+#include "arg_lists.hpp"
 #include "bench_util.cuh"
 
 using namespace moerun;
@@ -253,30 +254,14 @@ int main(int argc, char** argv) {
                                   {"qwen3-30b-a3b", 128, 8, 2048, 768},
                                   {"gpt-oss-120b-silu", 128, 4, 2880, 2880}};
   std::vector<int> ms_list = quick ? std::vector<int>{1, 128} : std::vector<int>{1, 16, 128, 1024, 8192};
-  auto items = [](const std::string& list) {
-    std::vector<std::string> v;
-    for (size_t p = 0; p <= list.size();) {
-      const size_t q = std::min(list.find(',', p), list.size());
-      v.push_back(list.substr(p, q - p));
-      p = q + 1;
-    }
-    return v;
-  };
   if (!ms_arg.empty()) {  // --ms 1024,8192
-    ms_list.clear();
-    for (const std::string& t : items(ms_arg)) {
-      char* end = nullptr;
-      const long v = t.empty() ? 0 : std::strtol(t.c_str(), &end, 10);
-      if (t.empty() || *end != '\0' || v < 1 || v > 65536) {
-        std::fprintf(stderr, "cuda_moe_bench: --ms: '%s' is not a token count in 1..65536\n", t.c_str());
-        return 2;
-      }
-      ms_list.push_back(static_cast<int>(v));
-    }
+    const auto ms = moerun_bench::int_list("cuda_moe_bench: --ms", ms_arg, 1, 65536);
+    if (!ms) return 2;
+    ms_list.assign(ms->begin(), ms->end());
   }
   if (!shapes_arg.empty()) {  // --shapes deepseek-v3,mixtral-8x7b
     std::vector<ShapeDef> keep;
-    for (const std::string& name : items(shapes_arg)) {
+    for (const std::string& name : moerun_bench::name_list(shapes_arg)) {
       const auto it = std::find_if(shapes.begin(), shapes.end(), [&](const ShapeDef& sd) { return sd.name == name; });
       if (it == shapes.end()) {
         std::string known;
@@ -285,6 +270,10 @@ int main(int argc, char** argv) {
         return 2;
       }
       keep.push_back(*it);
+    }
+    if (keep.empty()) {
+      std::fprintf(stderr, "cuda_moe_bench: --shapes: an empty list\n");
+      return 2;
     }
     shapes = keep;
   }
