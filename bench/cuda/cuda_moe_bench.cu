@@ -6,10 +6,12 @@
 // device-to-device copy bandwidth (bytes read + written) and a large bf16 cuBLAS matmul rate (Matmul).
 // The flush is a 512 MiB memset, as torch/Triton benchmarks do, which leaves the L2 full of dirty lines
 // that the timed kernels then write back; for M <= --read-flush-max-m, 16 by default, the expert stage
-// is also timed after a flush that only reads, so the L2 holds clean lines: the '-readflush' rows.
+// is also timed after a flush that only reads, so the L2 holds clean lines: the '-readflush' rows. At
+// M = 1 a graph of --layers layers, each routed to experts no other takes, is replayed with no flush at
+// all (row cuda-graph-expert-layers, time per layer): what a decode step through a model's layers sees.
 // Bytes: the distinct activated experts' weights + activations in and out; FLOPs: 2*M*k*(R*H + H*I).
 // Usage: cuda_moe_bench [--json out.json] [--torch torch.json] [--quick] [--ms 1024,8192]
-//                       [--shapes deepseek-v3,mixtral-8x7b] [--no-forced] [--read-flush-max-m 16]
+//                       [--shapes deepseek-v3,mixtral-8x7b] [--no-forced] [--read-flush-max-m 16] [--layers 8]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -22,6 +24,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -56,7 +59,7 @@ __global__ void flush_read_kernel(const uint4* p, size_t n, unsigned* sink) {
   if (acc == 0x9E3779B9u) *sink = acc;  // never in practice: keeps the loads
 }
 
-enum class Flush { kWrite, kRead };
+enum class Flush { kWrite, kRead, kNone };
 
 struct Timer {
   cudaStream_t s;
@@ -71,8 +74,9 @@ struct Timer {
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
   }
-  // The L2 flush before a timed run (Flush: a memset, or a read that leaves only clean lines).
+  // The L2 flush before a timed run (Flush: a memset, a read that leaves only clean lines, or none).
   void flush_l2(Flush mode, int i) {
+    if (mode == Flush::kNone) return;
     if (mode == Flush::kWrite) {
       CK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes, s));
     } else {
@@ -177,9 +181,9 @@ MatmulRate measure_matmul(Timer& timer, const Matmul& mm, cudaStream_t s) {
 }
 
 int main(int argc, char** argv) {
-  std::string json_path, torch_path, ms_arg, shapes_arg, ab_arg = "cutlass-sm90-grouped";
+  std::string json_path, torch_path, ms_arg, shapes_arg, layers_arg, ab_arg = "cutlass-sm90-grouped";
   bool quick = false, forced = true;
-  int read_flush_max_m = 16;
+  int read_flush_max_m = 16, layer_stack = 8;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
@@ -193,11 +197,21 @@ int main(int argc, char** argv) {
       const long v = std::strtol(argv[++i], &end, 10);
       read_flush_max_m = *end != '\0' || end == argv[i] || v < 0 || v > 65536 ? -1 : static_cast<int>(v);  // -1: refused below
     }
+    else if (a == "--layers" && i + 1 < argc) {
+      char* end = nullptr;
+      layers_arg = argv[++i];
+      const long v = std::strtol(argv[i], &end, 10);
+      layer_stack = *end != '\0' || end == argv[i] || v < 0 || v > 64 ? -1 : static_cast<int>(v);  // -1: refused below
+    }
     else if (a == "--ab" && i + 1 < argc) ab_arg = argv[++i];
     else if (a == "--help" || a == "-h") {
       std::puts(
           "cuda_moe_bench [--quick] [--ms 1,16,...] [--shapes a,b] [--no-forced] [--json out.json] [--torch t.json]\n"
-          "               [--read-flush-max-m N] [--ab list]\n"
+          "               [--read-flush-max-m N] [--layers N] [--ab list]\n"
+          "  --layers N  at M = 1, also time a graph of N layers (0-64, default 8; at most experts / top-k),\n"
+          "             each routed to experts no other layer of the graph takes, replayed back to back with\n"
+          "             no flush: a decode step's view, each layer's weights last read N - 1 layers before\n"
+          "             (row cuda-graph-expert-layers, time per layer). 0 or 1: no such row.\n"
           "  --ab list  comma-separated contenders, each timed against the rule's own graph call by call\n"
           "             (rows ab:<name> and ab:rule-vs-<name>): at M >= 128 a GEMM variant name as\n"
           "             MOERUN_CUDA_GEMM takes (+unfused: its activation epilogue off), and where the rule\n"
@@ -276,6 +290,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     shapes = keep;
+  }
+  if (layer_stack < 0) {
+    std::fprintf(stderr, "cuda_moe_bench: --layers: '%s' is not a layer count in 0..64 (0 or 1: no layer-stack row)\n",
+                 layers_arg.c_str());
+    return 2;
   }
   if (read_flush_max_m < 0) {
     std::fprintf(stderr, "cuda_moe_bench: --read-flush-max-m: a token count in 0..65536 (0: none)\n");
@@ -457,6 +476,48 @@ int main(int argc, char** argv) {
       if (M <= read_flush_max_m)
         vs.push_back({"cuda-graph-expert-readflush",
                       timer.median_ms([&] { CK(cudaGraphLaunch(ge, s)); }, reps, 2, Flush::kRead)});
+      // A decode step's view (--layers): a graph of L layers at one token, layer l routed to its own
+      // experts (no two layers of the graph share one; the weights are one copy, so the layers differ
+      // in what they read, as a model's layers do), replayed back to back with no flush. Each layer's
+      // weights were last read L - 1 layers before, at least 1.5 L2s of other weights ago on every
+      // shape here (qwen3-30b-a3b's smallest set: 75 MB), so they come from DRAM as in a model, and the L2
+      // holds clean lines of the layers before rather than a flush's dirty ones. Consecutive layers
+      // follow each other directly (the next layer's first kernel may start under the previous one's
+      // tail through PDL, as it may under a model's attention kernels if those trigger early).
+      int stack_layers = 0;
+      if (M == 1 && std::min(layer_stack, sd.e / sd.k) >= 2) {
+        stack_layers = std::min(layer_stack, sd.e / sd.k);
+        std::vector<int32_t> perm(sd.e);
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        std::vector<void*> bufs;
+        std::vector<ForwardArgs> stack(stack_layers, expert);
+        for (int l = 0; l < stack_layers; ++l) {
+          void *lid, *lw, *lo;
+          CK(cudaMalloc(&lid, size_t(sd.k) * 4));
+          CK(cudaMalloc(&lw, size_t(sd.k) * 4));
+          CK(cudaMalloc(&lo, size_t(sd.h) * 2));
+          CK(cudaMemcpy(lid, perm.data() + size_t(l) * sd.k, size_t(sd.k) * 4, cudaMemcpyHostToDevice));
+          CK(cudaMemcpy(lw, tw.data(), size_t(sd.k) * 4, cudaMemcpyHostToDevice));
+          bufs.insert(bufs.end(), {lid, lw, lo});
+          stack[l].topk_ids = TensorView{lid, DType::kI32, {1, sd.k}, DeviceKind::kCuda, 0};
+          stack[l].topk_weights = TensorView{lw, DType::kF32, {1, sd.k}, DeviceKind::kCuda, 0};
+          stack[l].output = TensorView{lo, DType::kBF16, {1, sd.h}, DeviceKind::kCuda, 0};
+          cuda_runner->forward(stack[l]);
+        }
+        CK(cudaStreamSynchronize(s));
+        cudaGraph_t gr;
+        cudaGraphExec_t gl;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        for (const ForwardArgs& a : stack) cuda_runner->forward(a);
+        CK(cudaStreamEndCapture(s, &gr));
+        CK(cudaGraphInstantiate(&gl, gr, 0));
+        CK(cudaGraphDestroy(gr));
+        const double ms = timer.median_ms([&] { CK(cudaGraphLaunch(gl, s)); }, reps, 2, Flush::kNone);
+        vs.push_back({"cuda-graph-expert-layers", ms / stack_layers});
+        CK(cudaGraphExecDestroy(gl));
+        for (void* b : bufs) CK(cudaFree(b));
+      }
       // Side by side with the rule (--ab): each contender's graph and the rule's alternated call by call,
       // so the card's moving clocks fall on both alike (the forced rows below run one after another).
       // "gather" (the tokens gathered in the wgmma operand load, MOERUN_CUDA_GEMM_GATHER=1) and
@@ -568,7 +629,8 @@ int main(int argc, char** argv) {
         const double sec = v.ms * 1e-3;
         const double tbps = bytes / sec / 1e12, tfl = flops / sec / 1e12;
         const bool read_row = v.name.size() > 10 && v.name.compare(v.name.size() - 10, 10, "-readflush") == 0;
-        const double ref_ms = read_row ? tms_read : tms;  // like against like
+        const bool stack_row = v.name == "cuda-graph-expert-layers";
+        const double ref_ms = stack_row ? 0.0 : read_row ? tms_read : tms;  // like against like (torch has no stack)
         const double speed = ref_ms > 0 ? ref_ms / v.ms : 0.0;
         const std::string kern = v.name.rfind("forced:", 0) == 0 ? v.name.substr(7)
                                  : v.name.rfind("ab:rule-vs-", 0) == 0 || v.name.rfind("cuda", 0) == 0 ? cuda_runner->variant_for(M)
@@ -591,9 +653,11 @@ int main(int argc, char** argv) {
                         {"distinct_experts", distinct.size()}, {"bytes", bytes}, {"flops", flops},
                         {"TBps", tbps}, {"pct_copy_bw", 100.0 * tbps * 1e12 / copy_bw}, {"TFLOPs", tfl},
                         {"pct_matmul", 100.0 * tfl * 1e12 / mm_rate}, {"pct_roofline", 100.0 * floor_s / sec},
-                        {"speedup_vs_torch", speed}, {"flush", read_row ? "read" : "write"}, {"unix_s", v.unix_s},
+                        {"speedup_vs_torch", speed}, {"flush", stack_row ? "none" : read_row ? "read" : "write"},
+                        {"unix_s", v.unix_s},
                         {"cutlass_vs_m64_rel_diff", cross},
                         {"swapab_vs_m64_rel_diff", cross_swap}});
+        if (stack_row) extra["layers"] = stack_layers;
         rows.back().update(extra);
       }
       std::fflush(stdout);
