@@ -18,12 +18,13 @@
 // --compare-v1 times the cpu backend's previous kernels (MOERUN_CPU_KERNELS=v1) too, call by call
 // alternating with the current ones, and records both (rows "cpu-v1" and "cpu", cpu_speedup_vs_v1).
 // --compare-amx1 does the same with one N-block per AMX tile call (MOERUN_CPU_AMX_NBLOCKS=1) against the
-// default two (rows "cpu-amx1" and "cpu", cpu_speedup_vs_amx1); it replaces --compare-v1.
+// default (4 N-blocks for pairs above 16 tokens; rows "cpu-amx1" and "cpu", cpu_speedup_vs_amx1); it
+// replaces --compare-v1.
 // --compare-down1 likewise with one call's N-blocks per down-GEMM work item (MOERUN_CPU_DOWN_GROUP=1)
 // against the automatic down groups (rows "cpu-down1", cpu_speedup_vs_down1); it replaces both.
-// --compare-env VAR=VALUE[,VAR2=VALUE2...] likewise with any cpu-backend environment settings read when
-// a runner is created (rows "cpu-alt" with variant "VAR=VALUE...", cpu_speedup_vs_alt); it replaces all
-// three.
+// --compare-env VAR=VALUE[,VAR2=VALUE2...] likewise with any cpu-backend knobs (area cpu in `moerun knobs
+// --all`) read when a runner is created (rows "cpu-alt" with variant "VAR=VALUE...", cpu_speedup_vs_alt);
+// it replaces all three.
 //
 // The oneDNN baseline runs every activated expert (and the shared experts) as two bf16 matmuls
 // (f32 where oneDNN has no bf16 matmul for the ISA) with weights reordered once to format_tag::any,
@@ -723,9 +724,10 @@ struct Bench {
   }
 };
 
-// --compare-env's argument: VAR=VALUE settings joined by commas, each a knob (core/knobs.hpp) set to a
-// value it takes, so that a typo cannot time the default against itself; not the ISA cap or the
-// VDPBF16PS rate, which are read once per process and so cannot differ between the two sets of runners.
+// --compare-env's argument: VAR=VALUE settings joined by commas, each a knob of the cpu backend
+// (core/knobs.hpp, area "cpu") set to a value it takes, so that neither a typo nor another backend's
+// knob can time the default against itself; not the VDPBF16PS rate, which is read once per process and
+// so cannot differ between the two sets of runners (the ISA cap is a core knob, read once too).
 bool valid_settings(const std::string& s) {
   std::stringstream ss(s);
   int n = 0;
@@ -733,10 +735,13 @@ bool valid_settings(const std::string& s) {
     const size_t eq = kv.find('=');
     const Knob* k = eq == std::string::npos ? nullptr : find_knob(kv.substr(0, eq));
     const bool per_process = k && (k->name == "MOERUN_CPU_ISA" || k->name == "MOERUN_CPU_BF16_DOT_RATE");
-    if (!k || per_process || !knob_accepts(*k, kv.substr(eq + 1))) {
+    const bool elsewhere = k && !per_process && k->area != "cpu";
+    if (!k || per_process || elsewhere || !knob_accepts(*k, kv.substr(eq + 1))) {
       std::fprintf(stderr, "cpu_moe_bench: --compare-env '%s': %s\n", kv.c_str(),
                    !k            ? "not a knob (moerun knobs --all lists them)"
                    : per_process ? "read once per process: both sides would run the same"
+                   : elsewhere   ? ("a " + std::string(k->area) + " knob: the cpu backend never reads it, so both sides "
+                                    "would run the same (moerun knobs --all lists the cpu ones)").c_str()
                                  : ("takes " + knob_values(*k)).c_str());
       return false;
     }

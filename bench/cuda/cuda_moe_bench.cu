@@ -248,6 +248,11 @@ int main(int argc, char** argv) {
       if (plus == std::string::npos || x.substr(plus) == "+unfused") name = "MOERUN_CUDA_GEMM", value = x.substr(0, plus);
     }
     const moerun::Knob* k = name.empty() ? nullptr : moerun::find_knob(name);
+    if (k && k->area != "cuda") {  // the cuda runner never reads it: the rule would be timed against itself
+      std::fprintf(stderr, "cuda_moe_bench: --ab '%s': %s is a %s knob, which the cuda backend never reads "
+                   "(moerun knobs --all lists the cuda ones)\n", x.c_str(), name.c_str(), std::string(k->area).c_str());
+      return 2;
+    }
     if (!k || !moerun::knob_accepts(*k, value)) {
       std::fprintf(stderr, "cuda_moe_bench: --ab '%s': a contender is gather, ksplit=N, an engine name (+unfused), or "
                    "env:NAME=VALUE, each a knob and a value it takes (%s)\n",

@@ -40,7 +40,7 @@ const std::vector<Knob>& table() {
     v.push_back({"MOERUN_PLUGIN_PATH", "core", true, K::kText, 0, 0, 1, false, {}, "no plugins",
                  "backend plugins (shared libraries) to load, ':'-separated, as --plugin does"});
     v.push_back({"MOERUN_CPU_ISA", "core", true, K::kChoice, 0, 0, 1, false, "scalar|avx2|avx512|avx512-bf16|amx",
-                 "what the CPU and OS allow", "cap the CPU instruction set the cpu backend uses (and the oracle plans for)"});
+                 "what the CPU and OS allow", "cap the CPU instruction set the cpu backend uses (and the oracle plans for) on the detected CPU; a described platform keeps its level"});
     // The cpu backend's measurement knobs.
     v.push_back(choice("MOERUN_CPU_KERNELS", "cpu", "v1|v2", "v2", "v1: the previous AVX2 streaming kernel and crossover"));
     v.push_back(count("MOERUN_CPU_STREAM_MAX_TOKENS", "cpu", 0, 65536, "the ISA level's cut",

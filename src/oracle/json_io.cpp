@@ -300,7 +300,7 @@ Capabilities capabilities_from_json(const json& j, std::string_view origin) {
 
 json to_json(const Platform& p) {
   json j;
-  j["description"] = p.description;
+  j["name"] = p.description;  // the platform file's key, so that this object reads back as one (platform-json.md)
   j["cpu"] = {{"vendor", p.cpu.vendor}, {"model", p.cpu.model}, {"cores", p.cpu.cores}, {"isa", to_string(p.cpu.isa())}};
   json g = json::array();
   for (const GpuInfo& gi : p.gpus)

@@ -27,7 +27,7 @@ void check_forward_args(const MoeSpec& spec, const ForwardArgs& a, DeviceKind de
   if (given(a.topk_ids) || given(a.topk_weights)) {
     expect(a.topk_ids, "topk_ids", DType::kI32, {m, spec.top_k});
     expect(a.topk_weights, "topk_weights", DType::kF32, {m, spec.top_k});
-    // Expert ids are validated here, on the host, before any kernel runs (DESIGN.md).
+    // Expert ids are validated here, on the host, before any kernel runs (the spec's bounds, not a backend's).
     if (a.topk_ids.device == DeviceKind::kCpu) {
       const int32_t* ids = a.topk_ids.as<const int32_t>();
       for (int64_t i = 0; i < m * spec.top_k; ++i)

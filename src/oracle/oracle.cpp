@@ -127,7 +127,22 @@ Selection select(const MoeSpec& spec, const Platform& platform, const Policy& po
         if (i < 0) throw_error(ErrorKind::kNotFound, "unknown backend '" + name + "' in policy " + policy.str() + "; registered: " + join(registry.names(), ", "));
         if (chosen < 0 && sel.trace[static_cast<size_t>(i)].capable) chosen = i;
       }
-      if (chosen >= 0) sel.why = "first capable backend in " + policy.str();
+      if (chosen >= 0) {
+        sel.why = "first capable backend in " + policy.str();
+      } else {  // name the order's refusals, and what could run outside it (not "capable" under "no backend")
+        std::vector<Candidate> listed;
+        std::vector<std::string> outside;
+        for (const std::string& name : policy.order) listed.push_back(sel.trace[static_cast<size_t>(index_of(name))]);
+        for (const Candidate& c : sel.trace)
+          if (c.capable && std::find(policy.order.begin(), policy.order.end(), c.name) == policy.order.end())
+            outside.push_back(c.name);
+        throw_error(ErrorKind::kUnsupported, "none of " + join(policy.order, ", ") + " can run " +
+                                                 (spec.name.empty() ? std::string("this spec") : spec.name) + " on " +
+                                                 platform.description + " (policy " + policy.str() + "):" +
+                                                 describe_refusals(listed) +
+                                                 (outside.empty() ? "\n  (no backend outside the order can either)"
+                                                                  : "\n  capable outside the order: " + join(outside, ", ")));
+      }
       break;
     }
     case Policy::Kind::kAuto: {

@@ -162,9 +162,10 @@ const Named kDescriptions[] = {
     {"sm120", [] { Platform p; p.cpu = described_cpu("avx2", 32); p.gpus = {described_gpu("RTX-PRO-6000", 120, false, 188, 96)}; return p; }},
 };
 
+// j[key], read as T; errors name the key by its path in the file (`at` + key: "gpus[1].sm").
 template <typename T>
-T get_field(const nlohmann::json& j, const char* key, std::string_view origin, const char* type) {
-  if (!j.contains(key)) throw_error(ErrorKind::kParse, std::string(origin) + ": missing '" + key + "' (" + type + ")");
+T get_field(const nlohmann::json& j, const char* key, std::string_view origin, const char* type, const std::string& at = "") {
+  if (!j.contains(key)) throw_error(ErrorKind::kParse, std::string(origin) + ": missing '" + at + key + "' (" + type + ")");
   if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
     if (auto v = json_number<T>(j.at(key))) return *v;
   } else {
@@ -175,7 +176,7 @@ T get_field(const nlohmann::json& j, const char* key, std::string_view origin, c
   }
   const nlohmann::json& v = j.at(key);
   const std::string why = std::is_integral_v<T> ? " (out of range or not whole)" : " (out of range)";
-  throw_error(ErrorKind::kParse, std::string(origin) + ": '" + key + "' must be " + type + (v.is_number() ? ", got " + v.dump() + why : ""));
+  throw_error(ErrorKind::kParse, std::string(origin) + ": '" + at + key + "' must be " + type + (v.is_number() ? ", got " + v.dump() + why : ""));
 }
 
 void reject_unknown(const nlohmann::json& j, std::initializer_list<const char*> allowed, std::string_view origin, const char* where) {
@@ -293,9 +294,12 @@ Platform Platform::from_json_text(std::string_view text, std::string_view origin
   if (j.contains("cpu")) {
     const auto& c = j["cpu"];
     if (!c.is_object()) throw_error(ErrorKind::kParse, std::string(origin) + ": 'cpu' must be an object");
-    reject_unknown(c, {"isa", "cores", "model"}, origin, "cpu");
+    // "vendor": what `explain --json` prints beside the rest, so that its platform reads back; a described
+    // CPU's vendor is "described" whatever the file says (MOERUN_CPU_ISA caps only the detected CPU).
+    reject_unknown(c, {"isa", "cores", "model", "vendor"}, origin, "cpu");
+    if (c.contains("vendor")) get_field<std::string>(c, "vendor", origin, "a string", "cpu.");
     if (c.contains("isa")) {
-      const std::string isa = get_field<std::string>(c, "isa", origin, "a string");
+      const std::string isa = get_field<std::string>(c, "isa", origin, "a string", "cpu.");
       if (isa == "scalar") {
       } else if (isa == "avx2" || isa == "avx512" || isa == "amx") {
         p.cpu = described_cpu(isa, 1);
@@ -308,27 +312,33 @@ Platform Platform::from_json_text(std::string_view text, std::string_view origin
       }
     }
     if (c.contains("cores")) {
-      p.cpu.cores = get_field<int>(c, "cores", origin, "an integer");
+      p.cpu.cores = get_field<int>(c, "cores", origin, "an integer", "cpu.");
       if (p.cpu.cores < 1 || p.cpu.cores > 65536) throw_error(ErrorKind::kParse, std::string(origin) + ": cpu.cores must be in [1, 65536]");
     }
-    if (c.contains("model")) p.cpu.model = get_field<std::string>(c, "model", origin, "a string");
+    if (c.contains("model")) p.cpu.model = get_field<std::string>(c, "model", origin, "a string", "cpu.");
   }
   if (j.contains("gpus")) {
     if (!j["gpus"].is_array()) throw_error(ErrorKind::kParse, std::string(origin) + ": 'gpus' must be an array");
     if (j["gpus"].size() > 64) throw_error(ErrorKind::kParse, std::string(origin) + ": at most 64 gpus");
-    for (const auto& g : j["gpus"]) {
-      if (!g.is_object()) throw_error(ErrorKind::kParse, std::string(origin) + ": each gpu must be an object");
-      reject_unknown(g, {"name", "sm", "arch_specific", "multiprocessors", "memory_gib"}, origin, "gpu");
+    for (size_t i = 0; i < j["gpus"].size(); ++i) {
+      const auto& g = j["gpus"][i];
+      const std::string at = "gpus[" + std::to_string(i) + "].";
+      if (!g.is_object()) throw_error(ErrorKind::kParse, std::string(origin) + ": " + at.substr(0, at.size() - 1) + " must be an object");
+      reject_unknown(g, {"name", "sm", "arch_specific", "multiprocessors", "memory_gib"}, origin, at.substr(0, at.size() - 1).c_str());
       GpuInfo gi;
-      gi.name = g.contains("name") ? get_field<std::string>(g, "name", origin, "a string") : "described";
-      gi.sm = get_field<int>(g, "sm", origin, "an integer (e.g. 90)");
-      if (gi.sm < 30 || gi.sm > 200) throw_error(ErrorKind::kParse, std::string(origin) + ": gpu sm " + std::to_string(gi.sm) + " out of range [30, 200]");
-      gi.arch_specific = g.contains("arch_specific") ? get_field<bool>(g, "arch_specific", origin, "a boolean") : false;
-      gi.multiprocessors = g.contains("multiprocessors") ? get_field<int>(g, "multiprocessors", origin, "an integer") : 1;
-      if (gi.multiprocessors < 1 || gi.multiprocessors > 100000) throw_error(ErrorKind::kParse, std::string(origin) + ": gpu multiprocessors out of range");
+      gi.name = g.contains("name") ? get_field<std::string>(g, "name", origin, "a string", at) : "described";
+      gi.sm = get_field<int>(g, "sm", origin, "an integer (e.g. 90)", at);
+      if (gi.sm < 30 || gi.sm > 200)
+        throw_error(ErrorKind::kParse, std::string(origin) + ": " + at + "sm " + std::to_string(gi.sm) + " out of range [30, 200]");
+      gi.arch_specific = g.contains("arch_specific") ? get_field<bool>(g, "arch_specific", origin, "a boolean", at) : false;
+      gi.multiprocessors = g.contains("multiprocessors") ? get_field<int>(g, "multiprocessors", origin, "an integer", at) : 1;
+      if (gi.multiprocessors < 1 || gi.multiprocessors > 100000)
+        throw_error(ErrorKind::kParse, std::string(origin) + ": " + at + "multiprocessors " + std::to_string(gi.multiprocessors) +
+                                           " out of range [1, 100000]");
       if (g.contains("memory_gib")) {
-        const double gib = get_field<double>(g, "memory_gib", origin, "a number");
-        if (!(gib >= 0 && gib < 1e6)) throw_error(ErrorKind::kParse, std::string(origin) + ": gpu memory_gib out of range");
+        const double gib = get_field<double>(g, "memory_gib", origin, "a number", at);
+        if (!(gib >= 0 && gib < 1e6))
+          throw_error(ErrorKind::kParse, std::string(origin) + ": " + at + "memory_gib " + g["memory_gib"].dump() + " out of range [0, 1e6)");
         gi.memory_bytes = static_cast<long long>(gib * (1ll << 30));
       }
       p.gpus.push_back(gi);

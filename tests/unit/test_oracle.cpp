@@ -118,15 +118,47 @@ TEST(Platform, NumbersOutsideTheFieldTypeAreRefused) {
   const auto err = [](const char* gpu) {
     return error_of([&] { Platform::from_json_text(std::string(R"({"gpus": [)") + gpu + "]}", "t.json"); });
   };
-  EXPECT_NE(err(R"({"sm": 1111111111111111111111111111111110000000000000004321666027710462})").find("'sm' must be an integer (e.g. 90), got 1.1"), std::string::npos);
-  EXPECT_NE(err(R"({"sm": 4294967386})").find("'sm' must be an integer (e.g. 90), got 4294967386"), std::string::npos);
+  EXPECT_NE(err(R"({"sm": 1111111111111111111111111111111110000000000000004321666027710462})").find("'gpus[0].sm' must be an integer (e.g. 90), got 1.1"), std::string::npos);
+  EXPECT_NE(err(R"({"sm": 4294967386})").find("'gpus[0].sm' must be an integer (e.g. 90), got 4294967386"), std::string::npos);
   EXPECT_NE(err(R"({"sm": 90.5})").find("got 90.5"), std::string::npos);
   EXPECT_NE(err(R"({"sm": -1e300})").find("must be an integer"), std::string::npos);
-  EXPECT_NE(err(R"({"sm": 90, "multiprocessors": 1e20})").find("'multiprocessors' must be an integer"), std::string::npos);
-  EXPECT_NE(err(R"({"sm": 90, "memory_gib": 1e300})").find("memory_gib out of range"), std::string::npos);
+  EXPECT_NE(err(R"({"sm": 90, "multiprocessors": 1e20})").find("'gpus[0].multiprocessors' must be an integer"), std::string::npos);
+  EXPECT_NE(err(R"({"sm": 90, "memory_gib": 1e300})").find("gpus[0].memory_gib 1e+300 out of range [0, 1e6)"), std::string::npos);
   EXPECT_EQ(Platform::from_json_text(R"({"gpus": [{"sm": 90.0}]})", "t.json").gpu_sm(), 90);  // integral float
-  EXPECT_NE(err(R"({"name": "H200"})").find("missing 'sm' (an integer (e.g. 90))"), std::string::npos);
-  EXPECT_NE(error_of([] { Platform::from_json_text(R"({"cpu": {"cores": 18446744073709551615}})", "t.json"); }).find("'cores' must be an integer"),
+  EXPECT_NE(err(R"({"name": "H200"})").find("missing 'gpus[0].sm' (an integer (e.g. 90))"), std::string::npos);
+  EXPECT_NE(error_of([] { Platform::from_json_text(R"({"cpu": {"cores": 18446744073709551615}})", "t.json"); }).find("'cpu.cores' must be an integer"),
+            std::string::npos);
+}
+
+// What `explain --json` prints under "platform" reads back as a platform file (docs/platform-json.md).
+TEST(Platform, PrintedPlatformReadsBack) {
+  for (const char* name : {"sm90", "cpu-avx512", "sm120"}) {
+    const Platform p = Platform::describe(name);
+    const Platform q = Platform::from_json_text(json_io::to_json(p).dump(), "printed.json");
+    EXPECT_EQ(q.description, p.description) << name;
+    EXPECT_EQ(q.cpu.isa(), p.cpu.isa()) << name;
+    EXPECT_EQ(q.cpu.cores, p.cpu.cores) << name;
+    EXPECT_EQ(q.cpu.model, p.cpu.model) << name;
+    ASSERT_EQ(q.gpus.size(), p.gpus.size()) << name;
+    for (size_t i = 0; i < p.gpus.size(); ++i) {
+      EXPECT_EQ(q.gpus[i].name, p.gpus[i].name);
+      EXPECT_EQ(q.gpus[i].sm, p.gpus[i].sm);
+      EXPECT_EQ(q.gpus[i].arch_specific, p.gpus[i].arch_specific);
+      EXPECT_EQ(q.gpus[i].multiprocessors, p.gpus[i].multiprocessors);
+      EXPECT_EQ(q.gpus[i].memory_bytes, p.gpus[i].memory_bytes);
+    }
+  }
+  // The detected machine too: its level and cores, as a described CPU.
+  const Platform d = Platform::detect();
+  const Platform r = Platform::from_json_text(json_io::to_json(d).dump(), "printed.json");
+  EXPECT_EQ(r.cpu.isa(), d.cpu.isa());
+  EXPECT_EQ(r.cpu.cores, d.cpu.cores);
+  EXPECT_EQ(r.cpu.vendor, "described");
+  // Errors name a GPU's key by its path.
+  EXPECT_NE(error_of([] { Platform::from_json_text(R"({"gpus": [{"sm": 90}, {"sm": 90, "multiprocessors": 0}]})", "t.json"); })
+                .find("gpus[1].multiprocessors 0 out of range [1, 100000]"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Platform::from_json_text(R"({"gpus": [{"sm": 90, "smx": 1}]})", "t.json"); }).find("unknown key 'smx' in gpus[0]"),
             std::string::npos);
 }
 
@@ -194,6 +226,13 @@ TEST(Oracle, ExplicitRequestsFailWithReasonsAndAlternatives) {
   // Order policy: first capable in the given order.
   const Selection s = select(qwen(), Platform::describe("cpu-avx2"), Policy::parse("order:gpu-only,reference"), r);
   EXPECT_EQ(s.backend, "reference");
+  // An order none of whose backends can run: its refusals, and what could run outside it.
+  const std::string none = error_of([&] { select(qwen(), Platform::describe("cpu-avx2"), Policy::parse("order:gpu-only"), r); }, &k);
+  EXPECT_EQ(k, ErrorKind::kUnsupported);
+  EXPECT_NE(none.find("none of gpu-only can run"), std::string::npos) << none;
+  EXPECT_NE(none.find("gpu-only: needs a CUDA GPU"), std::string::npos) << none;
+  EXPECT_NE(none.find("capable outside the order: reference"), std::string::npos) << none;
+  EXPECT_EQ(none.find("reference: capable"), std::string::npos) << none;
 }
 
 TEST(Oracle, NothingFitsListsEveryCandidate) {

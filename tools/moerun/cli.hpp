@@ -44,6 +44,9 @@ struct CommonOptions {
   // with_threads: only for the commands that run forwards (run, verify).
   void add_to(CLI::App& app, bool with_backend = true, bool with_threads = true);
   Platform resolve_platform() const;
+  // For the commands that execute here (run, verify): the platform, refused (kInvalidArgument) when a
+  // described one claims hardware this machine lacks. A lower CPU level only narrows it, and is honoured.
+  Platform resolve_platform_to_run(std::string_view command) const;
   Policy resolve_policy() const;
   // Loads --plugin libraries into the global registry (MOERUN_PLUGIN_PATH ones load by themselves).
   // Throws Error{kPlugin} when one of either cannot be loaded: the command would run without it.

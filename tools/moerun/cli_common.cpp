@@ -129,6 +129,34 @@ void CommonOptions::add_to(CLI::App& app, bool with_backend, bool with_threads) 
 }
 
 Platform CommonOptions::resolve_platform() const { return Platform::describe(platform); }
+
+namespace {
+// What a described platform claims beyond this machine, or "". A command that executes here may only
+// narrow the machine: one that claims more would plan kernels or a device that cannot run.
+std::string beyond_this_machine(const Platform& described, const Platform& here) {
+  if (described.has_gpu() && (!here.has_gpu() || here.gpu_sm() < described.gpu_sm()))
+    return "a GPU of sm" + std::to_string(described.gpu_sm());
+  // Arch-specific code (sm_90a's wgmma and TMA) runs only on that very architecture, not on a newer one.
+  if (described.has_gpu() && described.gpus.front().arch_specific &&
+      !(here.gpus.front().arch_specific && here.gpu_sm() == described.gpu_sm()))
+    return "arch-specific sm" + std::to_string(described.gpu_sm()) + "a features (this GPU is sm" +
+           std::to_string(here.gpu_sm()) + ")";
+  if (described.cpu.isa() > here.cpu.isa()) return "the CPU level " + std::string(to_string(described.cpu.isa()));
+  return "";
+}
+}  // namespace
+
+Platform CommonOptions::resolve_platform_to_run(std::string_view command) const {
+  const Platform p = resolve_platform();
+  if (platform == "detected") return p;
+  const Platform here = Platform::detect();
+  if (const std::string more = beyond_this_machine(p, here); !more.empty())
+    throw_error(ErrorKind::kInvalidArgument, "--platform " + platform + " has " + more + ", which this machine (" +
+                                                 here.summary() + ") lacks; `" + std::string(command) +
+                                                 "` executes here. Plan for that hardware with `moerun explain "
+                                                 "--platform " + platform + "`");
+  return p;
+}
 Policy CommonOptions::resolve_policy() const { return Policy::parse(backend); }
 
 Registry& registry_with_env_plugins() {

@@ -40,32 +40,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// `run` executes on this machine, so a described platform may only narrow it (a lower CPU level is
-// honoured: the cpu backend runs at the lower of the two). One that claims more would plan kernels
-// or a device this machine cannot run. Returns what it claims beyond the machine, or "".
-std::string beyond_this_machine(const Platform& described, const Platform& here) {
-  if (described.has_gpu() && (!here.has_gpu() || here.gpu_sm() < described.gpu_sm()))
-    return "a GPU of sm" + std::to_string(described.gpu_sm());
-  // Arch-specific code (sm_90a's wgmma and TMA) runs only on that very architecture, not on a newer one.
-  if (described.has_gpu() && described.gpus.front().arch_specific &&
-      !(here.gpus.front().arch_specific && here.gpu_sm() == described.gpu_sm()))
-    return "arch-specific sm" + std::to_string(described.gpu_sm()) + "a features (this GPU is sm" +
-           std::to_string(here.gpu_sm()) + ")";
-  if (described.cpu.isa() > here.cpu.isa()) return "the CPU level " + std::string(to_string(described.cpu.isa()));
-  return "";
-}
-
 void run(const RunOptions& o) {
   const MoeSpec spec = o.spec.resolve();
-  const Platform platform = o.common.resolve_platform();
-  if (o.common.platform != "detected") {
-    const Platform here = Platform::detect();
-    if (const std::string more = beyond_this_machine(platform, here); !more.empty())
-      throw_error(ErrorKind::kInvalidArgument, "--platform " + o.common.platform + " has " + more +
-                                                   ", which this machine (" + here.summary() +
-                                                   ") lacks; `run` executes here. Plan for that hardware with "
-                                                   "`moerun explain --platform " + o.common.platform + "`");
-  }
+  const Platform platform = o.common.resolve_platform_to_run("run");
   Registry& registry = o.common.registry();
   const Policy policy = o.common.resolve_policy();
 

@@ -19,7 +19,7 @@ struct VerifyOptions {
 
 void verify(const VerifyOptions& o) {
   Registry& registry = o.common.registry();
-  const Platform platform = o.common.resolve_platform();
+  const Platform platform = o.common.resolve_platform_to_run("verify");
   const BackendEntry* e = registry.find(o.common.backend);
   if (!e) {
     std::string names;
@@ -100,7 +100,7 @@ void add_verify(CLI::App& root) {
 void add_check(CLI::App& root) {
   auto* app = root.add_subcommand("check", "the launch matrix: every preset x platform x parallel x backend plans or is refused, never crashes");
   auto o = std::make_shared<CheckOptions>();
-  app->add_option("--plugin", o->plugins, "load a backend plugin (.so); repeatable");
+  app->add_option("--plugin", o->plugins, "load a backend plugin (.so); repeatable. Also MOERUN_PLUGIN_PATH");
   app->add_option("--preset", o->presets, "restrict to these presets");
   app->add_option("--platform", o->platforms, "restrict to these platform descriptions");
   app->add_option("--tokens", o->tokens, "tokens per scaled-down forward")->check(CLI::Range(int64_t{0}, int64_t{4096}));
