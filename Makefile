@@ -5,7 +5,7 @@ JOBS ?= 2
 BUILD ?= build
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-unit test-asan fuzz check-matrix plugin-example clean
+.PHONY: all deps build demo test clean
 
 all: build
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: build (cmake, -j16, sm_90a), GPU tests, the CPU suite, compute-sanitizer memcheck
+# One device call: build (cmake, -j$(nproc), sm_90a), GPU tests, the CPU suite, compute-sanitizer memcheck
 # and racecheck on small cases, then the benchmark sweep (torch baseline first). Logs and JSON go to
 # $OUT (default ./out).
 # Knobs: GPU_CHECK_QUICK=1 short benchmark; GPU_CHECK_SKIP_BENCH=1 no benchmark; GPU_CHECK_SKIP_CPU=1
@@ -31,7 +31,7 @@ else
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOERUN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a $prefix \
     > "$OUT/build.log" 2>&1 || { log "configure FAILED"; tail -40 "$OUT/build.log"; exit 1; }
   log build
-  cmake --build $B -j16 --target moerun_gpu_tests cuda_moe_bench >> "$OUT/build.log" 2>&1 || { log "build FAILED"; grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
+  cmake --build $B -j"$(nproc)" --target moerun_gpu_tests cuda_moe_bench >> "$OUT/build.log" 2>&1 || { log "build FAILED"; grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
 fi
 if command -v cuobjdump > /dev/null; then
   n=$(cuobjdump --dump-sass "$TESTS" 2>/dev/null | grep -c HGMMA)
@@ -46,7 +46,7 @@ if [ "${GPU_CHECK_SKIP_CPU:-0}" != 1 ]; then
   if [ "$TESTS" != "$B/tests/moerun_gpu_tests" ] && [ -x "$pre/moerun_tests" ]; then
     CPU_TESTS=$pre/moerun_tests
   else
-    cmake --build $B -j16 >> "$OUT/build.log" 2>&1 || log "full build (CPU suite) FAILED"
+    cmake --build $B -j"$(nproc)" >> "$OUT/build.log" 2>&1 || log "full build (CPU suite) FAILED"
   fi
   timeout 150 "$CPU_TESTS" --gtest_brief=1 >> "$OUT/tests.log" 2>&1; echo "cpu tests rc=$?" | tee -a "$OUT/summary.log"
   grep -E "^\[  (PASSED|FAILED)|tests ran" "$OUT/tests.log" | tail -5 | tee -a "$OUT/summary.log"

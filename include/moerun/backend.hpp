@@ -109,8 +109,8 @@ class Runner {
   virtual ~Runner() = default;
   // Computes output = this rank's share of the MoE layer. Inputs were validated by the caller
   // (MoeLayer::forward); a runner may still throw Error for states it detects itself.
-  // One forward at a time: a runner's workspaces are its own. The cpu runner serializes calls made
-  // from several threads. A CUDA runner's calls must not overlap, on the host (its workspace growth
+  // One forward at a time per runner. The cpu runner serializes calls made from several threads (its
+  // workspaces are borrowed from a pool the process shares, so different runners may run at once). A CUDA runner's calls must not overlap, on the host (its workspace growth
   // is not locked) or on the GPU: device-tensor calls on one stream, or on streams ordered with
   // events; a host-tensor call runs on the runner's own stream and returns synchronized, so a
   // device-tensor call still in flight must be finished (synchronized) before one.

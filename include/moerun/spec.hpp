@@ -32,7 +32,7 @@ struct Activation {
   float swiglu_alpha = 1.702f;   // kSwigluOai only
   float swiglu_limit = 7.0f;     // kSwigluOai only; <= 0 means no clamp
   // gpt-oss stores gate/up interleaved along the 2*I rows (row 2j = gate j, row 2j+1 = up j). Otherwise
-  // gate rows come first, then up rows (DESIGN.md's w13 convention).
+  // gate rows come first, then up rows (w13's convention: docs/formats.md).
   bool interleaved_gate_up = false;
 
   bool gated() const noexcept { return kind != ActivationKind::kRelu2 && kind != ActivationKind::kSilu; }
@@ -58,7 +58,7 @@ struct Routing {
 
 // ---- weights ----------------------------------------------------------------------------------------
 
-// How expert weights are stored. Layouts follow DESIGN.md "Tensor conventions".
+// How expert weights are stored. Layouts: docs/formats.md.
 enum class WeightFormat : uint8_t {
   kF32, kF16, kBF16,
   kFp8PerTensor,    // e4m3 + one fp32 scale per expert matrix

@@ -5,7 +5,7 @@
 //   rank's shard once into contiguous [E_local, ...] HostTensors. Nothing is requantized: every value
 //   that comes out dequantizes to exactly the value the checkpoint stored.
 // - Per-expert checkpoints keep gate and up as two linears; moerun's w13 is their row concatenation
-//   (DESIGN.md). Row-wise scales concatenate as they are. 128x128 fp8 block scales concatenate only when
+//   (docs/formats.md). Row-wise scales concatenate as they are. 128x128 fp8 block scales concatenate only when
 //   the halves fill whole blocks (intermediate/tp % 128 == 0); otherwise the load is refused.
 // - Per-tensor scalars (fp8 per-tensor weight_scale, nvfp4 weight_scale_2) exist once per linear in the
 //   checkpoint but once per expert matrix in moerun. When gate and up disagree, the half whose scalar
