@@ -93,7 +93,11 @@ struct RunnerOptions {
 
 // One call of the layer. hidden [M, H] and output [M, H] in spec.act_dtype; router_logits [M, E] F32.
 // When topk_ids/topk_weights ([M, k], I32/F32) are given the routing stage is skipped and they are
-// used as they are (ids must be in [0, E)). M = 0 is valid and does nothing.
+// used as they are (ids must be in [0, E); MoeLayer checks host ids, device ids are the caller's
+// promise). M = 0 is valid and does nothing. All tensors of a call are host tensors, or all device
+// tensors (CUDA backends only; `stream` orders them). NaN router logits count as -inf when experts are
+// chosen and get weight 0; a row whose logits are all NaN routes to experts 0..k-1 with weight 1/k
+// each (a finite output: check the logits upstream if NaN can reach them).
 struct ForwardArgs {
   TensorView hidden;
   TensorView router_logits;

@@ -39,7 +39,9 @@ struct HfModel {
 
 // Reads config.json (+ its quantization_config, or hf_quant_config.json beside it). Unknown fields
 // are ignored; a missing required one throws Error{kParse} naming it ("config.json: missing
-// num_local_experts (Mixtral needs it)"); an unsupported model_type lists the supported ones.
+// num_local_experts (Mixtral needs it)"); an unsupported model_type lists the supported ones. The
+// spec that comes back is validated (Error{kInvalidSpec} otherwise), for tp = ep = 1; a config with no
+// MoE layer is Error{kParse}.
 HfModel read_hf_config(const std::string& config_path);
 // The same from text; quant_json is the text of an hf_quant_config.json when there is one.
 HfModel parse_hf_config(std::string_view config_json, std::string_view origin,

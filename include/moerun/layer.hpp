@@ -20,11 +20,15 @@ class MoeLayer {
 
   const MoeSpec& spec() const noexcept { return spec_; }
   const Selection& plan() const noexcept { return plan_; }
-  const MoeWeights& weights() const noexcept { return *weights_; }
+  const MoeWeights& weights() const;  // (throws Error on a moved-from layer, as the calls below do)
 
-  // Checks every tensor of args (dtype, shape, device, expert ids in range, adapter ids in range)
-  // and throws Error{kInvalidArgument} naming the bad one before any kernel runs; then runs.
-  // One call at a time per layer: on CUDA, order calls on different streams (Runner::forward).
+  // Checks every tensor of args (dtype, shape, memory, expert ids in range where they are host
+  // tensors, adapter ids likewise) and throws Error{kInvalidArgument} naming the bad one before any
+  // kernel runs; then runs. A call's tensors are all host or all device tensors; a CPU backend takes
+  // host tensors only. The built-in backends read all of hidden before they write output, so output
+  // may be hidden's own memory with them (a plugin's capabilities do not say). A failure inside the backend is an Error naming it; running out of memory is std::bad_alloc.
+  // One call at a time per layer: on CUDA, order calls on different streams (Runner::forward). The
+  // built-in CPU backends serialize calls from several threads; other layers run at the same time.
   void forward(const ForwardArgs& args);
 
   // The kernel variant a call with m tokens takes (the runner's answer, else the capabilities').
@@ -35,7 +39,8 @@ class MoeLayer {
   std::shared_ptr<const MoeWeights> weights_;
   Selection plan_;
   Platform platform_;
-  std::unique_ptr<Runner> runner_;
+  std::unique_ptr<Runner> runner_;  // null only in a moved-from layer
+  void check_not_moved_from() const;
 };
 
 // Checks args against the spec; shared by MoeLayer and tests. Throws Error{kInvalidArgument}.

@@ -1,11 +1,12 @@
 // moerun/registry.hpp — the backends moerun knows, by name: built-ins and plugins with equal standing.
 //
 // Built-ins are registered explicitly by register_builtin_backends() (no static initialisers). Names
-// are lower-case [a-z0-9_-]{1,32}, not "auto" or "none" (reserved policy words). Registering a second
+// are lower-case [a-z0-9_-]{1,32}, not "auto", "none", "all" or "order:..." (reserved policy words). Registering a second
 // backend under a taken name is refused unless AddOptions::allow_override is set, and then it is logged;
 // registering the very same backend object twice is a no-op.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -38,7 +39,8 @@ class Registry {
 
   // Throws Error{kRegistry} for a bad or taken name (unless overriding is allowed).
   void add(std::shared_ptr<const Backend> backend, std::string origin, AddOptions options = {});
-  // nullptr when absent.
+  // nullptr when absent. The entry stays where it is for the registry's life (later additions do not
+  // move it); an override replaces its contents, so read it while no other thread overrides that name.
   const BackendEntry* find(std::string_view name) const;
   // In registration order (built-ins first).
   std::vector<BackendEntry> entries() const;
@@ -60,7 +62,7 @@ class Registry {
  private:
   mutable std::mutex mu_;
   std::mutex load_mu_;  // one load_plugin at a time: its duplicate check and its registration are one step
-  std::vector<BackendEntry> entries_;
+  std::deque<BackendEntry> entries_;  // a deque: find()'s pointers survive later additions
   std::function<void(const std::string&)> log_;
   std::vector<void*> plugin_libs_;              // dlopen handles whose backends are registered
   std::vector<std::string> env_plugin_errors_;  // global(): MOERUN_PLUGIN_PATH failures

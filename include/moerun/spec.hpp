@@ -1,7 +1,7 @@
 // moerun/spec.hpp — MoeSpec: what one Mixture-of-Experts layer is, independent of how it runs.
 //
 // A spec is a plain value. Build it from a preset (presets.hpp), a Hugging Face config.json
-// (hf_config.hpp) or by hand, then call validate(): it throws Error{kInvalidSpec} naming the first bad
+// (hf.hpp) or by hand, then call validate(): it throws Error{kInvalidSpec} naming the first bad
 // field, its value and the values allowed. Everything downstream (oracle, backends, layer) assumes a
 // validated spec.
 #pragma once

@@ -19,6 +19,8 @@ enum class DeviceKind : uint8_t { kCpu, kCuda };
 
 inline constexpr int kMaxRank = 4;
 
+// rank is public, so a caller can set it past kMaxRank: such a shape is invalid (numel() -1, str()
+// names it, == only to itself) and never read past dims.
 struct Shape {
   int rank = 0;
   std::array<int64_t, kMaxRank> dims{};
@@ -26,12 +28,16 @@ struct Shape {
   Shape() = default;
   Shape(std::initializer_list<int64_t> d);
   int64_t operator[](int i) const { return dims[static_cast<size_t>(i)]; }
+  bool valid() const noexcept { return rank >= 0 && rank <= kMaxRank; }
+  // The product of the dims: -1 for an invalid rank, INT64_MAX where the product overflows (so "has
+  // elements" checks still see it, and an allocation of it is refused as too large).
   int64_t numel() const noexcept;
   bool operator==(const Shape& o) const noexcept;
   std::string str() const;  // "[64, 2048]"
 };
 
 // A view of contiguous row-major memory. Never owns; a null data pointer is allowed only for numel 0.
+// empty(): no data (a view of zero elements may still carry a shape; HostTensor::empty() is "no bytes").
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::kF32;
@@ -45,11 +51,14 @@ struct TensorView {
   template <typename T> T* as() const { return static_cast<T*>(data); }
 };
 
-// An owning, 64-byte aligned host allocation that hands out TensorViews of itself.
+// An owning, 64-byte aligned host allocation that hands out TensorViews of itself. A moved-from
+// HostTensor is empty (no shape, no bytes), like a default-constructed one.
 class HostTensor {
  public:
   HostTensor() = default;
-  HostTensor(DType dtype, Shape shape);  // zero-filled
+  HostTensor(DType dtype, Shape shape);  // zero-filled; throws Error{kInvalidArgument} if too large
+  HostTensor(HostTensor&& o) noexcept;
+  HostTensor& operator=(HostTensor&& o) noexcept;
   TensorView view() const;
   DType dtype() const noexcept { return dtype_; }
   const Shape& shape() const noexcept { return shape_; }

@@ -53,6 +53,9 @@ struct Tolerance {
 Tolerance tolerance_for(const MoeSpec& spec);
 
 // Compares an output with the reference output (host tensors, F32/F16/BF16, same number of elements).
+// Where the reference is NaN the output must be NaN, where it is an infinity the same infinity; the
+// finite elements are held to the tolerances. Throws Error{kInvalidArgument} for device or null
+// tensors and for tolerances that are negative or NaN.
 VerifyResult compare_outputs(const TensorView& out, const TensorView& ref, const Tolerance& tolerance);
 
 // A random valid spec from a seed: random sizes (odd ones included, within format constraints),

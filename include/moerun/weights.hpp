@@ -37,11 +37,13 @@ struct LoraWeights {
 };
 
 // Which adapter each token uses: int32 [M], -1 = none. Valid ids are in [0, adapters).
+// A call's adapters: weights null means no LoRA for the call (token_adapter is then not read).
 struct LoraBatch {
   const LoraWeights* weights = nullptr;
   TensorView token_adapter;
 };
 
+// This rank's share (validated specs; 0 where ep or tp is not positive).
 int local_experts(const MoeSpec& spec) noexcept;       // E / ep
 int first_local_expert(const MoeSpec& spec) noexcept;  // (rank % ep) * E / ep
 int local_intermediate(const MoeSpec& spec) noexcept;  // I / tp
@@ -58,13 +60,15 @@ int64_t estimate_weight_bytes(const MoeSpec& spec) noexcept;
 // Random LoRA adapters (spec.lora.max_adapters, spec.lora.max_rank) from a seed.
 LoraWeights random_lora(const MoeSpec& spec, uint64_t seed);
 
-// Checks every tensor against the spec: shapes, dtypes, presence of optional tensors. Throws
-// Error{kFormat} "expected F32 [128, 2048], got F32 [64, 2048] for router_weight".
 // This rank's shard of full-layer weights (spec.parallel = 1/1 in `full`), cut exactly from the
-// stored bytes (no requantization): experts of rank % ep, intermediate slice of rank / ep. Throws
-// Error{kUnsupported} when a slice would split a scale block (fp8-block needs I/tp % 128 == 0).
+// stored bytes (no requantization): experts of rank % ep, intermediate slice of rank / ep. Both specs
+// are validated, must describe the same layer but for `parallel`, and `weights` must pass
+// check_weights(full, ...): else Error{kInvalidSpec} / Error{kFormat}. Throws Error{kUnsupported}
+// when a slice would split a scale block (fp8-block needs I/tp % 128 == 0).
 MoeWeights shard_weights(const MoeSpec& full, const MoeWeights& weights, const MoeSpec& rank_spec);
 
+// Checks every tensor against the spec: shapes, dtypes, presence of optional tensors. Throws
+// Error{kFormat} "expected F32 [128, 2048], got F32 [64, 2048] for router_weight".
 void check_weights(const MoeSpec& spec, const MoeWeights& w);
 void check_lora(const MoeSpec& spec, const LoraWeights& l);
 

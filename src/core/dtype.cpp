@@ -18,8 +18,15 @@ constexpr std::array<DTypeInfo, 13> kTable{{
 }};
 }  // namespace
 
-size_t dtype_size(DType t) noexcept { return kTable[static_cast<size_t>(t)].size; }
-std::string_view dtype_name(DType t) noexcept { return kTable[static_cast<size_t>(t)].name; }
+// A value cast from outside the enum has no row: size 0 and the name "invalid".
+size_t dtype_size(DType t) noexcept {
+  const auto i = static_cast<size_t>(t);
+  return i < kTable.size() ? kTable[i].size : 0;
+}
+std::string_view dtype_name(DType t) noexcept {
+  const auto i = static_cast<size_t>(t);
+  return i < kTable.size() ? kTable[i].name : std::string_view("invalid");
+}
 std::optional<DType> dtype_from_name(std::string_view name) noexcept {
   for (const auto& e : kTable)
     if (e.name == name) return e.type;

@@ -14,6 +14,7 @@
 #include <limits>
 #include <string>
 
+#include "core/dequantize.hpp"
 #include "core/formats_codecs.hpp"
 #include "moerun/error.hpp"
 #include "moerun/formats.hpp"
@@ -76,6 +77,8 @@ Layout canonical_layout(WeightFormat f, int64_t e, int64_t n, int64_t k) {
       l.scale = part(DType::kF32, {e, n}, "[E, N]");
       break;
   }
+  if (!l.data.present)  // a value cast from outside the enum
+    throw_error(ErrorKind::kInvalidArgument, "not a weight format: " + std::to_string(static_cast<int>(f)));
   return l;
 }
 
@@ -346,6 +349,8 @@ ExpertMatrix quantize_experts(WeightFormat format, const float* w, int64_t exper
 // Reads the canonical layout only; the product decode(data) * scale is rounded once (for nvfp4 the
 // e2m1 x e4m3 product is exact in f32, so (v * block) * global also rounds once).
 void dequantize_row(const ExpertMatrix& m, int64_t expert, int64_t row, float* out) {
+  check_expert_matrix(m, "dequantize_row's stack");  // dtypes, shapes, every part present, a known format
+  if (!out && m.cols > 0) throw_error(ErrorKind::kInvalidArgument, "dequantize_row: null output");
   if (expert < 0 || expert >= m.experts || row < 0 || row >= m.rows)
     throw_error(ErrorKind::kInvalidArgument, "dequantize_row: expert " + std::to_string(expert) + ", row " +
                                                  std::to_string(row) + " outside [" + std::to_string(m.experts) +
@@ -356,7 +361,10 @@ void dequantize_row(const ExpertMatrix& m, int64_t expert, int64_t row, float* o
   for (const TensorView* v : {&m.data, &m.scale, &m.global_scale})
     if (!v->empty() && v->device != DeviceKind::kCpu)
       throw_error(ErrorKind::kInvalidArgument, "dequantize_row needs host tensors; this stack is on a GPU");
+  dequantize_row_unchecked(m, expert, row, out);
+}
 
+void dequantize_row_unchecked(const ExpertMatrix& m, int64_t expert, int64_t row, float* out) {
   const int64_t K = m.cols;
   const int64_t r = expert * m.rows + row;  // row index across experts
   switch (m.format) {

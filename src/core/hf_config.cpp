@@ -729,6 +729,16 @@ HfModel parse_hf_config(std::string_view config_json, std::string_view origin,
   } else if (const json* qc = topf.opt_object("quantization_config")) {
     apply_quantization_config(*qc, origin, m.model_type, m.spec);
   }
+  // What comes back is a layer moerun can plan: a config with no MoE layer, or one whose sizes no
+  // spec takes (num_local_experts = 1e9, top-k above the experts), is refused here, by name.
+  if (m.moe_layers.empty())
+    throw_error(ErrorKind::kParse, fmt::format("{}: none of this {} config's {} layers has a MoE block", origin,
+                                               m.model_type, m.num_layers));
+  try {
+    m.spec.validate();
+  } catch (const Error& e) {
+    throw_error(e.kind(), fmt::format("{}: {}", origin, e.what()));
+  }
   return m;
 }
 

@@ -119,6 +119,14 @@ HostTensor from_shared(const std::shared_ptr<HostTensor>& t, Shape shape) {
 MoeWeights shard_weights(const MoeSpec& full, const MoeWeights& w, const MoeSpec& rank_spec) {
   if (full.parallel.tp != 1 || full.parallel.ep != 1)
     throw_error(ErrorKind::kInvalidArgument, "shard_weights needs full-layer weights (tp = ep = 1)");
+  full.validate();
+  rank_spec.validate();  // rank in [0, tp * ep), E % ep, I % tp: what the cuts below index by
+  MoeSpec same = rank_spec;
+  same.parallel = full.parallel;
+  if (same.summary() != full.summary())
+    throw_error(ErrorKind::kInvalidSpec, "shard_weights: rank_spec is another layer than full (only parallel may differ): " +
+                                             same.summary() + " against " + full.summary());
+  check_weights(full, w);
   const int64_t e0 = first_local_expert(rank_spec), ne = local_experts(rank_spec);
   const int64_t il = local_intermediate(rank_spec), i0 = tp_rank(rank_spec) * il, I = full.intermediate;
   std::vector<Range> rows13;

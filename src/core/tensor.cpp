@@ -15,19 +15,23 @@ Shape::Shape(std::initializer_list<int64_t> d) {
 }
 
 int64_t Shape::numel() const noexcept {
+  if (!valid()) return -1;
   int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= dims[static_cast<size_t>(i)];
+  for (int i = 0; i < rank; ++i)
+    if (__builtin_mul_overflow(n, dims[static_cast<size_t>(i)], &n)) return std::numeric_limits<int64_t>::max();
   return n;
 }
 
 bool Shape::operator==(const Shape& o) const noexcept {
   if (rank != o.rank) return false;
+  if (!valid()) return true;  // (the same invalid rank: nothing else can be compared)
   for (int i = 0; i < rank; ++i)
     if (dims[static_cast<size_t>(i)] != o.dims[static_cast<size_t>(i)]) return false;
   return true;
 }
 
 std::string Shape::str() const {
+  if (!valid()) return "[invalid rank " + std::to_string(rank) + "]";
   std::string s = "[";
   for (int i = 0; i < rank; ++i) {
     if (i) s += ", ";
@@ -40,7 +44,27 @@ size_t TensorView::nbytes() const noexcept { return static_cast<size_t>(numel())
 
 void HostTensor::Free::operator()(void* p) const noexcept { std::free(p); }
 
+HostTensor::HostTensor(HostTensor&& o) noexcept
+    : dtype_(o.dtype_), shape_(o.shape_), nbytes_(o.nbytes_), data_(std::move(o.data_)) {
+  o.shape_ = Shape{};
+  o.nbytes_ = 0;
+}
+
+HostTensor& HostTensor::operator=(HostTensor&& o) noexcept {
+  if (this != &o) {
+    dtype_ = o.dtype_;
+    shape_ = o.shape_;
+    nbytes_ = o.nbytes_;
+    data_ = std::move(o.data_);
+    o.shape_ = Shape{};
+    o.nbytes_ = 0;
+  }
+  return *this;
+}
+
 HostTensor::HostTensor(DType dtype, Shape shape) : dtype_(dtype), shape_(shape) {
+  if (!shape.valid()) throw_error(ErrorKind::kInvalidArgument, "tensor shape " + shape.str());
+  if (dtype_size(dtype) == 0) throw_error(ErrorKind::kInvalidArgument, "not a dtype: " + std::to_string(static_cast<int>(dtype)));
   for (int i = 0; i < shape.rank; ++i)
     if (shape[i] < 0) throw_error(ErrorKind::kInvalidArgument, "negative dimension in " + shape.str());
   const int64_t n = shape.numel();

@@ -10,10 +10,13 @@
 
 namespace moerun {
 
-int local_experts(const MoeSpec& s) noexcept { return s.num_experts / s.parallel.ep; }
-int first_local_expert(const MoeSpec& s) noexcept { return (s.parallel.rank % s.parallel.ep) * local_experts(s); }
-int local_intermediate(const MoeSpec& s) noexcept { return s.intermediate / s.parallel.tp; }
-int tp_rank(const MoeSpec& s) noexcept { return s.parallel.rank / s.parallel.ep; }
+// (ep or tp not positive: a spec that was never validated; 0 rather than a division by zero.)
+int local_experts(const MoeSpec& s) noexcept { return s.parallel.ep > 0 ? s.num_experts / s.parallel.ep : 0; }
+int first_local_expert(const MoeSpec& s) noexcept {
+  return s.parallel.ep > 0 ? (s.parallel.rank % s.parallel.ep) * local_experts(s) : 0;
+}
+int local_intermediate(const MoeSpec& s) noexcept { return s.parallel.tp > 0 ? s.intermediate / s.parallel.tp : 0; }
+int tp_rank(const MoeSpec& s) noexcept { return s.parallel.ep > 0 ? s.parallel.rank / s.parallel.ep : 0; }
 
 namespace {
 
@@ -132,6 +135,7 @@ MoeWeights random_weights(const MoeSpec& spec, uint64_t seed) {
 }
 
 int64_t estimate_weight_bytes(const MoeSpec& spec) noexcept {
+  if (spec.parallel.tp <= 0 || spec.parallel.ep <= 0) return 0;  // (an unvalidated spec)
   double bytes_per = 2.0;
   switch (spec.weight_format) {
     case WeightFormat::kF32: bytes_per = 4.0; break;
@@ -140,7 +144,8 @@ int64_t estimate_weight_bytes(const MoeSpec& spec) noexcept {
     case WeightFormat::kNvfp4: bytes_per = 0.5 + 1.0 / 16; break;
     default: bytes_per = 1.0; break;  // fp8 and int8; their scales are < 1%
   }
-  const double h = spec.hidden, r = static_cast<double>(spec.w13_rows()) / spec.parallel.tp, il = local_intermediate(spec);
+  const double r = (spec.activation.gated() ? 2.0 : 1.0) * spec.intermediate / spec.parallel.tp;  // (w13_rows in double)
+  const double h = spec.hidden, il = local_intermediate(spec);
   double elems = local_experts(spec) * (r * h + h * il);
   if (spec.shared.count > 0) elems += 3.0 * h * spec.shared.intermediate / spec.parallel.tp;
   return static_cast<int64_t>(elems * bytes_per);

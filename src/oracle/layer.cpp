@@ -1,11 +1,34 @@
 // MoeLayer: validation at the boundary, then the plan's runner.
 #include "moerun/layer.hpp"
 
+#include <limits>
+#include <new>
+
 #include "core/knobs.hpp"
 #include "moerun/error.hpp"
 
 namespace moerun {
 namespace {
+
+// The token count one call may carry: an int32 row index (and M * k * H products) must not overflow.
+constexpr int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
+
+const char* memory_name(DeviceKind d) { return d == DeviceKind::kCpu ? "host" : "device (CUDA)"; }
+
+// A failure inside a backend that is not a moerun::Error (a third party's std::runtime_error, a
+// std::length_error) becomes one naming the backend; std::bad_alloc stays what it is (out of memory).
+template <typename F>
+auto in_backend(const std::string& backend, const char* what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw_error(ErrorKind::kInternal, "backend '" + backend + "' " + what + ": " + e.what());
+  }
+}
 
 void expect(const TensorView& t, const char* what, DType dtype, Shape shape) {
   if (t.dtype != dtype || !(t.shape == shape))
@@ -20,10 +43,27 @@ void check_forward_args(const MoeSpec& spec, const ForwardArgs& a, DeviceKind de
   if (a.hidden.shape.rank != 2) throw_error(ErrorKind::kInvalidArgument, "hidden: expected [M, H], got " + a.hidden.shape.str());
   const int64_t m = a.hidden.shape[0];
   if (m < 0) throw_error(ErrorKind::kInvalidArgument, "hidden: negative token count");
+  if (m > kMaxTokens)
+    throw_error(ErrorKind::kInvalidArgument, "hidden: " + std::to_string(m) + " tokens; one call takes at most " +
+                                                 std::to_string(kMaxTokens));
   expect(a.hidden, "hidden", spec.act_dtype, {m, spec.hidden});
   expect(a.output, "output", spec.act_dtype, {m, spec.hidden});
   // A tensor is "given" when it has a shape (an M = 0 tensor has no data but still a shape).
   auto given = [](const TensorView& t) { return t.data != nullptr || t.shape.rank > 0; };
+  // Every tensor of a call lives where hidden does, and a CPU backend reads only host memory: a
+  // device pointer read as host memory would crash, and ids there cannot be checked below.
+  const DeviceKind where = a.hidden.device;
+  if (device == DeviceKind::kCpu && where != DeviceKind::kCpu)
+    throw_error(ErrorKind::kInvalidArgument, "hidden: in device memory, but the chosen backend runs on the CPU (host tensors only)");
+  const std::pair<const TensorView*, const char*> all[] = {{&a.output, "output"},
+                                                           {&a.router_logits, "router_logits"},
+                                                           {&a.topk_ids, "topk_ids"},
+                                                           {&a.topk_weights, "topk_weights"},
+                                                           {a.lora ? &a.lora->token_adapter : nullptr, "lora.token_adapter"}};
+  for (const auto& [t, name] : all)
+    if (t && given(*t) && t->device != where)
+      throw_error(ErrorKind::kInvalidArgument, std::string(name) + ": in " + memory_name(t->device) + " memory, hidden in " +
+                                                   memory_name(where) + " memory; a call's tensors are all host or all device tensors");
   if (given(a.topk_ids) || given(a.topk_weights)) {
     expect(a.topk_ids, "topk_ids", DType::kI32, {m, spec.top_k});
     expect(a.topk_weights, "topk_weights", DType::kF32, {m, spec.top_k});
@@ -49,9 +89,6 @@ void check_forward_args(const MoeSpec& spec, const ForwardArgs& a, DeviceKind de
                                                        ": must be -1 or in [0, " + std::to_string(a.lora->weights->adapters) + ")");
     }
   }
-  for (const TensorView* t : {&a.hidden, &a.output})
-    if (t->device != device && device == DeviceKind::kCpu)
-      throw_error(ErrorKind::kInvalidArgument, "tensors must be in host memory for a CPU backend");
 }
 
 MoeLayer::MoeLayer(MoeSpec spec, std::shared_ptr<const MoeWeights> weights, const Platform& platform, const Policy& policy,
@@ -63,20 +100,33 @@ MoeLayer::MoeLayer(MoeSpec spec, std::shared_ptr<const MoeWeights> weights, cons
   check_weights(spec_, *weights_);
   platform_ = platform;
   plan_ = select(spec_, platform, policy, registry);
-  runner_ = plan_.chosen->create_runner(spec_, *weights_, platform, options);
+  runner_ = in_backend(plan_.backend, "could not make a runner",
+                       [&] { return plan_.chosen->create_runner(spec_, *weights_, platform, options); });
+  if (!runner_) throw_error(ErrorKind::kInternal, "backend '" + plan_.backend + "' returned no runner");
+}
+
+void MoeLayer::check_not_moved_from() const {
+  if (!runner_) throw_error(ErrorKind::kInvalidArgument, "this MoeLayer was moved from: it has no runner");
+}
+
+const MoeWeights& MoeLayer::weights() const {
+  check_not_moved_from();
+  return *weights_;
 }
 
 std::string MoeLayer::variant_for(int64_t m) const {
+  check_not_moved_from();
   std::string v = runner_->variant_for(m);
   return v.empty() ? plan_.chosen->variant(spec_, platform_, m) : v;
 }
 
 void MoeLayer::forward(const ForwardArgs& args) {
+  check_not_moved_from();
   check_forward_args(spec_, args, plan_.chosen->capabilities().device);
   if (args.hidden.shape[0] == 0) return;
   if (args.topk_ids.empty() && args.router_logits.empty() && weights_->router_weight.empty())
     throw_error(ErrorKind::kInvalidArgument, "forward needs router_logits or topk ids/weights (these weights have no router)");
-  runner_->forward(args);
+  in_backend(plan_.backend, "failed in forward", [&] { runner_->forward(args); });
 }
 
 }  // namespace moerun

@@ -122,6 +122,7 @@ Selection select(const MoeSpec& spec, const Platform& platform, const Policy& po
       break;
     }
     case Policy::Kind::kOrder: {
+      if (policy.order.empty()) throw_error(ErrorKind::kParse, "policy 'order:' lists no backend");
       for (const std::string& name : policy.order) {
         const int i = index_of(name);
         if (i < 0) throw_error(ErrorKind::kNotFound, "unknown backend '" + name + "' in policy " + policy.str() + "; registered: " + join(registry.names(), ", "));

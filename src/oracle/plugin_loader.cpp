@@ -45,7 +45,13 @@ moerun_expert_matrix to_c(const ExpertMatrix& m) {
   return c;
 }
 
-std::string message(const char* err) { return err[0] ? std::string(err) : std::string("(no message)"); }
+// A plugin's message buffer, read only within its size: plugin.h does not oblige a plugin to end it
+// with a NUL, so the last byte is made one.
+template <size_t N>
+std::string message(char (&err)[N]) {
+  err[N - 1] = '\0';
+  return err[0] ? std::string(err) : std::string("(no message)");
+}
 
 class PluginRunner final : public Runner {
  public:
@@ -158,12 +164,18 @@ void Registry::load_plugin(const std::string& path, AddOptions options) {
          std::to_string(MOERUN_PLUGIN_ABI_VERSION) + ")");
   if (info.num_backends == 0 || !info.backends) fail("init declared no backends");
   if (info.num_backends > 64) fail("init declared " + std::to_string(info.num_backends) + " backends (at most 64)");
-  // Validate every backend before adding any, so a bad plugin adds nothing.
+  // Validate every backend before adding any, so a bad plugin adds nothing: names (unique within the
+  // plugin, and free in the registry unless overriding is allowed) as well as the records.
   std::vector<std::shared_ptr<const Backend>> backends;
   for (uint32_t i = 0; i < info.num_backends; ++i) {
     const moerun_backend_v1& b = info.backends[i];
     if (!b.name) fail("backend #" + std::to_string(i) + " has no name");
     if (const std::string bad = check_backend_name(b.name); !bad.empty()) fail(bad);
+    for (uint32_t j = 0; j < i; ++j)
+      if (std::string_view(info.backends[j].name) == b.name) fail(std::string("declares backend '") + b.name + "' twice");
+    if (const BackendEntry* e = find(b.name); e && !options.allow_override)
+      fail(std::string("backend '") + b.name + "' is already registered (from " + e->origin +
+           "); give the plugin's backend another name");
     if (!b.create || !b.forward || !b.destroy) fail(std::string("backend '") + b.name + "' lacks create/forward/destroy");
     if (!b.capabilities_json) fail(std::string("backend '") + b.name + "' has no capabilities");
     Capabilities caps;

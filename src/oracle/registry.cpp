@@ -67,7 +67,7 @@ const BackendEntry* Registry::find(std::string_view name) const {
 
 std::vector<BackendEntry> Registry::entries() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return entries_;
+  return {entries_.begin(), entries_.end()};
 }
 
 std::vector<std::string> Registry::names() const {

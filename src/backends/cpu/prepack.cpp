@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_set>
 
 #include "backends/cpu/huge_pages.hpp"
 #include "moerun/error.hpp"
@@ -81,6 +83,34 @@ void check_stack(const ExpertMatrix& m) {
   }
 }
 
+// The PackedStacks alive in this process. A prepared ExpertMatrix carries its stack as an untyped
+// keepalive and a layout string, both of which a caller can set: a stack is taken as packed only when
+// its keepalive object is one of these, never on the string alone.
+struct LiveStacks {
+  std::mutex mu;
+  std::unordered_set<const void*> set;
+};
+LiveStacks& live_stacks() {
+  static LiveStacks* l = new LiveStacks;  // (never destroyed: stacks may outlive static destruction)
+  return *l;
+}
+std::shared_ptr<PackedStack> new_packed_stack() {
+  std::shared_ptr<PackedStack> p(new PackedStack, [](PackedStack* s) {
+    {
+      std::lock_guard<std::mutex> lock(live_stacks().mu);
+      live_stacks().set.erase(s);
+    }
+    delete s;
+  });
+  std::lock_guard<std::mutex> lock(live_stacks().mu);
+  live_stacks().set.insert(p.get());
+  return p;
+}
+bool is_packed_stack(const void* p) {
+  std::lock_guard<std::mutex> lock(live_stacks().mu);
+  return live_stacks().set.count(p) != 0;
+}
+
 }  // namespace
 
 std::string layout_tag(LaneMap map, WeightFormat format, kernels::CodeLayout code_layout) {
@@ -109,7 +139,7 @@ std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map
     throw_error(ErrorKind::kInvalidArgument, "cpu backend: cannot pack a weight stack with layout '" + m.layout +
                                                  "' (knows 'canonical' and '" + layout_tag(map, m.format, code_layout) + "')");
   check_stack(m);
-  auto ps = std::make_shared<PackedStack>();
+  auto ps = new_packed_stack();
   PackedStack& p = *ps;
   p.fmt = pack_fmt_for(m.format);
   p.map = map;
@@ -257,7 +287,13 @@ ExpertMatrix prepared_matrix(std::shared_ptr<const PackedStack> p, const ExpertM
 std::shared_ptr<const PackedStack> packed_of(const ExpertMatrix& m, LaneMap map, kernels::CodeLayout code_layout) {
   if (m.layout == "canonical") return pack_stack(m, map, code_layout);
   const std::string want = layout_tag(map, m.format, code_layout);
-  if (m.layout == want && !m.keepalive.empty()) return std::static_pointer_cast<const PackedStack>(m.keepalive.front());
+  if (m.layout == want && !m.keepalive.empty() && is_packed_stack(m.keepalive.front().get())) {
+    auto p = std::static_pointer_cast<const PackedStack>(m.keepalive.front());
+    if (m.data.data == p->data.get() && p->experts == m.experts && p->rows == m.rows && p->cols == m.cols) return p;
+  }
+  if (m.layout == want)
+    throw_error(ErrorKind::kInvalidArgument, "cpu backend: weights tagged '" + m.layout + "' are not a stack this backend "
+                                                 "prepared (give it canonical weights; it packs them itself)");
   throw_error(ErrorKind::kInvalidArgument, "cpu backend: weight layout '" + m.layout + "' does not fit these kernels (they take 'canonical' or '" +
                                                want + "')");
 }

@@ -136,6 +136,17 @@ void check_matrix(const ExpertMatrix& m, WeightFormat f, const char* what) {
 DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index, bool need_tiles,
                      cuda_kernels::GateUpLayout gate_up)
     : spec_(spec), device_(device_index), need_tiles_(need_tiles) {
+  // A plan made for a described platform can reach a machine without that GPU: say so, rather than
+  // the driver's "insufficient driver" or "invalid device ordinal".
+  int count = 0;
+  const cudaError_t have = cudaGetDeviceCount(&count);
+  if (have != cudaSuccess || device_ < 0 || device_ >= count) {
+    cudaGetLastError();  // (not sticky: clear it)
+    throw_error(ErrorKind::kUnsupported,
+                "cuda: no CUDA device " + std::to_string(device_) + " on this machine (" +
+                    (have != cudaSuccess ? std::string(cudaGetErrorString(have)) : std::to_string(count) + " devices") +
+                    "); a plan for a described GPU platform runs only where that GPU is");
+  }
   MOERUN_CUDA_CHECK(cudaSetDevice(device_));
   if (spec.weight_format != WeightFormat::kBF16 && spec.weight_format != WeightFormat::kF16)
     throw_error(ErrorKind::kUnsupported, "cuda: weight format " + std::string(to_string(spec.weight_format)) +
