@@ -31,7 +31,9 @@ class MoeLayer {
   // built-in CPU backends serialize calls from several threads; other layers run at the same time.
   void forward(const ForwardArgs& args);
 
-  // The kernel variant a call with m tokens takes (the runner's answer, else the capabilities').
+  // The kernel variant a call with m tokens takes (the runner's answer, else the capabilities'). This
+  // is what runs here; plan().variant is what the platform the layer was planned for would take, and
+  // differs where that platform is a described one beyond this machine or MOERUN_CPU_ISA caps it.
   std::string variant_for(int64_t m) const;
 
  private:

@@ -67,6 +67,7 @@ std::string Policy::str() const {
 }
 
 std::string describe_refusals(const std::vector<Candidate>& trace) {
+  if (trace.empty()) return " no backend is registered";
   std::ostringstream os;
   for (const Candidate& c : trace) {
     os << "\n  " << c.name << ": ";

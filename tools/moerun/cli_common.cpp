@@ -49,6 +49,39 @@ std::optional<HfModel> SpecOptions::model() const {
   return std::nullopt;
 }
 
+namespace {
+// The flags that set the spec field a validate() message starts with, as " (set by --ep)", or "".
+std::string flag_hint(std::string_view message) {
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"spec.parallel.tp", "--tp"},
+      {"spec.parallel.ep", "--ep"},
+      {"spec.parallel.rank", "--rank"},
+      {"spec.parallel", "--tp, --ep, --rank"},
+      {"spec.num_experts", "--experts"},
+      {"spec.top_k", "--top-k"},
+      {"spec.hidden", "--hidden"},
+      {"spec.intermediate", "--intermediate"},
+      {"spec.weight_format", "--format"},
+      {"spec.act_quant", "--act-quant"},
+      {"spec.act_dtype", "--act-dtype"},
+      {"spec.activation", "--activation"},
+      {"spec.routing.n_group", "--n-group"},
+      {"spec.routing.topk_group", "--topk-group"},
+      {"spec.routing.routed_scaling_factor", "--scale"},
+      {"spec.routing", "--scoring, --n-group, --topk-group, --scale"},
+      {"spec.shared", "--shared, --shared-intermediate"},
+      {"spec.lora", "--lora-adapters, --lora-rank"},
+  };
+  for (const auto& [field, flags] : kFlags) {
+    const std::string_view f(field);
+    if (message.substr(0, f.size()) == f && (message.size() == f.size() || message[f.size()] == ' ' ||
+                                             message[f.size()] == '.' || message[f.size()] == ':'))
+      return std::string(" (set by ") + flags + ", or the preset / config)";
+  }
+  return "";
+}
+}  // namespace
+
 MoeSpec SpecOptions::resolve() const {
   if (!preset.empty() && !config.empty()) throw_error(ErrorKind::kInvalidArgument, "give --preset or --config, not both");
   // Which layer flags were given (a flag left at its default is indistinguishable from one not given).
@@ -115,7 +148,12 @@ MoeSpec SpecOptions::resolve() const {
   s.parallel.tp = tp;
   s.parallel.ep = ep;
   s.parallel.rank = rank;
-  s.validate();
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    // validate() names the spec's field ("spec.parallel.ep = 3: ..."); a command-line user set a flag.
+    throw_error(e.kind(), std::string(e.what()) + flag_hint(e.what()));
+  }
   return s;
 }
 
