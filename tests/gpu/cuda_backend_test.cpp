@@ -2358,5 +2358,24 @@ TEST(CudaBackend, DtypeRefusalsNameTheSpecsDtypes) {
   }
 }
 
+// A plan made for a described sm90 platform, carried out on a machine with no GPU: the runner says
+// there is no device, not the driver's "insufficient driver". Host only: skips where a GPU exists.
+TEST(CudaBackend, ADescribedGpuOnAMachineWithoutOneIsNamed) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) GTEST_SKIP() << "this machine has a GPU";
+  cudaGetLastError();
+  const MoeSpec s = make_spec(8, 2, 128, 64);
+  const MoeWeights w = random_weights(s, 1);
+  for (const auto& be : {make_cuda_backend(), make_cublas_backend()}) {
+    try {
+      be->create_runner(s, w, sm90_platform(), {});
+      ADD_FAILURE() << be->name() << ": made a runner with no GPU";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("no CUDA device 0 on this machine"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moerun
