@@ -14,6 +14,7 @@
 #include "moerun/registry.hpp"
 #include "moerun/verify.hpp"
 #include "moerun/weights.hpp"
+#include "unit/error_of.hpp"
 
 namespace moerun {
 namespace {
@@ -27,17 +28,6 @@ MoeSpec small() {
   s.intermediate = 32;
   s.validate();
   return s;
-}
-
-template <typename F>
-std::string error_of(F&& f, ErrorKind* kind = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (kind) *kind = e.kind();
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // A backend whose create_runner misbehaves as a third party's might.

@@ -6,6 +6,7 @@
 #include "moerun/oracle.hpp"
 #include "moerun/presets.hpp"
 #include "oracle/json_io.hpp"
+#include "unit/error_of.hpp"
 
 namespace moerun {
 namespace {
@@ -40,15 +41,6 @@ Capabilities bf16_cuda() {
 
 MoeSpec qwen() { return find_preset("qwen3-30b-a3b").model.spec; }
 
-std::string error_of(const std::function<void()>& f, ErrorKind* kind = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (kind) *kind = e.kind();
-    return e.what();
-  }
-  return "";
-}
 
 TEST(Registry, NamesAreValidated) {
   Registry r;
