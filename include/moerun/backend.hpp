@@ -97,7 +97,8 @@ struct RunnerOptions {
 // promise). M = 0 is valid and does nothing. All tensors of a call are host tensors, or all device
 // tensors (CUDA backends only; `stream` orders them). NaN router logits count as -inf when experts are
 // chosen and get weight 0; a row whose logits are all NaN routes to experts 0..k-1 with weight 1/k
-// each (a finite output: check the logits upstream if NaN can reach them).
+// each, times the routed scaling factor (a finite output: check the logits upstream if NaN can reach
+// them).
 struct ForwardArgs {
   TensorView hidden;
   TensorView router_logits;

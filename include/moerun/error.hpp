@@ -19,7 +19,7 @@ enum class ErrorKind {
   kUnsupported,      // no backend (or not the requested one) can run this spec here
   kNotFound,         // a named thing (backend, preset, tensor, layer) does not exist
   kRegistry,         // registration refused (bad name, duplicate, override not allowed)
-  kPlugin,           // a plugin library could not be loaded or initialised
+  kPlugin,           // a plugin library could not be loaded or initialised, or an out-of-tree backend failed
   kDevice,           // a device call (CUDA, cuBLAS) failed
   kInternal,         // a bug in moerun: please report it
 };

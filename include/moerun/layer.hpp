@@ -25,10 +25,13 @@ class MoeLayer {
   // Checks every tensor of args (dtype, shape, memory, expert ids in range where they are host
   // tensors, adapter ids likewise) and throws Error{kInvalidArgument} naming the bad one before any
   // kernel runs; then runs. A call's tensors are all host or all device tensors; a CPU backend takes
-  // host tensors only. The built-in backends read all of hidden before they write output, so output
-  // may be hidden's own memory with them (a plugin's capabilities do not say). A failure inside the backend is an Error naming it; running out of memory is std::bad_alloc.
-  // One call at a time per layer: on CUDA, order calls on different streams (Runner::forward). The
-  // built-in CPU backends serialize calls from several threads; other layers run at the same time.
+  // host tensors only. Output must not overlap hidden: the cpu and reference backends happen to
+  // allow it, the CUDA ones do not (their combine re-reads hidden for a router-gated shared expert
+  // while other blocks write output). A failure inside the backend is an Error naming it (kInternal
+  // for a built-in backend, kPlugin for one registered from outside); running out of memory is
+  // std::bad_alloc. One call at a time per layer: on CUDA, order calls on different streams
+  // (Runner::forward). The built-in CPU backends serialize calls from several threads; other layers
+  // run at the same time.
   void forward(const ForwardArgs& args);
 
   // The kernel variant a call with m tokens takes (the runner's answer, else the capabilities'). This
@@ -42,6 +45,7 @@ class MoeLayer {
   Selection plan_;
   Platform platform_;
   std::unique_ptr<Runner> runner_;  // null only in a moved-from layer
+  bool builtin_ = true;             // the plan's backend is a built-in (its failures are moerun's bugs)
   void check_not_moved_from() const;
 };
 

@@ -20,7 +20,7 @@ enum class DeviceKind : uint8_t { kCpu, kCuda };
 inline constexpr int kMaxRank = 4;
 
 // rank is public, so a caller can set it past kMaxRank: such a shape is invalid (numel() -1, str()
-// names it, == only to itself) and never read past dims.
+// names it, equal to any shape of the same invalid rank) and never read past dims.
 struct Shape {
   int rank = 0;
   std::array<int64_t, kMaxRank> dims{};
@@ -52,7 +52,7 @@ struct TensorView {
 };
 
 // An owning, 64-byte aligned host allocation that hands out TensorViews of itself. A moved-from
-// HostTensor is empty (no shape, no bytes), like a default-constructed one.
+// HostTensor is empty: no shape, no bytes (it keeps its dtype).
 class HostTensor {
  public:
   HostTensor() = default;

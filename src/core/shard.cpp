@@ -123,7 +123,11 @@ MoeWeights shard_weights(const MoeSpec& full, const MoeWeights& w, const MoeSpec
   rank_spec.validate();  // rank in [0, tp * ep), E % ep, I % tp: what the cuts below index by
   MoeSpec same = rank_spec;
   same.parallel = full.parallel;
-  if (same.summary() != full.summary())
+  // (summary() leaves out a few fields that change what the weights are)
+  if (same.summary() != full.summary() || same.router_bias != full.router_bias ||
+      same.shared.gated_by_router != full.shared.gated_by_router ||
+      same.activation.swiglu_alpha != full.activation.swiglu_alpha ||
+      same.activation.swiglu_limit != full.activation.swiglu_limit)
     throw_error(ErrorKind::kInvalidSpec, "shard_weights: rank_spec is another layer than full (only parallel may differ): " +
                                              same.summary() + " against " + full.summary());
   check_weights(full, w);

@@ -16,6 +16,8 @@ Shape::Shape(std::initializer_list<int64_t> d) {
 
 int64_t Shape::numel() const noexcept {
   if (!valid()) return -1;
+  for (int i = 0; i < rank; ++i)
+    if (dims[static_cast<size_t>(i)] == 0) return 0;  // (before any product can overflow)
   int64_t n = 1;
   for (int i = 0; i < rank; ++i)
     if (__builtin_mul_overflow(n, dims[static_cast<size_t>(i)], &n)) return std::numeric_limits<int64_t>::max();
@@ -40,7 +42,10 @@ std::string Shape::str() const {
   return s + "]";
 }
 
-size_t TensorView::nbytes() const noexcept { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+size_t TensorView::nbytes() const noexcept {
+  const int64_t n = numel();
+  return n > 0 ? static_cast<size_t>(n) * dtype_size(dtype) : 0;  // (an invalid rank: -1 elements, 0 bytes)
+}
 
 void HostTensor::Free::operator()(void* p) const noexcept { std::free(p); }
 

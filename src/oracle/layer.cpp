@@ -16,9 +16,10 @@ constexpr int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
 const char* memory_name(DeviceKind d) { return d == DeviceKind::kCpu ? "host" : "device (CUDA)"; }
 
 // A failure inside a backend that is not a moerun::Error (a third party's std::runtime_error, a
-// std::length_error) becomes one naming the backend; std::bad_alloc stays what it is (out of memory).
+// std::length_error) becomes one naming the backend: kInternal (a moerun bug) for a built-in one,
+// kPlugin for one registered from outside; std::bad_alloc stays what it is (out of memory).
 template <typename F>
-auto in_backend(const std::string& backend, const char* what, F&& f) -> decltype(f()) {
+auto in_backend(const std::string& backend, bool builtin, const char* what, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const Error&) {
@@ -26,7 +27,8 @@ auto in_backend(const std::string& backend, const char* what, F&& f) -> decltype
   } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& e) {
-    throw_error(ErrorKind::kInternal, "backend '" + backend + "' " + what + ": " + e.what());
+    throw_error(builtin ? ErrorKind::kInternal : ErrorKind::kPlugin,
+                std::string(builtin ? "built-in" : "out-of-tree") + " backend '" + backend + "' " + what + ": " + e.what());
   }
 }
 
@@ -52,16 +54,18 @@ void check_forward_args(const MoeSpec& spec, const ForwardArgs& a, DeviceKind de
   auto given = [](const TensorView& t) { return t.data != nullptr || t.shape.rank > 0; };
   // Every tensor of a call lives where hidden does, and a CPU backend reads only host memory: a
   // device pointer read as host memory would crash, and ids there cannot be checked below.
+  // (Zero-element tensors hold no memory to read: their labels are not checked.)
   const DeviceKind where = a.hidden.device;
-  if (device == DeviceKind::kCpu && where != DeviceKind::kCpu)
+  if (device == DeviceKind::kCpu && where != DeviceKind::kCpu && m > 0)
     throw_error(ErrorKind::kInvalidArgument, "hidden: in device memory, but the chosen backend runs on the CPU (host tensors only)");
   const std::pair<const TensorView*, const char*> all[] = {{&a.output, "output"},
                                                            {&a.router_logits, "router_logits"},
                                                            {&a.topk_ids, "topk_ids"},
                                                            {&a.topk_weights, "topk_weights"},
-                                                           {a.lora ? &a.lora->token_adapter : nullptr, "lora.token_adapter"}};
+                                                           {a.lora && a.lora->weights ? &a.lora->token_adapter : nullptr,
+                                                            "lora.token_adapter"}};
   for (const auto& [t, name] : all)
-    if (t && given(*t) && t->device != where)
+    if (t && given(*t) && t->numel() != 0 && t->device != where)
       throw_error(ErrorKind::kInvalidArgument, std::string(name) + ": in " + memory_name(t->device) + " memory, hidden in " +
                                                    memory_name(where) + " memory; a call's tensors are all host or all device tensors");
   if (given(a.topk_ids) || given(a.topk_weights)) {
@@ -100,9 +104,12 @@ MoeLayer::MoeLayer(MoeSpec spec, std::shared_ptr<const MoeWeights> weights, cons
   check_weights(spec_, *weights_);
   platform_ = platform;
   plan_ = select(spec_, platform, policy, registry);
-  runner_ = in_backend(plan_.backend, "could not make a runner",
+  const BackendEntry* entry = registry.find(plan_.backend);
+  builtin_ = entry && entry->builtin;
+  runner_ = in_backend(plan_.backend, builtin_, "could not make a runner",
                        [&] { return plan_.chosen->create_runner(spec_, *weights_, platform, options); });
-  if (!runner_) throw_error(ErrorKind::kInternal, "backend '" + plan_.backend + "' returned no runner");
+  if (!runner_)
+    throw_error(builtin_ ? ErrorKind::kInternal : ErrorKind::kPlugin, "backend '" + plan_.backend + "' returned no runner");
 }
 
 void MoeLayer::check_not_moved_from() const {
@@ -126,7 +133,7 @@ void MoeLayer::forward(const ForwardArgs& args) {
   if (args.hidden.shape[0] == 0) return;
   if (args.topk_ids.empty() && args.router_logits.empty() && weights_->router_weight.empty())
     throw_error(ErrorKind::kInvalidArgument, "forward needs router_logits or topk ids/weights (these weights have no router)");
-  in_backend(plan_.backend, "failed in forward", [&] { runner_->forward(args); });
+  in_backend(plan_.backend, builtin_, "failed in forward", [&] { runner_->forward(args); });
 }
 
 }  // namespace moerun

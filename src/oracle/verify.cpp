@@ -91,7 +91,9 @@ MoeSpec random_spec(uint64_t seed, const std::vector<WeightFormat>& formats) {
   const bool fp8 = s.weight_format == WeightFormat::kFp8Block || s.weight_format == WeightFormat::kFp8PerChannel ||
                    s.weight_format == WeightFormat::kFp8PerTensor;
   if (fp8 && g.below(2)) s.act_quant = ActQuant::kFp8PerTokenGroup;
-  // (tolerances above: enough intermediate columns for the e4m3 flips to average out; still odd)
+  // (tolerances above: enough intermediate columns for the e4m3 flips to average out; 145-200, none a
+  // multiple of the 128-column quantization group. No random draw, so later fields keep their values;
+  // a shared expert drawn below sizes itself from this, so it grows by 128 a shared expert too.)
   if (s.act_quant == ActQuant::kFp8PerTokenGroup) s.intermediate += 128;
   s.expert_bias = g.below(3) == 0;
   s.router_bias = g.below(4) == 0;

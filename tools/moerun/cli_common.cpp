@@ -64,19 +64,27 @@ std::string flag_hint(std::string_view message) {
       {"spec.weight_format", "--format"},
       {"spec.act_quant", "--act-quant"},
       {"spec.act_dtype", "--act-dtype"},
+      {"spec.activation.swiglu_alpha", nullptr},  // (no flag: a preset's or config's value)
+      {"spec.activation.swiglu_limit", nullptr},
+      {"spec.activation.interleaved_gate_up", nullptr},
       {"spec.activation", "--activation"},
+      {"spec.routing.scoring", "--scoring"},
+      {"spec.routing.softmax_after_topk", "--softmax-after-topk"},
       {"spec.routing.n_group", "--n-group"},
       {"spec.routing.topk_group", "--topk-group"},
       {"spec.routing.routed_scaling_factor", "--scale"},
-      {"spec.routing", "--scoring, --n-group, --topk-group, --scale"},
-      {"spec.shared", "--shared, --shared-intermediate"},
-      {"spec.lora", "--lora-adapters, --lora-rank"},
+      {"spec.shared.gated_by_router", nullptr},
+      {"spec.shared.count", "--shared"},
+      {"spec.shared.intermediate", "--shared-intermediate"},
+      {"spec.lora.max_adapters", "--lora-adapters"},
+      {"spec.lora.max_rank", "--lora-rank"},
+      {"spec.apply_router_weight_on_input", nullptr},
   };
   for (const auto& [field, flags] : kFlags) {
     const std::string_view f(field);
     if (message.substr(0, f.size()) == f && (message.size() == f.size() || message[f.size()] == ' ' ||
-                                             message[f.size()] == '.' || message[f.size()] == ':'))
-      return std::string(" (set by ") + flags + ", or the preset / config)";
+                                             message[f.size()] == ':'))
+      return flags ? std::string(" (set by ") + flags + ", or the preset / config)" : std::string(" (set by the preset / config)");
   }
   return "";
 }
@@ -188,12 +196,16 @@ Platform CommonOptions::resolve_platform_to_run(std::string_view command) const 
   const Platform p = resolve_platform();
   if (platform == "detected") return p;
   const Platform here = Platform::detect();
-  if (const std::string more = beyond_this_machine(p, here); !more.empty())
-    throw_error(ErrorKind::kInvalidArgument, "--platform " + platform + " has " + more + ", which this machine (" +
-                                                 here.summary() + ") lacks; `" + std::string(command) +
-                                                 "` executes here. Plan for that hardware with `moerun explain "
-                                                 "--platform " + platform + "`");
-  return p;
+  const std::string more = beyond_this_machine(p, here);
+  if (more.empty()) return p;
+  // A CPU level above MOERUN_CPU_ISA's cap may be one the machine has: then the cap is the reason.
+  const bool capped = !(p.has_gpu() && more.rfind("the CPU level", 0) != 0) && p.cpu.isa() > cpu_isa_cap();
+  throw_error(ErrorKind::kInvalidArgument,
+              "--platform " + platform + " has " + more + ", which " +
+                  (capped ? "MOERUN_CPU_ISA=" + std::string(to_string(cpu_isa_cap())) + " keeps this machine from"
+                          : "this machine (" + here.summary() + ") lacks") +
+                  "; `" + std::string(command) + "` executes here. Plan for that hardware with `moerun explain --platform " +
+                  platform + "`");
 }
 Policy CommonOptions::resolve_policy() const { return Policy::parse(backend); }
 

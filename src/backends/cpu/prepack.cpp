@@ -289,7 +289,10 @@ std::shared_ptr<const PackedStack> packed_of(const ExpertMatrix& m, LaneMap map,
   const std::string want = layout_tag(map, m.format, code_layout);
   if (m.layout == want && !m.keepalive.empty() && is_packed_stack(m.keepalive.front().get())) {
     auto p = std::static_pointer_cast<const PackedStack>(m.keepalive.front());
-    if (m.data.data == p->data.get() && p->experts == m.experts && p->rows == m.rows && p->cols == m.cols) return p;
+    if (m.data.data == p->data.get() && p->experts == m.experts && p->rows == m.rows && p->cols == m.cols &&
+        p->map == map && p->fmt == pack_fmt_for(m.format) &&
+        (!kernels::has_code_layout(p->fmt) || p->code_layout == code_layout))  // (bf16: one layout only)
+      return p;
   }
   if (m.layout == want)
     throw_error(ErrorKind::kInvalidArgument, "cpu backend: weights tagged '" + m.layout + "' are not a stack this backend "

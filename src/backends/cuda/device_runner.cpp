@@ -138,15 +138,21 @@ DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index,
     : spec_(spec), device_(device_index), need_tiles_(need_tiles) {
   // A plan made for a described platform can reach a machine without that GPU: say so, rather than
   // the driver's "insufficient driver" or "invalid device ordinal".
+  // Without a GPU the runtime reports no device, or (no driver at all) an insufficient driver; the
+  // latter is also what an old driver beside a GPU says, so the message names both.
   int count = 0;
   const cudaError_t have = cudaGetDeviceCount(&count);
-  if (have != cudaSuccess || device_ < 0 || device_ >= count) {
+  if (have == cudaErrorNoDevice || have == cudaErrorInsufficientDriver || (have == cudaSuccess && count == 0)) {
     cudaGetLastError();  // (not sticky: clear it)
     throw_error(ErrorKind::kUnsupported,
-                "cuda: no CUDA device " + std::to_string(device_) + " on this machine (" +
-                    (have != cudaSuccess ? std::string(cudaGetErrorString(have)) : std::to_string(count) + " devices") +
-                    "); a plan for a described GPU platform runs only where that GPU is");
+                "cuda: no CUDA device 0 on this machine (" + std::string(cudaGetErrorString(have)) +
+                    ": no GPU, or a driver older than this build's CUDA runtime); a plan for a described GPU "
+                    "platform runs only where that GPU is");
   }
+  MOERUN_CUDA_CHECK(have);
+  if (device_ < 0 || device_ >= count)
+    throw_error(ErrorKind::kInvalidArgument, "cuda: RunnerOptions::device_index " + std::to_string(device_) +
+                                                 ", but this machine has " + std::to_string(count) + " CUDA devices");
   MOERUN_CUDA_CHECK(cudaSetDevice(device_));
   if (spec.weight_format != WeightFormat::kBF16 && spec.weight_format != WeightFormat::kF16)
     throw_error(ErrorKind::kUnsupported, "cuda: weight format " + std::string(to_string(spec.weight_format)) +
