@@ -1,6 +1,7 @@
-# Session 36, call 3: the GPU suite on f75e3dd's library (host-side changes: the API boundary checks,
-# the described-GPU refusal in DeviceMoe), memcheck on the small cases, then the one-token rows with
-# the layer stack once more on whatever card this is. Binaries from build-prebuilt-main/ (COMMIT).
+# Session 36, calls 3 and 4: the GPU suite on this session's library (call 3: f75e3dd; call 4: d0a2d4b,
+# the diff review's fixes; host-side changes only: the API boundary checks, the described-GPU refusal
+# in DeviceMoe), memcheck on the small cases, then the one-token rows with the layer stack once more on
+# whatever card this is. Binaries from build-prebuilt-main/ (its COMMIT file is printed first).
 B=build-prebuilt-main
 cat $B/COMMIT > $OUT/summary.txt
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> $OUT/summary.txt
