@@ -65,8 +65,10 @@ const std::vector<Knob>& table() {
                       "elements of padding per activation row; 0: none", 32));
     v.push_back(count("MOERUN_CPU_DOWN_GROUP", "cpu", 1, 64, "the runner's rule",
                       "N-blocks per down-GEMM work item where a down GEMM is tiled"));
-    v.push_back(count("MOERUN_CPU_STREAM_RUN", "cpu", 1, 64, "the runner's rule, at most 8 (AMX tile items: 48)",
+    v.push_back(count("MOERUN_CPU_STREAM_RUN", "cpu", 1, 64, "the runner's rule: at most 8, 32 for jobs of up to 4 tokens (AMX tile items: 48)",
                       "consecutive N-blocks of one expert per decode work item (tile items: whole pairs)"));
+    v.push_back(on_off("MOERUN_CPU_STREAM_PAIRS", "cpu", "1",
+                       "0: one-token decode calls stream one N-block at a time, not two blocks' weights together"));
     v.push_back(on_off("MOERUN_CPU_E8M0_FOLD", "cpu", "1", "0: mxfp4 scales applied per group, never folded into the weights"));
     v.push_back(on_off("MOERUN_CPU_BF16_INTERMEDIATE", "cpu", "1",
                        "0: the gate_up epilogue writes f32 rows that a later pass converts to bf16"));

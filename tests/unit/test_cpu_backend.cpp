@@ -1158,6 +1158,55 @@ TEST(CpuBackend, StreamRunsAgreeBitwise) {
   }
 }
 
+// Stream pairs (runner.cpp NOTES): one-token calls on two blocks at once change only which blocks share a
+// kernel call: bitwise the same output with MOERUN_CPU_STREAM_PAIRS unset and 0, at every level and
+// thread count. Routings with one-token experts beside larger ones (so one item mixes paired and
+// unpaired jobs in gemm2), one token alone (every job pairs), and runs of odd length (a lone last
+// block): hidden 200 gives 13 w2 blocks, intermediate 56 seven gated w13 blocks. The bf16 stream's
+// pairs on bf16, fp8-block and nvfp4 (its scales two groups a conversion; MOERUN_CPU_Q15=0, since
+// one-token nvfp4 calls on bf16 activations otherwise take the q15 kernel), the q8 kernel's on nvfp4
+// (15-bit rows, two a token) and on mxfp4 with int8 activations (one row a token); a shared expert.
+TEST(CpuBackend, StreamPairsAgreeBitwise) {
+  struct Case {
+    WeightFormat f;
+    ActQuant aq;
+    const char* q15;  // MOERUN_CPU_Q15 for the case (null: unset)
+  };
+  const Case cases[] = {{WeightFormat::kBF16, ActQuant::kNone, nullptr},
+                        {WeightFormat::kFp8Block, ActQuant::kNone, nullptr},
+                        {WeightFormat::kNvfp4, ActQuant::kNone, "0"},
+                        {WeightFormat::kNvfp4, ActQuant::kNone, nullptr},
+                        {WeightFormat::kMxfp4, ActQuant::kInt8PerTokenGroup, nullptr}};
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  const std::vector<std::vector<int>> routings = {{0, 1, 1, 3, 1, 0, 1, 1}, {1, 0, 0, 0, 0, 1, 0, 0}, {0, 1, 15, 1, 17, 1, 1, 2}};
+  for (const std::vector<int>& counts : routings) {
+    const Top2 r = top2_from_counts(counts, 0.35f, 0.3f, 0.003f);
+    for (const Case& c : cases) {
+      const bool fp4 = c.f == WeightFormat::kNvfp4 || c.f == WeightFormat::kMxfp4;
+      MoeSpec s = base_spec();
+      s.hidden = fp4 ? 192 : 200;  // fp4: K a multiple of its groups
+      s.intermediate = fp4 ? 64 : 56;
+      s.act_dtype = DType::kBF16;
+      s.weight_format = c.f;
+      s.act_quant = c.aq;
+      s.shared.count = 1;
+      s.shared.intermediate = fp4 ? 32 : 40;
+      s.validate();
+      const MoeWeights w = random_weights(s, 41);
+      const std::vector<float> want = run_given_topk(*ref, s, w, r.ids, r.tw, 0);
+      struct Q15Env {
+        const char* v;
+        ~Q15Env() { if (v) unsetenv("MOERUN_CPU_Q15"); }
+      } q15{c.q15};
+      if (c.q15) setenv("MOERUN_CPU_Q15", c.q15, 1);
+      expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_STREAM_PAIRS", {"", "0"},
+                            std::string(to_string(c.f)) + (c.aq != ActQuant::kNone ? "+int8 act" : "") +
+                                (c.q15 ? " q15=0" : "") + " tokens " + std::to_string(r.ids.shape()[0]));
+    }
+  }
+}
+
 // Job rows (runner.cpp NOTES): an expert's rows, and the shared expert's, split into jobs of at most
 // MOERUN_CPU_JOB_ROWS rows give bitwise the same output at every level and thread count, as long as no
 // part falls to a streaming kernel (parts of at least 130 / 2 rows here: above every stream cut).

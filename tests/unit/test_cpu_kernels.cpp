@@ -753,6 +753,83 @@ void stream_bf16_matches_f32_stream(const KernelSet& ks) {
   }
 }
 
+// Stream pairs (kernels::stream2_avx512bf16): two blocks at one token give bitwise what two one-token
+// stream_avx512bf16 calls give, for every format (those outside the dots go block by block), fp8 with
+// and without zero / subnormal codes, blocks near and far apart (the same block twice, too), K with a
+// partial last group, and with or without software prefetch.
+TEST(CpuKernels, StreamPairsEqualTwoOneTokenCalls) {
+  if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 + AVX512-VBMI here";
+  const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
+  ASSERT_NE(ks.stream2_bf16, nullptr);
+  for (WeightFormat f : kAllFormats)
+    for (bool sparse : {false, true}) {
+      const bool fp8 = f == WeightFormat::kFp8PerTensor || f == WeightFormat::kFp8PerChannel || f == WeightFormat::kFp8Block;
+      if (sparse && !fp8) continue;
+      const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
+      for (int64_t K : {fp4 ? int64_t{352} : int64_t{331}, int64_t{1024}}) {
+        const int64_t E = 2, N = 72;
+        Stack s = make_stack(f, E, N, K, 777u + static_cast<uint32_t>(f) + static_cast<uint32_t>(K), sparse);
+        auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
+        std::mt19937 g(5);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        std::vector<float> x(static_cast<size_t>(p->kp), 0.0f);
+        for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(k)] = u(g);
+        std::vector<uint16_t> xb(x.size());
+        kernels::f32_to_bf16_row(x.data(), p->kp, xb.data());
+        const std::string what = std::string(to_string(f)) + (sparse ? " (sparse specials)" : "") + " K " + std::to_string(K);
+        for (int64_t e = 0; e < E; ++e)
+          for (int64_t b0 = 0; b0 < p->nblocks; ++b0)
+            for (int64_t b1 : {b0, (b0 + 1) % p->nblocks, p->nblocks - 1 - b0}) {
+              kernels::BlockRef r0 = p->block(e, b0), r1 = p->block(E - 1 - e, b1);
+              r0.prefetch = r1.prefetch = (b0 % 2) ? 1024 : 0;
+              r0.prefetch_l2 = r1.prefetch_l2 = (b0 % 2) ? 4096 : 0;
+              float want0[16], want1[16], got0[16], got1[16];
+              ks.stream_bf16(r0, xb.data(), p->kp, 1, want0);
+              ks.stream_bf16(r1, xb.data(), p->kp, 1, want1);
+              ks.stream2_bf16(r0, r1, xb.data(), got0, got1);
+              EXPECT_EQ(std::memcmp(got0, want0, sizeof want0), 0) << what << " expert " << e << " block " << b0;
+              EXPECT_EQ(std::memcmp(got1, want1, sizeof want1), 0) << what << " expert " << E - 1 - e << " block " << b1;
+            }
+      }
+    }
+}
+
+// The q8 kernel's stream pairs (kernels::stream2_q8_avx512vnni): two blocks on one int8 row, or a token's two
+// 15-bit rows, give bitwise what two stream_q8_avx512vnni calls give; 3 rows go block by block (and
+// still agree). mxfp4 and nvfp4, blocks of two experts, near and far apart, with and without prefetch.
+TEST(CpuKernels, Q8StreamPairsEqualTwoCalls) {
+  if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-VNNI + AVX512-VBMI here";
+  const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
+  ASSERT_NE(ks.stream2_q8, nullptr);
+  for (WeightFormat f : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+    const int64_t E = 2, N = 72, K = 352;
+    Stack s = make_stack(f, E, N, K, 991u + static_cast<uint32_t>(f));
+    auto p = pack_stack(s.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords);
+    std::mt19937 g(9);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    std::vector<float> x(static_cast<size_t>(3 * p->kp), 0.0f);
+    for (int i = 0; i < 3; ++i)
+      for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(i * p->kp + k)] = u(g);
+    Q8Buffer buf;
+    const Q8Slots slots = buf.reserve(3, p->kp);
+    for (int i = 0; i < 3; ++i) pack_q8_row(x.data() + i * p->kp, p->kp, slots.row(i));
+    for (int m : {1, 2, 3})
+      for (int64_t b0 = 0; b0 < p->nblocks; ++b0)
+        for (int64_t b1 : {b0, (b0 + 1) % p->nblocks, p->nblocks - 1 - b0}) {
+          kernels::BlockRef r0 = p->block(0, b0), r1 = p->block(1, b1);
+          r0.prefetch = r1.prefetch = (b0 % 2) ? 1024 : 0;
+          std::vector<float> want0(static_cast<size_t>(m * 16)), want1(want0.size()), got0(want0.size()), got1(want0.size());
+          ks.stream_q8(r0, slots.view(), m, want0.data());
+          ks.stream_q8(r1, slots.view(), m, want1.data());
+          ks.stream2_q8(r0, r1, slots.view(), m, got0.data(), got1.data());
+          const std::string what = std::string(to_string(f)) + " m " + std::to_string(m) + " blocks " +
+                                   std::to_string(b0) + ", " + std::to_string(b1);
+          EXPECT_EQ(std::memcmp(got0.data(), want0.data(), want0.size() * sizeof(float)), 0) << what;
+          EXPECT_EQ(std::memcmp(got1.data(), want1.data(), want1.size() * sizeof(float)), 0) << what;
+        }
+  }
+}
+
 // Every e4m3 code (NaN aside) and every e2m1 nibble through the bf16 kernel: a one-hot x selects the
 // weight of one k, so acc is exactly the decoded weight (times its group scale), compared bit for bit
 // with the f32 kernel (nvfp4: with dequantize_row, see below). At the AMX level with two identical

@@ -129,6 +129,7 @@ int amx_nblocks_override() {
 }
 
 bool amx_stream_enabled() { return knob_on("MOERUN_CPU_AMX_STREAM", true); }
+bool stream_pairs_enabled() { return knob_on("MOERUN_CPU_STREAM_PAIRS", true); }
 bool e8m0_fold_enabled() { return knob_on("MOERUN_CPU_E8M0_FOLD", true); }
 bool bf16_intermediate_enabled() { return knob_on("MOERUN_CPU_BF16_INTERMEDIATE", true); }
 bool amx_prefetch_next_enabled() { return knob_on("MOERUN_CPU_AMX_PREFETCH_NEXT", true); }
@@ -182,7 +183,9 @@ KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
       k.act_rows_bf16 = kernels::act_rows_bf16_avx512;
       k.stream = kernels::stream_avx512;
       k.stream_bf16 = kernels::stream_avx512bf16;
+      k.stream2_bf16 = stream_pairs_enabled() ? kernels::stream2_avx512bf16 : nullptr;
       k.stream_q8 = q8_stream_enabled() ? kernels::stream_q8_avx512vnni : nullptr;
+      k.stream2_q8 = k.stream_q8 != nullptr && stream_pairs_enabled() ? kernels::stream2_q8_avx512vnni : nullptr;
       k.stream_max_m = kAvx512StreamMaxTokens;
       k.stream_max_m_cheap = kAvx512StreamMaxTokensCheapDecode;
       k.stream_max_m_bf16 = avx512bf16_stream_max(detected_features().bf16_dot_rate);
@@ -196,7 +199,9 @@ KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
       k.stream = kernels::stream_avx512;
       k.amx_stream = amx_stream_enabled();
       k.stream_bf16 = k.amx_stream ? kernels::stream_amx_bf16 : kernels::stream_avx512bf16;
+      k.stream2_bf16 = stream_pairs_enabled() ? kernels::stream2_avx512bf16 : nullptr;  // (one-token calls)
       k.stream_q8 = q8_stream_enabled() ? kernels::stream_q8_avx512vnni : nullptr;
+      k.stream2_q8 = k.stream_q8 != nullptr && stream_pairs_enabled() ? kernels::stream2_q8_avx512vnni : nullptr;
       k.stream_max_m = kAmxStreamMaxTokens;
       k.stream_max_m_cheap = kAmxStreamMaxTokensCheapDecode;
       k.stream_max_m_bf16 = kAvx512Bf16StreamMaxTokens;

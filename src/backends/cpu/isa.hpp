@@ -143,6 +143,10 @@ struct KernelSet {
   // kAvx512Bf16 and kAmx: the bf16-activation streaming kernel (null below, and for layers whose
   // activations are not bf16: kernels_for_spec); used for the formats kernels::bf16_stream_native accepts.
   void (*stream_bf16)(const kernels::BlockRef&, const uint16_t*, int64_t, int, float*) = nullptr;
+  // kAvx512Bf16 and kAmx: one-token calls on two N-blocks at once (kernels::stream2_avx512bf16, the
+  // runner's stream pairs: runner.cpp NOTES), for the calls that would take stream_avx512bf16 one block
+  // at a time; null below, and with MOERUN_CPU_STREAM_PAIRS=0 (measurement).
+  void (*stream2_bf16)(const kernels::BlockRef&, const kernels::BlockRef&, const uint16_t*, float*, float*) = nullptr;
   void (*panel)(const kernels::BlockRef&, float*) = nullptr;
   void (*tile)(const float*, int64_t, const float*, int64_t, int, float*) = nullptr;
   void (*act)(kernels::Act, const float*, const float*, int, float, float, float*) = nullptr;  // every level: AVX2
@@ -170,6 +174,10 @@ struct KernelSet {
   // stream_q8_avx512vnni up to kQ8StreamMaxTokens, kAvx2 stream_q8_avx2 for every call.
   // MOERUN_CPU_Q8=0 (measurement) leaves every call of int8 layers to the bf16 / f32 kernels.
   void (*stream_q8)(const kernels::BlockRef&, const kernels::Q8Rows&, int, float*) = nullptr;
+  // Where stream_q8 is stream_q8_avx512vnni: its stream pairs (kernels::stream2_q8_avx512vnni) for one-token
+  // calls, as stream2_bf16 for stream_bf16; null otherwise and with MOERUN_CPU_STREAM_PAIRS=0.
+  void (*stream2_q8)(const kernels::BlockRef&, const kernels::BlockRef&, const kernels::Q8Rows&, int, float*,
+                     float*) = nullptr;
   int stream_max_m_q8 = kQ8StreamMaxTokens;
   // 1: the rows are the spec's int8 codes. 2: the layer's activations are not quantized by its spec
   // (mxfp4 / nvfp4 weights, bf16 activations) and the q8 kernel reads each token as two int8 rows of a
@@ -329,6 +337,8 @@ int down_group_override();
 int stream_run_override();
 // MOERUN_CPU_AMX_STREAM=0: false; unset (or malformed): true.
 bool amx_stream_enabled();
+// MOERUN_CPU_STREAM_PAIRS=0: false; unset (or malformed): true.
+bool stream_pairs_enabled();
 // MOERUN_CPU_E8M0_FOLD=0: false; unset (or malformed): true.
 bool e8m0_fold_enabled();
 // MOERUN_CPU_BF16_INTERMEDIATE=0: false; unset (or malformed): true.

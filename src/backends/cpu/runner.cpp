@@ -28,10 +28,24 @@
 // starts a new memory stream whose first lines arrive cold: the software prefetch runs ahead into the
 // next block in memory, which with one block per item is usually another thread's item. So where a job
 // streams (decode), a gemm1 item takes up to kStreamRunMax consecutive blocks of its expert, and when no
-// job's down GEMM is tiled the gemm2 items are down groups (above) of as many blocks, expert by expert:
-// each thread then walks runs of contiguous weights. As many as keep the items at least four (gemm1)
-// or two (gemm2) per thread; MOERUN_CPU_STREAM_RUN=<n> overrides it (1: one block per item). The blocks
-// and their epilogues are the same, so results do not depend on the runs.
+// job's down GEMM is tiled the gemm2 items are down groups (above) of as many blocks, expert by expert
+// (fewer from M = 512 on: stream_run2_limit): each thread then walks runs of contiguous weights. As
+// many as keep the items at least four (gemm1) or two (gemm2) per thread; MOERUN_CPU_STREAM_RUN=<n>
+// overrides it (1: one block per item). The blocks and their epilogues are the same, so results do not
+// depend on the runs. The cap is kStreamRunMax (8), and kLongRunMax (32) for jobs of at most
+// kLongRunTokens (4) tokens (gemm2: when every job has so few). Side by side on qwen3-30b-a3b (session
+// 37, with stream pairs, below), 32 against 8: one token bf16 1.01x, fp8-block 1.07x, mxfp4 / nvfp4
+// 1.14-1.15x; 4 and 16 tokens fp8-block 1.07x, mxfp4 1.10-1.12x, bf16 1.01x. Runs of 32 for every
+// streaming job tied or lost 2-5% in one of two A/B rounds at 64 tokens (gpt-oss-20b, deepseek-v2-lite;
+// about 8 tokens per expert), hence the token bound; 2 and 4 tokens tied
+// (bench/results/2026-12-05_s37_dev-xeon).
+// Stream pairs: a one-token call that takes the bf16 stream or the AVX-512 q8 kernel runs two blocks
+// of its run at once (KernelSet::stream2_bf16 / stream2_q8): blocks q and q + n / 2 of a run of n, so
+// each of the two weight streams is itself contiguous (and an odd last block alone). One core then has
+// two streams in flight: alone, one thread from memory, pairs far apart read fp8-block 14.3 against
+// 13.3 GB/s and nvfp4 13.5 against 11.5 (adjacent blocks: no gain, since each stream's prefetch then
+// runs into the other's block). The kernels give bitwise the one-block accumulators, so results do
+// not depend on the pairing; MOERUN_CPU_STREAM_PAIRS=0 (measurement) turns them off.
 // AMX pairs: where a job's calls take AMX tiles, one tile_amx2 call computes two adjacent N-blocks (the
 // last one alone when the count is odd), and a gemm1 item covers a run of such pairs (up to kTileRunMax
 // blocks by the stream runs' rule, rounded down to whole pairs, at least one pair: the tiles read their
@@ -88,8 +102,17 @@ constexpr int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 // Down groups (NOTES): the output-buffer budget of one gemm2 item, and the most calls per item.
 constexpr int64_t kDownGroupOutBytes = 512 * 1024;
 constexpr int64_t kDownGroupMaxCalls = 8;
-constexpr int64_t kStreamRunMax = 8;  // stream runs (NOTES): at most this many blocks per item
+constexpr int64_t kStreamRunMax = 8;  // stream runs (NOTES): at most this many blocks per item,
+constexpr int64_t kLongRunMax = 32;    // ... or this many for jobs of at most kLongRunTokens tokens
+constexpr int64_t kLongRunTokens = 4;
 constexpr int64_t kTileRunMax = 48;   // ... and AMX tile runs (NOTES: AMX pairs)
+
+// The most blocks per gemm2 stream run at M tokens: kLongRunMax, fewer where their [M][16] output buffers
+// would pass kDownGroupOutBytes (the down groups' budget: from M = 256 on, so that the per-thread
+// buffers sized for the worst routing stay within what they were with runs of 8).
+int64_t stream_run2_limit(int64_t M) {
+  return std::clamp<int64_t>(kDownGroupOutBytes / (std::max<int64_t>(M, 1) * 16 * 4), kDownGroupMaxCalls, kLongRunMax);
+}
 
 std::atomic<int64_t> g_bf16_intermediate_forwards{0};  // CpuRunner::bf16_intermediate_forwards
 
@@ -257,6 +280,7 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
   if (spec.act_dtype != DType::kBF16) {
     ks.amx = false;
     ks.stream_bf16 = nullptr;
+    ks.stream2_bf16 = nullptr;
   }
   // The q8 kernel computes with the int8 codes themselves: layers that quantize to them take it, and
   // 4-bit layers with bf16 activations hold theirs at 15 bits in two int8 rows (isa.hpp q8_rows_per_token).
@@ -293,6 +317,10 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
   } else {
     ks.stream_q8 = nullptr;
   }
+  // (the pair kernel goes with the AVX-512 q8 kernel only, wherever the choices above left it)
+  ks.stream2_q8 = ks.stream_q8 == kernels::stream_q8_avx512vnni && stream_pairs_enabled()
+                      ? kernels::stream2_q8_avx512vnni
+                      : nullptr;
   return ks;
 }
 
@@ -354,6 +382,29 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
   float* panel = s.panel.get(static_cast<size_t>(w.kp * 16));
   ks_.panel(ref, panel);
   ks_.tile(panel, w.kp, x, ldx, mi, acc);
+}
+
+bool CpuRunner::takes_stream_pairs(kernels::PackFmt f, int64_t m, bool q8_rows, bool bf16_rows) const noexcept {
+  if (m != 1) return false;
+  const CallPath p = call_path(f, m, q8_rows, bf16_rows);
+  return (p == CallPath::kBf16Stream && ks_.stream2_bf16 != nullptr) || (p == CallPath::kQ8Stream && ks_.stream2_q8 != nullptr);
+}
+
+void CpuRunner::run_pair(const PackedStack& w, int64_t e, int64_t b0, int64_t b1, const uint16_t* xb,
+                         const kernels::Q8Rows* q8, float* acc0, float* acc1) const {
+  kernels::BlockRef r0 = w.block(e, b0), r1 = w.block(e, b1);
+  const bool bf16 = call_path(r0.fmt, 1, q8 != nullptr, xb != nullptr) == CallPath::kBf16Stream;
+  for (kernels::BlockRef* r : {&r0, &r1}) {  // run_block's settings for a one-token call
+    r->prefetch = bf16 ? ks_.bf16_stream_prefetch(r->fmt, 1) : ks_.prefetch;
+    r->prefetch_l2 = ks_.prefetch_l2;
+    r->e8m0_fold = r->e8m0_fold && ks_.e8m0_fold;
+  }
+  if (bf16) return ks_.stream2_bf16(r0, r1, xb, acc0, acc1);
+  const int rpt = ks_.q8_rows_per_token;
+  ks_.stream2_q8(r0, r1, *q8, rpt, acc0, acc1);
+  if (rpt == 2)  // the token's high and low rows: their sum (run_block)
+    for (float* acc : {acc0, acc1})
+      for (int l = 0; l < 16; ++l) acc[l] += acc[16 + l];
 }
 
 void CpuRunner::run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, const float* x, const uint16_t* xb,
@@ -530,12 +581,12 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const auto run_up_to = [&](int64_t most) {  // blocks per gemm1 item: at least four items per thread
     return ks_.stream_run > 0 ? ks_.stream_run : std::clamp<int64_t>(singles1 / (4 * threads), 1, most);
   };
-  const int64_t run1 = run_up_to(kStreamRunMax), tile_run1 = run_up_to(kTileRunMax);
+  const int64_t run1 = run_up_to(kStreamRunMax), long_run1 = run_up_to(kLongRunMax), tile_run1 = run_up_to(kTileRunMax);
   items1.clear();
   for (size_t j = 0; j < jobs.size(); ++j) {
     const PackedStack& w = jobs[j].shared ? *sw13_ : *w13_;
     const int64_t nb = w.nblocks;
-    const int64_t step = jobs[j].m <= ks_.stream_max(w.fmt) ? run1
+    const int64_t step = jobs[j].m <= ks_.stream_max(w.fmt) ? (jobs[j].m <= kLongRunTokens ? long_run1 : run1)
                          : pair1 && takes_amx(w.fmt, jobs[j].m) ? std::max<int64_t>(2, tile_run1 & ~int64_t{1})
                                                                   : 1;
     for (int64_t b = 0; b < nb; b += step)
@@ -551,6 +602,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // Down groups (NOTES): calls of per2 blocks per gemm2 item, so an expert's intermediate rows are read
   // from memory once per group instead of once per call.
   int64_t group2 = 1;
+  const int64_t stream_run2_max = stream_run2_limit(M);  // (the workspace's bound below, for any routing)
+  const bool few_tokens2 = std::all_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.m <= kLongRunTokens; });
   if (tiled2) {
     if (ks_.down_group > 0) {
       group2 = std::max<int64_t>(1, ks_.down_group / pair2);
@@ -561,7 +614,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
     }
   } else {  // every job streams: stream runs (NOTES)
     group2 = ks_.stream_run > 0 ? ks_.stream_run
-                                : std::clamp<int64_t>(w2_->nblocks / (2 * threads), 1, kStreamRunMax);
+                                : std::clamp<int64_t>(w2_->nblocks / (2 * threads), 1,
+                                                      few_tokens2 ? stream_run2_max : kStreamRunMax);
   }
   const int64_t blocks_per_item2 = pair2 * group2;
   // Blocks per down call: the pairs' groups of four where AMX may take four (calls of up to 16 rows
@@ -586,7 +640,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
     ws.scratch[static_cast<size_t>(t)].acc.get(static_cast<size_t>(4 * acc_stride));
     // (by the most blocks a gemm2 item can hold, which the routing decides: see the down groups)
     ws.scratch[static_cast<size_t>(t)].out.get(static_cast<size_t>(
-        2 * std::max<int64_t>({kDownGroupMaxCalls, kStreamRunMax, ks_.down_group, ks_.stream_run}) * M * 16));
+        2 * std::max<int64_t>({kDownGroupMaxCalls, stream_run2_max, ks_.down_group, ks_.stream_run}) * M * 16));
     const int64_t kpmax = std::max(hp_, ipmax);
     ws.scratch[static_cast<size_t>(t)].panel.get(static_cast<size_t>(kpmax * 16));
     if (ks_.amx) ws.scratch[static_cast<size_t>(t)].panel_bf16.get(static_cast<size_t>(4 * kpmax * 16));
@@ -787,21 +841,30 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const Job& job = jobs[static_cast<size_t>(item.job)];
       const PackedStack& w = job.shared ? *sw13_ : w13;
       const int64_t e = job.shared ? 0 : job.expert;
-      // AMX pairs in one call each; a stream run (NOTES) block by block, each with its epilogue.
+      // AMX pairs in one call each; a stream run (NOTES) block by block, each with its epilogue, or in
+      // stream pairs (NOTES): blocks q and q + nb / 2 of the run in one call.
       const bool amx_job = takes_amx(w.fmt, job.m);
+      const bool jq8 = q8 && job.m > 0 && q8_row[job.row0];
+      const kernels::Q8Rows xqj = jq8 ? xq.row(job.row0 * rpt).view() : kernels::Q8Rows{};
+      const int half = takes_stream_pairs(w.fmt, job.m, jq8, Xb != nullptr) ? item.nb / 2 : 0;
       for (int q0 = 0, per_call = 1; q0 < item.nb; q0 += per_call) {
-        per_call = amx_job ? std::min(takes_amx4(w, job.m) ? 4 : 2, item.nb - q0) : 1;
+        const bool paired = q0 < 2 * half;
+        per_call = amx_job ? std::min(takes_amx4(w, job.m) ? 4 : 2, item.nb - q0) : paired ? 2 : 1;
+        const auto block_of = [&](int q) { return item.b + (paired ? q0 / 2 + q * half : q0 + q); };
         const double t0 = clock();
-        const bool jq8 = q8 && job.m > 0 && q8_row[job.row0];
-        const kernels::Q8Rows xqj = jq8 ? xq.row(job.row0 * rpt).view() : kernels::Q8Rows{};
-        // (the thread's next call: this item's next blocks; the next item is not known yet)
-        const void* next = q0 + per_call < item.nb ? w.block(e, item.b + q0 + per_call).data : nullptr;
-        run_blocks(w, e, item.b + q0, per_call, X ? X + job.row0 * ldx : nullptr,
-                   Xb ? Xb + job.row0 * ldx : nullptr, jq8 ? &xqj : nullptr, ldx, job.m, s,
-                   s.acc.v.data(), acc_stride, next);
+        if (paired) {
+          run_pair(w, e, block_of(0), block_of(1), Xb ? Xb + job.row0 * ldx : nullptr, jq8 ? &xqj : nullptr,
+                   s.acc.v.data(), s.acc.v.data() + acc_stride);
+        } else {
+          // (the thread's next call: this item's next blocks; the next item is not known yet)
+          const void* next = q0 + per_call < item.nb ? w.block(e, item.b + q0 + per_call).data : nullptr;
+          run_blocks(w, e, item.b + q0, per_call, X ? X + job.row0 * ldx : nullptr,
+                     Xb ? Xb + job.row0 * ldx : nullptr, jq8 ? &xqj : nullptr, ldx, job.m, s,
+                     s.acc.v.data(), acc_stride, next);
+        }
         const double t1 = clock();
         for (int q = 0; q < per_call; ++q) {  // the epilogue per block, on that block's accumulators
-          const int64_t b = item.b + q0 + q;
+          const int64_t b = block_of(q);
           float* acc = s.acc.v.data() + q * acc_stride;
           const float* ls = w.lane_scales(e, b);
           const int32_t* lrow = w.lane_row.data() + b * 16;
@@ -896,20 +959,32 @@ void CpuRunner::forward(const ForwardArgs& args) {
       const auto stack_of = [&](const Job& j) -> const PackedStack& { return j.shared ? *sw2_ : w2; };
       for (int64_t jc = 0; jc < ncalls; ++jc) {  // one expert at a time
         const Job& job = call_job(jc);
-        const int64_t b0 = call_b0(jc);
-        const int nbi = static_cast<int>(std::min(per2, b_item + nb_item - b0));
         const PackedStack& w = stack_of(job);
         const int64_t e = job.shared ? 0 : job.expert;
-        const double t0 = clock();
         const bool jq8 = q8 && job.m > 0 && q8_row[job.row0];
         const kernels::Q8Rows hqj = jq8 ? hq.row(job.row0 * rpt).view() : kernels::Q8Rows{};
-        const Job* nj = jc + 1 < ncalls ? &call_job(jc + 1) : nullptr;  // the thread's next call, in this item
-        const void* next = nj ? stack_of(*nj).block(nj->shared ? 0 : nj->expert, call_b0(jc + 1)).data : nullptr;
-        run_blocks(w, e, b0, nbi, Hb + job.row0 * ldh, Hbb ? Hbb + job.row0 * ldh : nullptr, jq8 ? &hqj : nullptr, ldh,
-                   job.m, s, s.acc.v.data(), acc_stride, next);
+        // Stream pairs (NOTES): where this job's calls (one block each) take them, the job's blocks q and
+        // q + nb_item / 2 in one call; the job's other calls of this item are skipped below.
+        const int half = per2 == 1 && takes_stream_pairs(w.fmt, job.m, jq8, Hbb != nullptr) ? nb_item / 2 : 0;
+        const int64_t qc = jc % calls;  // this call's place among the job's calls of the item
+        if (half > 0 && qc >= half && qc < 2 * half) continue;  // (taken by call qc - half)
+        const bool paired = half > 0 && qc < half;
+        const int64_t b0 = call_b0(jc);
+        const int nbi = paired ? 2 : static_cast<int>(std::min(per2, b_item + nb_item - b0));
+        const auto block_of = [&](int q) { return b0 + q * (paired ? half : 1); };
+        const double t0 = clock();
+        if (paired) {
+          run_pair(w, e, block_of(0), block_of(1), Hbb ? Hbb + job.row0 * ldh : nullptr, jq8 ? &hqj : nullptr,
+                   s.acc.v.data(), s.acc.v.data() + acc_stride);
+        } else {
+          const Job* nj = jc + 1 < ncalls ? &call_job(jc + 1) : nullptr;  // the thread's next call, in this item
+          const void* next = nj ? stack_of(*nj).block(nj->shared ? 0 : nj->expert, call_b0(jc + 1)).data : nullptr;
+          run_blocks(w, e, b0, nbi, Hb + job.row0 * ldh, Hbb ? Hbb + job.row0 * ldh : nullptr, jq8 ? &hqj : nullptr,
+                     ldh, job.m, s, s.acc.v.data(), acc_stride, next);
+        }
         const double t1 = clock();
-        for (int q = 0; q < nbi; ++q) {  // block b0 + q: its accumulators into its [M][16] output buffer
-          const int64_t b = b0 + q;
+        for (int q = 0; q < nbi; ++q) {  // its accumulators into the block's [M][16] output buffer
+          const int64_t b = block_of(q);
           float* outl = s.out.v.data() + (b - b_item) * M * 16;
           const float* acc = s.acc.v.data() + q * acc_stride;
           const float* ls = w.lane_scales(e, b);

@@ -56,6 +56,13 @@ class CpuRunner final : public Runner {
   // (KernelSet::uses_q8_stream); acc then needs room for m x q8_rows_per_token rows of 16.
   void run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb,
                  const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc) const;
+  // Whether such calls run as stream pairs (runner.cpp NOTES): one-token calls on the bf16 stream or the
+  // q8 kernel where the level has the pair kernel (KernelSet::stream2_bf16, stream2_q8).
+  bool takes_stream_pairs(kernels::PackFmt f, int64_t m, bool q8_rows, bool bf16_rows) const noexcept;
+  // Blocks b0 and b1 of expert e at one token (its bf16 row xb, its q8 rows q8: run_block's) into acc0
+  // and acc1: bitwise what two run_block calls give (acc0 and acc1 as large as run_block's acc).
+  void run_pair(const PackedStack& w, int64_t e, int64_t b0, int64_t b1, const uint16_t* xb, const kernels::Q8Rows* q8,
+                float* acc0, float* acc1) const;
   // Blocks b .. b + nb - 1 (nb 1-4) into acc + q * acc_stride: tile_amx4 or tile_amx2 calls where the
   // blocks take AMX tiles, else run_block per block. The accumulators are bitwise the same either way.
   // next: the first block's bytes of this thread's next call (null: unknown), where the AMX kernels'

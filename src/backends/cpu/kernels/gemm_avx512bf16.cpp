@@ -43,6 +43,13 @@
 // - Tokens run in register groups of up to 8 (every weight vector decoded once per group); with 1 or 2
 //   tokens each token has 4 or 2 independent accumulator chains so the dot product latency is hidden.
 //   Every K group (8, 16 or 64 k pairs; K is padded to 16 pairs) is a multiple of the 4-pair step.
+// - Stream pairs (stream2_avx512bf16, session 37): at one token a core reading one block at a time does
+//   not keep memory busy once the decode takes a share of each line's time. Alone, one thread, from
+//   memory (2026-12-05_s37_dev-xeon): fp8 13.3 GB/s against bf16's 15.4; with the decode left out
+//   14.3-15.0; with the normal-code check left out 12.4 (fewer ops, slower: the stream is sensitive to
+//   the loop's shape, which prefetch distances of 128 B to 2 KiB did not change). Two blocks far apart
+//   interleaved step by step: fp8 14.3-14.8, mxfp4 / nvfp4 13.1-13.8 against 11.4-11.8, bf16 +1-2%.
+//   Adjacent blocks gain little: each stream's prefetch then runs into the block the other one reads.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -166,6 +173,70 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
   }
 }
 
+// ---- two blocks at one token (stream2_avx512bf16) -----------------------------------------------------
+// dot_t<F, 1>'s four chains, folds and stores for each block, the two blocks' steps interleaved so that
+// two weight streams are in flight (NOTES). The same operations in the same order per block: bitwise
+// dot_t<F, 1>'s accumulators.
+template <PackFmt F>
+void dot2_t(const BlockRef& b0, const BlockRef& b1, const uint16_t* x, float* acc0, float* acc1) {
+  constexpr int G = group_size(F);
+  const int64_t pairs = b0.kp / 2, gp = G ? G / 2 : pairs;
+  const Dec<F> dec;
+  constexpr int kStepBytes = 4 * 2 * bytes_per_k(F);
+  const __m512 z = _mm512_setzero_ps();
+  __m512 a0 = z, a1 = z, a2 = z, a3 = z, c0 = z, c1 = z, c2 = z, c3 = z;  // block 0's chains, block 1's
+  __m512 sum0 = z, sum1 = z, odd0 = z, odd1 = z;
+  const auto chains = [](__m512 v0, __m512 v1, __m512 v2, __m512 v3) {  // token_sum<4, 0>'s order
+    return _mm512_add_ps(_mm512_add_ps(v0, v1), _mm512_add_ps(v2, v3));
+  };
+  for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
+    const int64_t pe = std::min(p0 + gp, pairs);
+    for (int64_t p = p0; p < pe; p += 4) {
+      prefetch_pair<kStepBytes>(b0, p / 4);
+      prefetch_pair<kStepBytes>(b1, p / 4);
+      __m512i w0, w1, w2, w3, v0, v1, v2, v3;
+      decode_quad(dec, b0.data, p, w0, w1, w2, w3);
+      decode_quad(dec, b1.data, p, v0, v1, v2, v3);
+      a0 = dot(a0, w0, x, p);
+      c0 = dot(c0, v0, x, p);
+      a1 = dot(a1, w1, x, p + 1);
+      c1 = dot(c1, v1, x, p + 1);
+      a2 = dot(a2, w2, x, p + 2);
+      c2 = dot(c2, v2, x, p + 2);
+      a3 = dot(a3, w3, x, p + 3);
+      c3 = dot(c3, v3, x, p + 3);
+    }
+    if constexpr (G != 0) {
+      __m512 s0, s1;
+      if constexpr (F == PackFmt::kNvfp4) {
+        if (((p0 / gp) & 1) == 0) {
+          nvfp4_scale_pair(b0.gscale, p0 / gp, s0, odd0);
+          nvfp4_scale_pair(b1.gscale, p0 / gp, s1, odd1);
+        } else {
+          s0 = odd0;
+          s1 = odd1;
+        }
+      } else {
+        s0 = group_scale<F>(b0.gscale, p0 / gp, b0.gmul);
+        s1 = group_scale<F>(b1.gscale, p0 / gp, b1.gmul);
+      }
+      sum0 = _mm512_fmadd_ps(chains(a0, a1, a2, a3), s0, sum0);
+      sum1 = _mm512_fmadd_ps(chains(c0, c1, c2, c3), s1, sum1);
+      a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = z;
+    }
+  }
+  if constexpr (F == PackFmt::kNvfp4) {
+    _mm512_storeu_ps(acc0, _mm512_mul_ps(sum0, _mm512_set1_ps(b0.gmul)));
+    _mm512_storeu_ps(acc1, _mm512_mul_ps(sum1, _mm512_set1_ps(b1.gmul)));
+  } else if constexpr (G != 0) {
+    _mm512_storeu_ps(acc0, sum0);
+    _mm512_storeu_ps(acc1, sum1);
+  } else {
+    _mm512_storeu_ps(acc0, chains(a0, a1, a2, a3));
+    _mm512_storeu_ps(acc1, chains(c0, c1, c2, c3));
+  }
+}
+
 // ---- f32 FMA fallback for f32 / f16 / int8 weights (x widened from bf16: exact) ----------------------
 template <PackFmt F, int MT>
 void fma_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
@@ -273,6 +344,19 @@ void act_rows_bf16_avx512(Act a, const float* acc, int64_t rows, int n, float al
       [&](const float* v, int64_t i, int c) {
         _mm256_mask_storeu_epi16(out + i * ldo, mask(c), (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask(c), v)));
       });
+}
+
+void stream2_avx512bf16(const BlockRef& b0, const BlockRef& b1, const uint16_t* xb, float* acc0, float* acc1) {
+  switch (b0.fmt) {
+    case PackFmt::kBF16: return dot2_t<PackFmt::kBF16>(b0, b1, xb, acc0, acc1);
+    case PackFmt::kFp8: return dot2_t<PackFmt::kFp8>(b0, b1, xb, acc0, acc1);
+    case PackFmt::kFp8Block: return dot2_t<PackFmt::kFp8Block>(b0, b1, xb, acc0, acc1);
+    case PackFmt::kMxfp4: return dot2_t<PackFmt::kMxfp4>(b0, b1, xb, acc0, acc1);
+    case PackFmt::kNvfp4: return dot2_t<PackFmt::kNvfp4>(b0, b1, xb, acc0, acc1);
+    default:  // (formats the dots do not take: block by block)
+      stream_avx512bf16(b0, xb, 0, 1, acc0);
+      stream_avx512bf16(b1, xb, 0, 1, acc1);
+  }
 }
 
 void stream_avx512bf16(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {

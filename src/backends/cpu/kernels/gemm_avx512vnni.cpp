@@ -24,6 +24,8 @@
 //   end, as in gemm_avx512bf16.cpp).
 // - Tokens run in register groups of up to 8, one integer and one f32 accumulator each; a single token
 //   uses two integer chains (low and high nibbles) so that VPDPBUSD's latency overlaps.
+// - One token (one int8 row, or a token's two 15-bit rows) on two blocks at once: stream2_q8_avx512vnni,
+//   the stream pairs of gemm_avx512bf16.cpp's NOTES, with the same chains per block.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -112,6 +114,87 @@ void q8_t(const BlockRef& b, const Q8Rows& x, float* acc) {
 #undef STORE
 }
 
+// Two blocks, one token (stream2_q8_avx512vnni): one row (int8 layers) or a token's two 15-bit rows, q8_t<F,
+// MT>'s integer chains, folds and store for each block, the two blocks' quads interleaved so that two
+// weight streams are in flight (gemm_avx512bf16.cpp's stream pairs). Bitwise q8_t's accumulators.
+template <PackFmt F, int MT>
+void q8_pair_t(const BlockRef& b0, const BlockRef& b1, const Q8Rows& x, float* acc0, float* acc1) {
+  static_assert(q8_stream_native(F) && (MT == 1 || MT == 2));
+  constexpr int G = group_size(F);
+  constexpr int kQuads = G / 8;
+  constexpr int kPerActGroup = 32 / G;
+  const int64_t groups = b0.kp / G;
+  const __m512i lut = _mm512_load_si512(kQ8E2m1.v);
+  const __m512 z = _mm512_setzero_ps();
+  const Q8Rows r0 = x, r1 = x.rows_from(MT - 1);  // (MT = 1: r1 unused)
+  const int32_t* bias0 = G == 32 ? r0.bias32 : r0.bias16;
+  const int32_t* bias1 = G == 32 ? r1.bias32 : r1.bias16;
+  __m512 f00 = z, f01 = z, f10 = z, f11 = z;  // f<block><row>
+  __m512 odd0 = z, odd1 = z;
+  const auto fold = [](__m512 f, __m512i i, __m512 sw, float scale) {
+    return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i), sw), _mm512_set1_ps(scale), f);
+  };
+  for (int64_t g = 0; g < groups; ++g) {
+    // MT = 1: <block>0 the low nibbles' chain (from the bias), <block>1 the high ones'; MT = 2: per row.
+    __m512i i00 = _mm512_set1_epi32(bias0[g]), i10 = i00;
+    __m512i i01 = MT == 1 ? _mm512_setzero_si512() : _mm512_set1_epi32(bias1[g]), i11 = i01;
+    for (int v = 0; v < kQuads; ++v) {
+      const int64_t quad = g * kQuads + v;
+      prefetch_pair<kVnniWordBytes>(b0, quad);
+      prefetch_pair<kVnniWordBytes>(b1, quad);
+      const __m512i w0 = _mm512_load_si512(b0.data + quad * kVnniWordBytes);
+      const __m512i w1 = _mm512_load_si512(b1.data + quad * kVnniWordBytes);
+      const __m512i lo0 = _mm512_permutexvar_epi8(w0, lut), hi0 = _mm512_permutexvar_epi8(_mm512_srli_epi16(w0, 4), lut);
+      const __m512i lo1 = _mm512_permutexvar_epi8(w1, lut), hi1 = _mm512_permutexvar_epi8(_mm512_srli_epi16(w1, 4), lut);
+      const int64_t k0 = quad * 8;
+      const __m512i xl0 = bcast_dword(r0.q + k0), xh0 = bcast_dword(r0.q + k0 + 4);
+      if constexpr (MT == 1) {
+        i00 = _mm512_dpbusd_epi32(i00, lo0, xl0);
+        i10 = _mm512_dpbusd_epi32(i10, lo1, xl0);
+        i01 = _mm512_dpbusd_epi32(i01, hi0, xh0);
+        i11 = _mm512_dpbusd_epi32(i11, hi1, xh0);
+      } else {
+        const __m512i xl1 = bcast_dword(r1.q + k0), xh1 = bcast_dword(r1.q + k0 + 4);
+        i00 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i00, lo0, xl0), hi0, xh0);
+        i10 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i10, lo1, xl0), hi1, xh0);
+        i01 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i01, lo0, xl1), hi0, xh1);
+        i11 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i11, lo1, xl1), hi1, xh1);
+      }
+    }
+    __m512 sw0, sw1;
+    if constexpr (F == PackFmt::kNvfp4) {
+      if ((g & 1) == 0) {
+        nvfp4_scale_pair(b0.gscale, g, sw0, odd0);
+        nvfp4_scale_pair(b1.gscale, g, sw1, odd1);
+      } else {
+        sw0 = odd0;
+        sw1 = odd1;
+      }
+    } else {
+      sw0 = group_scale<F>(b0.gscale, g, b0.gmul);
+      sw1 = group_scale<F>(b1.gscale, g, b1.gmul);
+    }
+    const int64_t ag = g / kPerActGroup;
+    if constexpr (MT == 1) {
+      f00 = fold(f00, _mm512_add_epi32(i00, i01), sw0, r0.scale[ag]);
+      f10 = fold(f10, _mm512_add_epi32(i10, i11), sw1, r0.scale[ag]);
+    } else {
+      f00 = fold(f00, i00, sw0, r0.scale[ag]);
+      f01 = fold(f01, i01, sw0, r1.scale[ag]);
+      f10 = fold(f10, i10, sw1, r0.scale[ag]);
+      f11 = fold(f11, i11, sw1, r1.scale[ag]);
+    }
+  }
+  const __m512 post0 = _mm512_set1_ps(F == PackFmt::kNvfp4 ? 0.5f * b0.gmul : 0.5f);
+  const __m512 post1 = _mm512_set1_ps(F == PackFmt::kNvfp4 ? 0.5f * b1.gmul : 0.5f);
+  _mm512_storeu_ps(acc0, _mm512_mul_ps(f00, post0));
+  _mm512_storeu_ps(acc1, _mm512_mul_ps(f10, post1));
+  if constexpr (MT == 2) {
+    _mm512_storeu_ps(acc0 + 16, _mm512_mul_ps(f01, post0));
+    _mm512_storeu_ps(acc1 + 16, _mm512_mul_ps(f11, post1));
+  }
+}
+
 template <PackFmt F>
 void stream_f(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
   int i = 0;
@@ -131,6 +214,16 @@ void stream_f(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
 }
 
 }  // namespace
+
+void stream2_q8_avx512vnni(const BlockRef& b0, const BlockRef& b1, const Q8Rows& x, int m, float* acc0, float* acc1) {
+  const bool mx = b0.fmt == PackFmt::kMxfp4, nv = b0.fmt == PackFmt::kNvfp4;
+  if (m == 1 && mx) return q8_pair_t<PackFmt::kMxfp4, 1>(b0, b1, x, acc0, acc1);
+  if (m == 2 && mx) return q8_pair_t<PackFmt::kMxfp4, 2>(b0, b1, x, acc0, acc1);
+  if (m == 1 && nv) return q8_pair_t<PackFmt::kNvfp4, 1>(b0, b1, x, acc0, acc1);
+  if (m == 2 && nv) return q8_pair_t<PackFmt::kNvfp4, 2>(b0, b1, x, acc0, acc1);
+  stream_q8_avx512vnni(b0, x, m, acc0);  // (other row counts and formats: block by block)
+  stream_q8_avx512vnni(b1, x, m, acc1);
+}
 
 void stream_q8_avx512vnni(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
   switch (b.fmt) {

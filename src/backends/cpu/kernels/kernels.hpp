@@ -268,6 +268,10 @@ double bf16_dot_fma_rate_ratio();
 // (x widened from bf16). Either way the result equals stream_avx512 on the same bf16-valued x up to
 // the order of the f32 additions.
 void stream_avx512bf16(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc);
+// Two N-blocks of one stack at one token: acc0 = xb @ b0 and acc1 = xb @ b1 (16 floats each), bitwise what
+// two stream_avx512bf16 calls with m = 1 give, with the two blocks' weight streams in flight together.
+// Blocks of the same stack (format and kp); formats outside bf16_stream_native go block by block.
+void stream2_avx512bf16(const BlockRef& b0, const BlockRef& b1, const uint16_t* xb, float* acc0, float* acc1);
 // The formats stream_avx512bf16 runs on VDPBF16PS (every value exactly a bf16, decoded cheaply); for the
 // others the runner keeps the f32 streaming kernel.
 constexpr bool bf16_stream_native(PackFmt f) noexcept {
@@ -318,6 +322,10 @@ constexpr Q8E2m1Table<N> q8_e2m1_table() {
 // the integer dot products are exact (VPDPBUSD); the group's scales multiply their sum in f32, so the
 // result equals the dense f32 loop on the dequantized activations up to the order of the f32 additions.
 void stream_q8_avx512vnni(const BlockRef& b, const Q8Rows& x, int m, float* acc);
+// Two N-blocks of one stack on the same rows: acc0 = x @ b0 and acc1 = x @ b1 ([m][16] each), bitwise what two
+// stream_q8_avx512vnni calls give, with both blocks' weight streams in flight together for m = 1 or 2
+// (one token: an int8 row, or a token's two 15-bit rows); other m go block by block.
+void stream2_q8_avx512vnni(const BlockRef& b0, const BlockRef& b1, const Q8Rows& x, int m, float* acc0, float* acc1);
 constexpr bool q8_stream_native(PackFmt f) noexcept { return f == PackFmt::kMxfp4 || f == PackFmt::kNvfp4; }
 // The same on AVX2 (gemm_avx2.cpp; vpmaddubsw + vpmaddwd for VPDPBUSD), on weights packed in VNNI words
 // too: an AVX2 layer with int8 activations is packed so, and every call of it takes this kernel; a
