@@ -137,10 +137,36 @@ __attribute__((target("avx2"))) float read_slice(const float* a, size_t n, int p
   return t;
 }
 
+// Two halves of one thread's slice read together, 64 bytes of each a step (the one-token kernels'
+// stream pairs, runner.cpp NOTES): on the development machine's Xeon one core reads more with two
+// streams in flight than with one, so a one-stream probe would put the floor below what they reach.
+__attribute__((target("avx2"))) float read_slice2(const float* a, size_t n, int prefetch) {
+  const size_t h = (n / 2) & ~size_t(15);
+  const float* b = a + h;
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  size_t i = 0;
+  for (; i + 16 <= h; i += 16) {  // 64 bytes of each half a step
+    if (prefetch > 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(a + i) + prefetch, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b + i) + prefetch, _MM_HINT_T0);
+    }
+    s0 = _mm256_add_ps(s0, _mm256_loadu_ps(a + i));
+    s1 = _mm256_add_ps(s1, _mm256_loadu_ps(a + i + 8));
+    s2 = _mm256_add_ps(s2, _mm256_loadu_ps(b + i));
+    s3 = _mm256_add_ps(s3, _mm256_loadu_ps(b + i + 8));
+  }
+  float out[8];
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  float t = out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+  for (; i < h; ++i) t += a[i];
+  for (size_t j = h + i; j < n; ++j) t += a[j];  // b's tail, and the odd elements past 2h
+  return t;
+}
+
 // All threads read disjoint slices of an array far larger than the last-level cache; the best of four
-// passes each without and with the kernels' 4 KiB software prefetch. The array is advised for huge
-// pages like the cpu backend's weight stacks (huge_pages.hpp), so that the floor is what the machine
-// reads under the same paging.
+// passes each without and with the kernels' 4 KiB software prefetch, each slice read as one stream and
+// as two (read_slice2). The array is advised for huge pages like the cpu backend's weight stacks
+// (huge_pages.hpp), so that the floor is what the machine reads under the same paging.
 double measure_bandwidth_gbs(int threads, size_t bytes) {
   const size_t n = bytes / sizeof(float);
   std::unique_ptr<float, decltype(&std::free)> a(static_cast<float*>(moerun::cpu::alloc_large(bytes)), &std::free);
@@ -148,6 +174,7 @@ double measure_bandwidth_gbs(int threads, size_t bytes) {
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (size_t i = 0; i < n; ++i) a.get()[i] = static_cast<float>(i & 1023);
   double best = 0;
+  for (bool two : {false, true})
   for (int prefetch : {0, 4096})
     for (int rep = 0; rep < 4; ++rep) {
       float total = 0;
@@ -156,7 +183,7 @@ double measure_bandwidth_gbs(int threads, size_t bytes) {
       {
         const size_t nt = static_cast<size_t>(omp_get_num_threads()), t = static_cast<size_t>(omp_get_thread_num());
         const size_t per = (n / nt) & ~size_t(31), lo = t * per, hi = t + 1 == nt ? n : lo + per;
-        total += read_slice(a.get() + lo, hi - lo, prefetch);
+        total += two ? read_slice2(a.get() + lo, hi - lo, prefetch) : read_slice(a.get() + lo, hi - lo, prefetch);
       }
       const double dt = now_s() - t0;
       if (total == -1.0f) std::printf("?");
