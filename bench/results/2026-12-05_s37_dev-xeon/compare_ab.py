@@ -1,7 +1,10 @@
-import json, glob, statistics, sys
+# Base against new in one A/B round's folder (ab_round1/, ab_round2/): median ms over the rounds' JSON.
+#   python3 compare_ab.py ab_round1
+import json, glob, os, statistics, sys
+D = sys.argv[1] if len(sys.argv) > 1 else '.'
 def load(v):
     out = {}
-    for f in sorted(glob.glob(f'./{v}_r*.json')):
+    for f in sorted(glob.glob(os.path.join(D, f'{v}_r*.json'))):
         d = json.load(open(f))
         for r in d['rows']:
             if r['backend'] != 'cpu' or r['threads'] != 2: continue
