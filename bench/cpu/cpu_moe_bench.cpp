@@ -75,6 +75,7 @@
 #include "moerun/presets.hpp"
 #include "moerun/weights.hpp"
 #include "routing/topk.hpp"
+#include "run_stamp.hpp"
 
 #ifdef MOERUN_BENCH_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
@@ -558,6 +559,7 @@ struct Bench {
   json rows = json::array();
   bool warned_sweep = false;
   double huge_page_mb = -1;  // most anonymous memory seen on huge pages after packing (-1: unknown)
+  std::string started_utc = moerun::bench::utc_now();  // (run_stamp.hpp)
 
   // peak_variant: the variant whose instructions set the peak (default `variant`).
   void row(const Model& m, const std::string& backend, int64_t M, int th, double t, const std::string& variant,
@@ -956,6 +958,8 @@ int run(int argc, char** argv) {
     const json one = b.lim1.to_json();
     for (const auto& [k, v] : one.items()) limits[k + "_1thread"] = v;
     json j = {{"bench", "cpu_moe_bench"},
+              {"commit", moerun::bench::build_commit()},
+              {"started_utc", b.started_utc},
               {"platform", p.summary()},
               {"cpu_model", p.cpu.model},
               {"cpu_isa_used", std::string(to_string(cpu::effective_isa()))},

@@ -46,6 +46,8 @@ def limits_line(d):
     s += " (measured in the same run)"
     if d.get("onednn") is False:
         s += "; no oneDNN in this build: baseline column absent"
+    if "commit" in d:  # (JSON before session 37 has neither)
+        s += f"; commit {d['commit']}, started {d.get('started_utc', '?')}"
     return s + "\n"
 
 

@@ -41,6 +41,7 @@
 
 #include "arg_lists.hpp"
 #include "bench_util.cuh"
+#include "run_stamp.hpp"
 
 using namespace moerun;
 
@@ -313,6 +314,8 @@ int main(int argc, char** argv) {
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   Timer timer(s);
   nlohmann::json out;
+  out["commit"] = moerun::bench::build_commit();  // (run_stamp.hpp)
+  out["started_utc"] = moerun::bench::utc_now();
   out["device"] = prop.name;
   out["sms"] = prop.multiProcessorCount;
   {
