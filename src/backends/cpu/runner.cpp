@@ -346,26 +346,30 @@ CpuRunner::CallPath CpuRunner::call_path(kernels::PackFmt f, int64_t m, bool q8_
   return takes_amx(f, m) && bf16_rows ? CallPath::kAmxTiles : CallPath::kF32Tiles;
 }
 
-void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb,
-                          const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc) const {
+kernels::BlockRef CpuRunner::call_block(const PackedStack& w, int64_t e, int64_t b, CallPath path, int64_t m) const {
   kernels::BlockRef ref = w.block(e, b);
-  ref.prefetch = ks_.prefetch;
+  ref.prefetch = path == CallPath::kBf16Stream ? ks_.bf16_stream_prefetch(ref.fmt, m) : ks_.prefetch;
   ref.prefetch_l2 = ks_.prefetch_l2;
   ref.e8m0_fold = ref.e8m0_fold && ks_.e8m0_fold;
+  return ref;
+}
+
+void CpuRunner::sum_q15_rows(float* acc, int m) const {
+  if (ks_.q8_rows_per_token != 2) return;
+  for (int i = 0; i < m; ++i)  // a token's high and low rows: their sum, into the token's place (row i <= 2i)
+    for (int l = 0; l < 16; ++l) acc[i * 16 + l] = acc[2 * i * 16 + l] + acc[(2 * i + 1) * 16 + l];
+}
+
+void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const float* x, const uint16_t* xb,
+                          const kernels::Q8Rows* q8, int64_t ldx, int64_t m, Scratch& s, float* acc) const {
   const int mi = static_cast<int>(m);
-  const CallPath path = call_path(ref.fmt, m, q8 != nullptr, xb != nullptr);
+  const CallPath path = call_path(w.fmt, m, q8 != nullptr, xb != nullptr);
+  kernels::BlockRef ref = call_block(w, e, b, path, m);
   if (path == CallPath::kQ8Stream) {
-    const int rpt = ks_.q8_rows_per_token;
-    ks_.stream_q8(ref, *q8, mi * rpt, acc);
-    if (rpt == 2)  // a token's high and low rows: their sum, into the token's place (row i <= 2i)
-      for (int i = 0; i < mi; ++i)
-        for (int l = 0; l < 16; ++l) acc[i * 16 + l] = acc[2 * i * 16 + l] + acc[(2 * i + 1) * 16 + l];
-    return;
+    ks_.stream_q8(ref, *q8, mi * ks_.q8_rows_per_token, acc);
+    return sum_q15_rows(acc, mi);
   }
-  if (path == CallPath::kBf16Stream) {
-    ref.prefetch = ks_.bf16_stream_prefetch(ref.fmt, m);
-    return ks_.stream_bf16(ref, xb, ldx, mi, acc);
-  }
+  if (path == CallPath::kBf16Stream) return ks_.stream_bf16(ref, xb, ldx, mi, acc);
   if (path == CallPath::kF32Stream) return ks_.stream(ref, x, ldx, mi, acc);
   if (path == CallPath::kAmxTiles) {
     const uint16_t* panel;
@@ -392,19 +396,12 @@ bool CpuRunner::takes_stream_pairs(kernels::PackFmt f, int64_t m, bool q8_rows, 
 
 void CpuRunner::run_pair(const PackedStack& w, int64_t e, int64_t b0, int64_t b1, const uint16_t* xb,
                          const kernels::Q8Rows* q8, float* acc0, float* acc1) const {
-  kernels::BlockRef r0 = w.block(e, b0), r1 = w.block(e, b1);
-  const bool bf16 = call_path(r0.fmt, 1, q8 != nullptr, xb != nullptr) == CallPath::kBf16Stream;
-  for (kernels::BlockRef* r : {&r0, &r1}) {  // run_block's settings for a one-token call
-    r->prefetch = bf16 ? ks_.bf16_stream_prefetch(r->fmt, 1) : ks_.prefetch;
-    r->prefetch_l2 = ks_.prefetch_l2;
-    r->e8m0_fold = r->e8m0_fold && ks_.e8m0_fold;
-  }
-  if (bf16) return ks_.stream2_bf16(r0, r1, xb, acc0, acc1);
-  const int rpt = ks_.q8_rows_per_token;
-  ks_.stream2_q8(r0, r1, *q8, rpt, acc0, acc1);
-  if (rpt == 2)  // the token's high and low rows: their sum (run_block)
-    for (float* acc : {acc0, acc1})
-      for (int l = 0; l < 16; ++l) acc[l] += acc[16 + l];
+  const CallPath path = call_path(w.fmt, 1, q8 != nullptr, xb != nullptr);
+  const kernels::BlockRef r0 = call_block(w, e, b0, path, 1), r1 = call_block(w, e, b1, path, 1);
+  if (path == CallPath::kBf16Stream) return ks_.stream2_bf16(r0, r1, xb, acc0, acc1);
+  ks_.stream2_q8(r0, r1, *q8, ks_.q8_rows_per_token, acc0, acc1);
+  sum_q15_rows(acc0, 1);
+  sum_q15_rows(acc1, 1);
 }
 
 void CpuRunner::run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, const float* x, const uint16_t* xb,
