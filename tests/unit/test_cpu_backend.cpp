@@ -1207,6 +1207,81 @@ TEST(CpuBackend, StreamPairsAgreeBitwise) {
   }
 }
 
+// taper_tail (work_items.hpp): the pieces cover every item's blocks once and in order, the last
+// `threads` pieces hold at most base / 8 blocks (not below min_nb), the `threads` before base / 4, the
+// ones before those base / 2; the items ahead of the tail are untouched; a non-splittable item ends the
+// taper; the split happens in place. Cases: runs of 32 over two jobs at 2 threads (a piece takes what
+// is left of its item when that is under its cap: 12); a remainder left in an item the pieces run out
+// in (1 thread: 40, 1, 1 becomes 24, 16, 1, 1); items already small (no change); an unsplittable item
+// in the tail (only the last item is cut); one item, 3 threads.
+TEST(CpuWorkItems, TaperTailSplitsTheLastItemsInOrder) {
+  using cpu::RunnerItem;
+  struct Case {
+    std::vector<RunnerItem> items;
+    int threads;
+    int64_t base, min_nb;
+    int32_t unsplittable_job;  // items of this job are not split (-1: none)
+    std::vector<int32_t> want_nb;  // the item sizes afterwards
+  };
+  const std::vector<Case> cases = {
+      {{{0, 0, 32}, {0, 32, 32}, {0, 64, 32}, {1, 0, 32}, {1, 32, 1}}, 2, 32, 2, -1,
+       {32, 32, 16, 16, 12, 8, 8, 4, 1}},
+      {{{0, 0, 40}, {1, 0, 1}, {2, 0, 1}}, 1, 32, 2, -1, {24, 16, 1, 1}},
+      {{{0, 0, 2}, {0, 2, 2}, {1, 0, 2}, {1, 2, 1}}, 2, 32, 2, -1, {2, 2, 2, 1}},
+      {{{0, 0, 32}, {1, 0, 32}, {2, 0, 32}}, 2, 32, 2, 1, {32, 32, 8, 8, 8, 4, 4}},
+      {{{0, 0, 7}}, 3, 8, 2, -1, {1, 2, 2, 2}},
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const Case& k = cases[c];
+    std::vector<RunnerItem> items = k.items;
+    int64_t blocks = 0;
+    for (const RunnerItem& it : items) blocks += it.nb;
+    items.reserve(static_cast<size_t>(blocks));
+    const RunnerItem* data = items.data();
+    cpu::taper_tail(items, k.threads, k.base, k.min_nb,
+                    [&](const RunnerItem& it) { return it.job != k.unsplittable_job; });
+    EXPECT_EQ(items.data(), data) << "case " << c << ": reallocated";
+    std::vector<int32_t> nb;
+    for (const RunnerItem& it : items) nb.push_back(it.nb);
+    EXPECT_EQ(nb, k.want_nb) << "case " << c;
+    // Every job's blocks once, in order (the pieces of an item keep block order and job order).
+    std::vector<std::pair<int32_t, int32_t>> want_blocks, got_blocks;
+    for (const RunnerItem& it : k.items)
+      for (int32_t b = it.b; b < it.b + it.nb; ++b) want_blocks.emplace_back(it.job, b);
+    for (const RunnerItem& it : items)
+      for (int32_t b = it.b; b < it.b + it.nb; ++b) got_blocks.emplace_back(it.job, b);
+    EXPECT_EQ(got_blocks, want_blocks) << "case " << c;
+  }
+}
+
+// Tapered tails (runner.cpp NOTES) change only which blocks share a work item: bitwise the same
+// output with MOERUN_CPU_STREAM_TAPER unset and 0, at every level and thread count. The layer is wide
+// enough that the runs are long and the taper splits them at 2 threads: hidden 1040 (65 w2 blocks),
+// intermediate 264 (33 gated w13 blocks); one-token experts (pairs), a 3-token one, one token alone;
+// bf16 and fp8-block; a shared expert.
+TEST(CpuBackend, StreamTaperAgreesBitwise) {
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  const std::vector<std::vector<int>> routings = {{0, 1, 1, 3, 1, 0, 1, 1}, {1, 0, 0, 0, 0, 1, 0, 0}};
+  for (const std::vector<int>& counts : routings) {
+    const Top2 r = top2_from_counts(counts, 0.35f, 0.3f, 0.003f);
+    for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block}) {
+      MoeSpec s = base_spec();
+      s.hidden = 1040;
+      s.intermediate = 264;
+      s.act_dtype = DType::kBF16;
+      s.weight_format = f;
+      s.shared.count = 1;
+      s.shared.intermediate = 136;
+      s.validate();
+      const MoeWeights w = random_weights(s, 43);
+      const std::vector<float> want = run_given_topk(*ref, s, w, r.ids, r.tw, 0);
+      expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_STREAM_TAPER", {"", "0"},
+                            std::string(to_string(f)) + " tokens " + std::to_string(r.ids.shape()[0]));
+    }
+  }
+}
+
 // Job rows (runner.cpp NOTES): an expert's rows, and the shared expert's, split into jobs of at most
 // MOERUN_CPU_JOB_ROWS rows give bitwise the same output at every level and thread count, as long as no
 // part falls to a streaming kernel (parts of at least 130 / 2 rows here: above every stream cut).

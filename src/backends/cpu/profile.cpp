@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 
 #include "core/knobs.hpp"
 
@@ -19,7 +20,10 @@ double ForwardProfile::now() { return omp_get_wtime(); }
 
 bool ForwardProfile::begin(int threads, int64_t m) {
   if (seen_++ == 0) return false;
-  if (busy_.size() < static_cast<size_t>(threads)) busy_.resize(static_cast<size_t>(threads), std::array<double, kN>{});
+  if (busy_.size() < static_cast<size_t>(threads)) {
+    busy_.resize(static_cast<size_t>(threads), std::array<double, kN>{});
+    seen_busy_.resize(busy_.size(), std::array<double, kN>{});
+  }
   threads_ = std::max(threads_, threads);
   ++forwards_;
   tokens_ += m;
@@ -31,6 +35,21 @@ void ForwardProfile::mark(Phase p) {
   const double t = now();
   wall_[static_cast<size_t>(p)] += t - last_;
   last_ = t;
+  if (p != Phase::kGemm1 && p != Phase::kGemm2) return;
+  // The stage's busy phases: kernel calls, epilogue (and the stores after gemm2).
+  const Phase parts1[] = {Phase::kGemm1, Phase::kEpilogue1}, parts2[] = {Phase::kGemm2, Phase::kEpilogue2, Phase::kStore};
+  const auto parts = p == Phase::kGemm1 ? std::span<const Phase>(parts1) : std::span<const Phase>(parts2);
+  double slowest = 0.0;
+  for (size_t th = 0; th < busy_.size(); ++th) {
+    double b = 0.0;
+    for (Phase q : parts) {
+      const auto i = static_cast<size_t>(q);
+      b += busy_[th][i] - seen_busy_[th][i];
+      seen_busy_[th][i] = busy_[th][i];
+    }
+    slowest = std::max(slowest, b);
+  }
+  slowest_[static_cast<size_t>(p)] += slowest;
 }
 
 std::string ForwardProfile::report(const std::string& what) const {
@@ -50,12 +69,14 @@ std::string ForwardProfile::report(const std::string& what) const {
                 "  wall: convert %.2f  route %.2f  plan %.2f  gather %.2f  gemm1 %.2f  post1 %.2f  gemm2 %.2f  "
                 "[total %.2f]\n"
                 "  busy (mean over threads): gemm1 kernels %.2f + epilogue %.2f | gemm2 kernels %.2f + epilogue "
-                "%.2f + store %.2f\n",
+                "%.2f + store %.2f\n"
+                "  slowest thread's busy: gemm1 %.2f | gemm2 %.2f\n",
                 what.c_str(), threads_, static_cast<long long>(forwards_),
                 static_cast<double>(tokens_) / static_cast<double>(forwards_), wall(Phase::kConvert),
                 wall(Phase::kRoute), wall(Phase::kPlan), wall(Phase::kGather), wall(Phase::kGemm1),
                 wall(Phase::kPost1), wall(Phase::kGemm2), total, busy(Phase::kGemm1), busy(Phase::kEpilogue1),
-                busy(Phase::kGemm2), busy(Phase::kEpilogue2), busy(Phase::kStore));
+                busy(Phase::kGemm2), busy(Phase::kEpilogue2), busy(Phase::kStore),
+                slowest_[static_cast<size_t>(Phase::kGemm1)] * per, slowest_[static_cast<size_t>(Phase::kGemm2)] * per);
   return buf;
 }
 

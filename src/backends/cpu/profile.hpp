@@ -2,7 +2,8 @@
 //
 // A runner created with the variable set times its forwards after the first (which grows the
 // workspaces and would be counted as planning) and, when it is destroyed, prints one report to stderr: the wall time of each stage of the forward (runner.cpp NOTES), and inside the two
-// GEMM stages the threads' busy time split into kernel calls and epilogues (mean over threads). It is a
+// GEMM stages the threads' busy time split into kernel calls and epilogues (mean over threads), and the
+// slowest thread's busy time (wall minus slowest: barriers and wake-ups; slowest minus mean: imbalance). It is a
 // measurement aid for benchmarks (cpu_moe_bench rows run with it set), off by default, and costs two
 // clock reads per work item when on.
 #pragma once
@@ -51,7 +52,9 @@ class ForwardProfile {
  private:
   static constexpr size_t kN = static_cast<size_t>(Phase::kCount);
   std::vector<std::array<double, kN>> busy_;
+  std::vector<std::array<double, kN>> seen_busy_;  // busy_ at the previous mark
   std::array<double, kN> wall_{};
+  std::array<double, kN> slowest_{};  // per GEMM stage: the sum over forwards of the slowest thread's busy
   double last_ = 0.0;
   int64_t seen_ = 0, forwards_ = 0, tokens_ = 0;
   int threads_ = 0;

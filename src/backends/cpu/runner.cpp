@@ -46,6 +46,17 @@
 // 13.3 GB/s and nvfp4 13.5 against 11.5 (adjacent blocks: no gain, since each stream's prefetch then
 // runs into the other's block). The kernels give bitwise the one-block accumulators, so results do
 // not depend on the pairing; MOERUN_CPU_STREAM_PAIRS=0 (measurement) turns them off.
+// Tapered tail: with runs of up to 32 blocks a one-token gate_up item is 1-2 MB of weights (60-130
+// us), and the dynamic schedule left the thread that finished first waiting for about half of one:
+// at qwen3-30b-a3b one token, 2 threads, the slowest thread's busy time was 0.03-0.05 ms above the mean
+// in gemm1 and 0.01-0.03 in gemm2 (MOERUN_CPU_PROFILE=1), 3-4% of the forward. So the last streaming
+// items of gemm1 are cut smaller (work_items.hpp, taper_tail: the last `threads` at most run / 8
+// blocks, the `threads` before run / 4, then run / 2). The blocks and their epilogues are the same, so
+// results do not change (tests: StreamTaperAgreesBitwise); MOERUN_CPU_STREAM_TAPER=0 (measurement)
+// keeps the runs whole. Side by side (session 38, three rounds): fp8-block and mxfp4 at one token
+// 0.8-2.5% faster, bf16 and four tokens within the host's spread. gemm2's items tapered the same way
+// (every job streaming) lost 1.4-2.6% at four tokens: each gemm2 item starts a stream per expert, so
+// eight more items cost more starts than the imbalance they removed.
 // AMX pairs: where a job's calls take AMX tiles, one tile_amx2 call computes two adjacent N-blocks (the
 // last one alone when the count is odd), and a gemm1 item covers a run of such pairs (up to kTileRunMax
 // blocks by the stream runs' rule, rounded down to whole pairs, at least one pair: the tiles read their
@@ -588,6 +599,12 @@ void CpuRunner::forward(const ForwardArgs& args) {
                                                                   : 1;
     for (int64_t b = 0; b < nb; b += step)
       items1.push_back(Item{static_cast<int32_t>(j), static_cast<int32_t>(b), static_cast<int32_t>(std::min(step, nb - b))});
+  }
+  if (ks_.stream_taper && threads > 1) {  // (NOTES: tapered tail) the streaming items' runs
+    taper_tail(items1, threads, long_run1, 2, [&](const Item& it) {
+      const Job& j = jobs[static_cast<size_t>(it.job)];
+      return j.m <= ks_.stream_max(j.shared ? sw13_->fmt : w13_->fmt);
+    });
   }
   bool amx2 = false, tiled2 = false;  // some job's down GEMM takes AMX tiles / any tiles (not streaming)
   for (const Job& j : jobs) {

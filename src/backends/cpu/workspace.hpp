@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "backends/cpu/q8_rows.hpp"
+#include "backends/cpu/work_items.hpp"
 #include "dispatch/dispatch.hpp"
 #include "routing/topk.hpp"
 
@@ -66,10 +67,6 @@ struct RunnerJob {
   int expert = 0;     // local expert (routed jobs)
   int64_t row0 = 0;   // first row in the X / H buffers
   int64_t m = 0;      // rows
-};
-// A GEMM1 work item: N-blocks b .. b + nb - 1 (nb = 1, or 2 for calls that take AMX tiles) of job `job`.
-struct RunnerItem {
-  int32_t job = 0, b = 0, nb = 1;
 };
 
 // One forward's buffers (runner.cpp says what each holds).
