@@ -49,6 +49,8 @@ const std::vector<Knob>& table() {
                       "the streams' L1 prefetch distance in bytes, and the AMX tiles' unless set apart; 0: none"));
     v.push_back(count("MOERUN_CPU_PREFETCH_L2", "cpu", 0, 65536, "4096 at avx512-bf16 and amx, else none",
                       "the streams' second prefetch distance, into L2, in bytes; 0: none"));
+    v.push_back(count("MOERUN_CPU_PAIR_PREFETCH_L2", "cpu", 0, 65536, "1536 at avx512-bf16 and amx, or MOERUN_CPU_PREFETCH_L2 where set",
+                      "the L2 prefetch distance of the one-token bf16 stream pairs, in bytes; 0: none"));
     v.push_back(count("MOERUN_CPU_AMX_PREFETCH", "cpu", 0, 65536, "512, or MOERUN_CPU_PREFETCH where set",
                       "the AMX tile calls' prefetch distance in bytes; 0: none"));
     v.push_back(count("MOERUN_CPU_AMX_STREAM_PREFETCH", "cpu", 0, 65536, "1024",

@@ -612,29 +612,40 @@ TEST(CpuBackend, Q15MatchesReference) {
 
 // The streaming kernels' two prefetch distances by level (isa.hpp): L1 only (kPrefetchBytes) at AVX2
 // and AVX-512, L1 and L2 (kPrefetchBytesBf16Levels, kPrefetchL2Bytes) at AVX512-BF16 and AMX; the AMX
-// tiles their own (kAmxPrefetchBytes). MOERUN_CPU_PREFETCH sets the L1 distance of streams and tiles at every
-// level, MOERUN_CPU_PREFETCH_L2 the L2 distance alone; an invalid value leaves the default.
+// tiles their own (kAmxPrefetchBytes), the bf16 stream pairs their L2 one (kPairPrefetchL2Bytes).
+// MOERUN_CPU_PREFETCH sets the L1 distance of streams and tiles at every level, MOERUN_CPU_PREFETCH_L2
+// the L2 distances (pairs too), MOERUN_CPU_PAIR_PREFETCH_L2 the pairs' alone; an invalid value leaves
+// the default.
 TEST(CpuBackend, PrefetchKnob) {
   struct EnvGuard {
     ~EnvGuard() {
       unsetenv("MOERUN_CPU_PREFETCH");
       unsetenv("MOERUN_CPU_PREFETCH_L2");
+      unsetenv("MOERUN_CPU_PAIR_PREFETCH_L2");
     }
   } guard;
   unsetenv("MOERUN_CPU_PREFETCH");
   unsetenv("MOERUN_CPU_PREFETCH_L2");
+  unsetenv("MOERUN_CPU_PAIR_PREFETCH_L2");
   for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     const cpu::KernelSet k = cpu::kernels_for(isa);
     EXPECT_EQ(k.prefetch, cpu::kPrefetchBytes) << to_string(isa);
     EXPECT_EQ(k.prefetch_l2, 0) << to_string(isa);
+    EXPECT_EQ(k.pair_prefetch_l2, 0) << to_string(isa);
     EXPECT_EQ(k.amx_prefetch, cpu::kAmxPrefetchBytes) << to_string(isa);
   }
   for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
     const cpu::KernelSet k = cpu::kernels_for(isa);
     EXPECT_EQ(k.prefetch, cpu::kPrefetchBytesBf16Levels) << to_string(isa);
     EXPECT_EQ(k.prefetch_l2, cpu::kPrefetchL2Bytes) << to_string(isa);
+    EXPECT_EQ(k.pair_prefetch_l2, cpu::kPairPrefetchL2Bytes) << to_string(isa);
     EXPECT_EQ(k.amx_prefetch, cpu::kAmxPrefetchBytes) << to_string(isa);
   }
+  setenv("MOERUN_CPU_PAIR_PREFETCH_L2", "1024", 1);
+  EXPECT_EQ(cpu::pair_prefetch_l2_override(), 1024);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).pair_prefetch_l2, 1024);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch_l2, cpu::kPrefetchL2Bytes);  // (the pairs' alone)
+  unsetenv("MOERUN_CPU_PAIR_PREFETCH_L2");
   setenv("MOERUN_CPU_PREFETCH", "2048", 1);
   setenv("MOERUN_CPU_PREFETCH_L2", "0", 1);
   EXPECT_EQ(cpu::prefetch_l2_override(), 0);
@@ -643,14 +654,22 @@ TEST(CpuBackend, PrefetchKnob) {
     EXPECT_EQ(k.prefetch, 2048) << to_string(isa);
     EXPECT_EQ(k.amx_prefetch, 2048) << to_string(isa);
     EXPECT_EQ(k.prefetch_l2, 0) << to_string(isa);
+    EXPECT_EQ(k.pair_prefetch_l2, 0) << to_string(isa);
   }
   setenv("MOERUN_CPU_PREFETCH_L2", "8192", 1);
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).prefetch_l2, 8192);  // the knob reaches every level
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).pair_prefetch_l2, 8192);
+  setenv("MOERUN_CPU_PAIR_PREFETCH_L2", "512", 1);  // (the pairs' own wins)
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).pair_prefetch_l2, 512);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch_l2, 8192);
   for (const char* bad : {"", "-5", "x", "65537"}) {
     setenv("MOERUN_CPU_PREFETCH", bad, 1);
     setenv("MOERUN_CPU_PREFETCH_L2", bad, 1);
+    setenv("MOERUN_CPU_PAIR_PREFETCH_L2", bad, 1);
     EXPECT_EQ(cpu::prefetch_override(), -1) << bad;
     EXPECT_EQ(cpu::prefetch_l2_override(), -1) << bad;
+    EXPECT_EQ(cpu::pair_prefetch_l2_override(), -1) << bad;
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).pair_prefetch_l2, cpu::kPairPrefetchL2Bytes) << bad;
     EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch, cpu::kPrefetchBytesBf16Levels) << bad;
     EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch_l2, cpu::kPrefetchL2Bytes) << bad;
   }

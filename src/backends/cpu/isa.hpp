@@ -207,6 +207,9 @@ struct KernelSet {
   // The streaming kernels' second distance, into L2 (BlockRef::prefetch_l2): kPrefetchL2Bytes at
   // AVX512-BF16 and AMX, none below, or MOERUN_CPU_PREFETCH_L2=<bytes> (0 = off; measurement).
   int prefetch_l2 = 0;
+  // The L2 distance of the bf16 stream's pairs (stream2_bf16): kPairPrefetchL2Bytes at AVX512-BF16 and
+  // AMX, or MOERUN_CPU_PREFETCH_L2's, or MOERUN_CPU_PAIR_PREFETCH_L2=<bytes> (measurement).
+  int pair_prefetch_l2 = 0;
   // The distance for the AMX tiles' weight panels: kAmxPrefetchBytes, or MOERUN_CPU_PREFETCH's, or
   // MOERUN_CPU_AMX_PREFETCH=<bytes> (measurement: a tile call consumes its panels in bursts, not at the
   // streaming kernels' pace).
@@ -284,6 +287,14 @@ int prefetch_override();
 // 1024, mixtral M = 256; 2 KiB 1.00-1.03x); an added L2 prefetch 4 or 12 KiB ahead lost 0.93-0.97x.
 inline constexpr int kPrefetchBytesBf16Levels = 1024;
 inline constexpr int kPrefetchL2Bytes = 4096;
+// The bf16 stream's pairs (two blocks' weights read together by one-token calls, runner.cpp NOTES)
+// prefetch into L2 1.5 KiB ahead in each of their two streams. kPrefetchL2Bytes was tuned before the
+// pairs existed, on one stream a core. Side by side at one token (session 38, 2 threads, in one
+// process, two rounds each; bench/results/2026-12-05_s38_dev-xeon/NOTES.md), against 4 KiB: qwen3-
+// 30b-a3b bf16 3.8-6.3% faster, fp8-block 4.1-6.5%, deepseek-v2-lite bf16 2.6-4.2%; 1 KiB tied with
+// 1.5, 2 KiB lost 0-4% and 3 KiB 3-5%. Layers of 4 and 16 tokens (mostly one-token experts) gained
+// 1-4% too. The q8 kernel's pairs (mxfp4, nvfp4) keep 4 KiB: shorter distances tied or lost 2% there.
+inline constexpr int kPairPrefetchL2Bytes = 1536;
 // Since session 32 the AMX tiles prefetch closer: 512 bytes ahead. A prefetch into L1 issued too early
 // waits for memory in a fill buffer; the hardware prefetcher has the line in L2 by the time a nearer one
 // asks. Alone, weights from memory (bench/results/2026-12-05_s32_dev-xeon/amx_tall.cpp), 2 threads,
@@ -297,6 +308,8 @@ inline constexpr int kPrefetchL2Bytes = 4096;
 inline constexpr int kAmxPrefetchBytes = 512;
 // MOERUN_CPU_PREFETCH_L2 parsed: bytes in [0, 65536], or -1 when unset or invalid.
 int prefetch_l2_override();
+// MOERUN_CPU_PAIR_PREFETCH_L2 parsed: bytes in [0, 65536], or -1 when unset or invalid.
+int pair_prefetch_l2_override();
 
 // The AMX decode stream prefetches one bf16 B tile (1 KiB) ahead instead of kPrefetchBytes. Each of
 // its steps copies or decodes 16 k pairs into an L1 tile image and tile-loads it, so all of a step's

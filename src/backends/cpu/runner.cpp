@@ -408,8 +408,11 @@ bool CpuRunner::takes_stream_pairs(kernels::PackFmt f, int64_t m, bool q8_rows, 
 void CpuRunner::run_pair(const PackedStack& w, int64_t e, int64_t b0, int64_t b1, const uint16_t* xb,
                          const kernels::Q8Rows* q8, float* acc0, float* acc1) const {
   const CallPath path = call_path(w.fmt, 1, q8 != nullptr, xb != nullptr);
-  const kernels::BlockRef r0 = call_block(w, e, b0, path, 1), r1 = call_block(w, e, b1, path, 1);
-  if (path == CallPath::kBf16Stream) return ks_.stream2_bf16(r0, r1, xb, acc0, acc1);
+  kernels::BlockRef r0 = call_block(w, e, b0, path, 1), r1 = call_block(w, e, b1, path, 1);
+  if (path == CallPath::kBf16Stream) {
+    r0.prefetch_l2 = r1.prefetch_l2 = ks_.pair_prefetch_l2;  // (isa.hpp: kPairPrefetchL2Bytes)
+    return ks_.stream2_bf16(r0, r1, xb, acc0, acc1);
+  }
   ks_.stream2_q8(r0, r1, *q8, ks_.q8_rows_per_token, acc0, acc1);
   sum_q15_rows(acc0, 1);
   sum_q15_rows(acc1, 1);
