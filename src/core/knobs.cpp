@@ -82,6 +82,8 @@ const std::vector<Knob>& table() {
     v.push_back(Knob{"MOERUN_CPU_BF16_DOT_RATE", "cpu", false, K::kRatio, 0, 100, 1, false, {}, "measured at start-up",
                      "the VDPBF16PS / FMA issue rate; from 0.75 the avx512-bf16 level streams every call"});
     v.push_back(on_off("MOERUN_CPU_HUGEPAGES", "cpu", "1", "0: no transparent-huge-page advice on weights and buffers"));
+    v.push_back(on_off("MOERUN_CPU_POISON", "cpu", "0",
+                       "1 (tests): every forward first fills its intermediate buffers with NaN, so skipped work shows"));
     v.push_back(on_off("MOERUN_CPU_PROFILE", "cpu", "0",
                        "1: a cpu runner prints where its forwards' time went when it is destroyed"));
     // The cuda backend's measurement knobs (read per call, so one process can time both forms).

@@ -773,28 +773,38 @@ std::vector<float> run_given_topk(const Backend& b, const MoeSpec& s, const MoeW
   opt.threads = threads;
   auto runner = b.create_runner(s, w, Platform::detect(), opt);
   HostTensor hidden = random_tensor(s.act_dtype, {M, s.hidden}, 31);
+  HostTensor other = random_tensor(s.act_dtype, {M, s.hidden}, 37);
   HostTensor out(s.act_dtype, {M, s.hidden});
   for (int64_t i = 0; i < M * s.hidden; ++i) out.as<uint16_t>()[i] = 0x7FC0;  // NaN: everything must be written
   ForwardArgs a;
-  a.hidden = hidden.view();
+  a.hidden = other.view();
   a.topk_ids = ids.view();
   a.topk_weights = tw.view();
   a.output = out.view();
   runner->forward(a);
-  runner->forward(a);  // a second call on warm workspaces
+  // The measured call on warm workspaces, which hold another input's intermediate and output: work that
+  // a call skips (a block no item covers) shows as that input's values, not as this one's left over.
+  a.hidden = hidden.view();
+  runner->forward(a);
   return to_f32(out);
 }
 
 // A knob that must not change results: at every ISA level of this machine, every value of `env` ("" =
 // unset) and 1 and 2 threads, the cpu backend's output must match `want` (the reference) within the
-// tolerance and equal the first run bit for bit. The variable is unset again on return.
+// tolerance and equal the first run bit for bit. The runs poison the intermediate (MOERUN_CPU_POISON),
+// so a block that some setting leaves out cannot hide behind an earlier run's values in the warm
+// workspace. The variables are unset again on return.
 void expect_knob_invariant(const Backend& cpu, const MoeSpec& s, const MoeWeights& w, const HostTensor& ids,
                            const HostTensor& tw, const std::vector<float>& want, const char* env,
                            std::initializer_list<const char*> values, const std::string& what0) {
   struct EnvGuard {
     const char* name;
-    ~EnvGuard() { unsetenv(name); }
+    ~EnvGuard() {
+      unsetenv(name);
+      unsetenv("MOERUN_CPU_POISON");
+    }
   } guard{env};
+  setenv("MOERUN_CPU_POISON", "1", 1);
   IsaCapGuard cap;
   for (CpuIsa isa : levels()) {
     set_cpu_isa_cap(isa);
@@ -1118,6 +1128,22 @@ TEST(CpuBackend, DownGroupKnob) {
   expect_count_knob("MOERUN_CPU_DOWN_GROUP", cpu::down_group_override, &cpu::KernelSet::down_group);
 }
 
+// A layer of format f with bf16 activations and one shared expert, validated: the shape of the
+// knob-invariance tests below, which differ in sizes (hidden, intermediate, the shared expert's).
+MoeSpec bf16_act_spec(WeightFormat f, int64_t hidden, int64_t intermediate, int64_t shared_intermediate,
+                      ActQuant aq = ActQuant::kNone) {
+  MoeSpec s = base_spec();
+  s.hidden = hidden;
+  s.intermediate = intermediate;
+  s.act_dtype = DType::kBF16;
+  s.weight_format = f;
+  s.act_quant = aq;
+  s.shared.count = 1;
+  s.shared.intermediate = shared_intermediate;
+  s.validate();
+  return s;
+}
+
 // Down groups (runner.cpp NOTES) change only which calls share a gemm2 item: every group size, the
 // automatic one included, must give bitwise the same output, and match the reference. Experts with
 // 0..40 tokens put streaming and tiled down calls in one item; hidden 200 gives 13 w2 blocks, so
@@ -1128,14 +1154,7 @@ TEST(CpuBackend, DownGroupsAgreeBitwise) {
   auto ref = make_reference_backend();
   auto cpu = make_cpu_backend();
   for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block}) {
-    MoeSpec s = base_spec();
-    s.hidden = 200;
-    s.intermediate = 56;
-    s.act_dtype = DType::kBF16;
-    s.weight_format = f;
-    s.shared.count = 1;
-    s.shared.intermediate = 40;
-    s.validate();
+    const MoeSpec s = bf16_act_spec(f, 200, 56, 40);
     const MoeWeights w = random_weights(s, 23);
     const std::vector<float> want = run_given_topk(*ref, s, w, ids, tw, 0);
     expect_knob_invariant(*cpu, s, w, ids, tw, want, "MOERUN_CPU_DOWN_GROUP", {"", "1", "2", "3", "5", "64"},
@@ -1161,14 +1180,8 @@ TEST(CpuBackend, StreamRunsAgreeBitwise) {
   for (const std::vector<int>& counts : routings) {
     const Top2 r = top2_from_counts(counts, 0.35f, 0.3f, 0.003f);
     for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
-      MoeSpec s = base_spec();
-      s.hidden = f == WeightFormat::kMxfp4 ? 192 : 200;  // mxfp4: K a multiple of its 32-k groups
-      s.intermediate = f == WeightFormat::kMxfp4 ? 64 : 56;
-      s.act_dtype = DType::kBF16;
-      s.weight_format = f;
-      s.shared.count = 1;
-      s.shared.intermediate = f == WeightFormat::kMxfp4 ? 32 : 40;
-      s.validate();
+      const bool fp4 = f == WeightFormat::kMxfp4;  // (K a multiple of its 32-k groups)
+      const MoeSpec s = bf16_act_spec(f, fp4 ? 192 : 200, fp4 ? 64 : 56, fp4 ? 32 : 40);
       const MoeWeights w = random_weights(s, 29);
       const std::vector<float> want = run_given_topk(*ref, s, w, r.ids, r.tw, 0);
       expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_STREAM_RUN", {"", "1", "2", "3", "5", "64"},
@@ -1203,15 +1216,8 @@ TEST(CpuBackend, StreamPairsAgreeBitwise) {
     const Top2 r = top2_from_counts(counts, 0.35f, 0.3f, 0.003f);
     for (const Case& c : cases) {
       const bool fp4 = c.f == WeightFormat::kNvfp4 || c.f == WeightFormat::kMxfp4;
-      MoeSpec s = base_spec();
-      s.hidden = fp4 ? 192 : 200;  // fp4: K a multiple of its groups
-      s.intermediate = fp4 ? 64 : 56;
-      s.act_dtype = DType::kBF16;
-      s.weight_format = c.f;
-      s.act_quant = c.aq;
-      s.shared.count = 1;
-      s.shared.intermediate = fp4 ? 32 : 40;
-      s.validate();
+      // (fp4: K a multiple of its groups)
+      const MoeSpec s = bf16_act_spec(c.f, fp4 ? 192 : 200, fp4 ? 64 : 56, fp4 ? 32 : 40, c.aq);
       const MoeWeights w = random_weights(s, 41);
       const std::vector<float> want = run_given_topk(*ref, s, w, r.ids, r.tw, 0);
       struct Q15Env {
@@ -1285,14 +1291,7 @@ TEST(CpuBackend, StreamTaperAgreesBitwise) {
   for (const std::vector<int>& counts : routings) {
     const Top2 r = top2_from_counts(counts, 0.35f, 0.3f, 0.003f);
     for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block}) {
-      MoeSpec s = base_spec();
-      s.hidden = 1040;
-      s.intermediate = 264;
-      s.act_dtype = DType::kBF16;
-      s.weight_format = f;
-      s.shared.count = 1;
-      s.shared.intermediate = 136;
-      s.validate();
+      const MoeSpec s = bf16_act_spec(f, 1040, 264, 136);
       const MoeWeights w = random_weights(s, 43);
       const std::vector<float> want = run_given_topk(*ref, s, w, r.ids, r.tw, 0);
       expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_STREAM_TAPER", {"", "0"},

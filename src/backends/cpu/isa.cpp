@@ -132,6 +132,7 @@ int amx_nblocks_override() {
 bool amx_stream_enabled() { return knob_on("MOERUN_CPU_AMX_STREAM", true); }
 bool stream_pairs_enabled() { return knob_on("MOERUN_CPU_STREAM_PAIRS", true); }
 bool stream_taper_enabled() { return knob_on("MOERUN_CPU_STREAM_TAPER", true); }
+bool poison_enabled() { return knob_on("MOERUN_CPU_POISON", false); }
 bool e8m0_fold_enabled() { return knob_on("MOERUN_CPU_E8M0_FOLD", true); }
 bool bf16_intermediate_enabled() { return knob_on("MOERUN_CPU_BF16_INTERMEDIATE", true); }
 bool amx_prefetch_next_enabled() { return knob_on("MOERUN_CPU_AMX_PREFETCH_NEXT", true); }
@@ -240,6 +241,7 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   if (const int n = down_group_override(); n > 0) k.down_group = n;
   if (const int n = stream_run_override(); n > 0) k.stream_run = n;
   k.stream_taper = stream_taper_enabled();
+  k.poison = poison_enabled();
   k.e8m0_fold = e8m0_fold_enabled();
   k.bf16_intermediate = bf16_intermediate_enabled();
   k.amx_prefetch_next = amx_prefetch_next_enabled();

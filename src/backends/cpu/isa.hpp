@@ -238,6 +238,9 @@ struct KernelSet {
   // Whether the runner splits the last streaming work items of gemm1 into smaller ones (runner.cpp,
   // tapered tail); MOERUN_CPU_STREAM_TAPER=0 (measurement) keeps every item its run.
   bool stream_taper = true;
+  // MOERUN_CPU_POISON=1 (tests): every forward first fills its intermediate buffers with NaN, so that
+  // work a forward skips shows in its output instead of an earlier forward's values in a warm workspace.
+  bool poison = false;
   // kAmx: stream_bf16 is kernels::stream_amx_bf16 (mxfp4, nvfp4, fp8 and bf16 calls of 2 or more
   // tokens decoded onto AMX tiles, which therefore stream up to stream_max_m_amx / stream_max_m_amx_bf16
   // tokens), unless MOERUN_CPU_AMX_STREAM=0 (measurement) keeps stream_avx512bf16 and the tiles from 9
@@ -357,6 +360,8 @@ bool amx_stream_enabled();
 bool stream_pairs_enabled();
 // MOERUN_CPU_STREAM_TAPER=0: false; unset (or malformed): true.
 bool stream_taper_enabled();
+// MOERUN_CPU_POISON=1: true; unset (or anything else): false.
+bool poison_enabled();
 // MOERUN_CPU_E8M0_FOLD=0: false; unset (or malformed): true.
 bool e8m0_fold_enabled();
 // MOERUN_CPU_BF16_INTERMEDIATE=0: false; unset (or malformed): true.

@@ -759,6 +759,10 @@ void CpuRunner::forward(const ForwardArgs& args) {
     q8_next = nullptr;
   }
   float* Hb = ws.hbuf.get(static_cast<size_t>((rows_cap + 16) * ldh));
+  if (ks_.poison) {  // (tests) a block that no gemm1 item covers reads NaN, not a warm workspace's values
+    std::fill(Hb, Hb + rows * ldh, std::numeric_limits<float>::quiet_NaN());
+    if (Hbb) std::fill(Hbb, Hbb + rows * ldh, uint16_t{0x7FC0});
+  }
   // Which copy of the intermediate the down calls read: the f32 rows Hb only where some call takes an
   // f32 kernel, LoRA or the q8 packing reads them or the spec rounds the activations (on f32 rows);
   // else the gate_up epilogue rounds its activations to bf16 straight into Hbb and post1 only zeroes
