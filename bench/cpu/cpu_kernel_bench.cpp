@@ -1,5 +1,6 @@
 // bench/cpu/cpu_kernel_bench.cpp — the cpu backend's kernels alone at one ISA level (AVX2 unless
-// --isa says otherwise), per packed format: memory streaming at m = 1 (GB/s of packed bytes),
+// --isa says otherwise), per packed format: memory streaming at m = 1 (GB/s of packed bytes; --mem-m for
+// more tokens),
 // cache-resident streaming at m = 1..8 and panel + tile at larger m (ns per k pair and GFLOP/s). Used
 // to judge one kernel change side by side with the previous kernel set ("v1", kept callable through
 // kernels_for_variant) in the same process, and to tell a compute-bound kernel (cached time per k
@@ -187,7 +188,7 @@ int run(int argc, char** argv) {
   }
   const char* usage =
       "usage: %s [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N] [--m 1,4,...] "
-      "[--amx-probe] [--amx-placement [--threads 1,2] [--seconds S]] [--panels]\n";
+      "[--mem-m 1,16,...] [--amx-probe] [--amx-placement [--threads 1,2] [--seconds S]] [--panels]\n";
   std::vector<std::string> variants = {"v1", "v2"}, formats;
   bool probe = false, placement = false, panel_mode = false;
   std::vector<int> threads = {1, 2};
@@ -195,6 +196,7 @@ int run(int argc, char** argv) {
   int reps = 41;
   CpuIsa isa = CpuIsa::kAvx2;
   std::vector<int> ms = {1, 2, 3, 4, 5, 6, 8, 12, 16, 64};
+  std::vector<int> mem_ms = {1};  // token counts of the memory-resident rows
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--variants" && i + 1 < argc) variants = name_list(argv[++i]);
@@ -206,6 +208,7 @@ int run(int argc, char** argv) {
     else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
     else if (a == "--threads" && i + 1 < argc) { if (!parse_ints("--threads", argv[++i], 1, 1024, threads)) return 2; }
     else if (a == "--m" && i + 1 < argc) { if (!parse_ints("--m", argv[++i], 1, 1024, ms)) return 2; }
+    else if (a == "--mem-m" && i + 1 < argc) { if (!parse_ints("--mem-m", argv[++i], 1, 1024, mem_ms)) return 2; }
     else if (a == "--help" || a == "-h") { std::printf(usage, argv[0]); return 0; }
     else if (a == "--isa" && i + 1 < argc) {
       const std::string n = argv[++i];
@@ -241,6 +244,10 @@ int run(int argc, char** argv) {
       return 2;
     }
   // The kernel table's activation buffers hold 64 rows; the probe sizes its own.
+  if (std::any_of(mem_ms.begin(), mem_ms.end(), [](int m) { return m > 64; })) {
+    std::fprintf(stderr, "--mem-m: at most 64 rows\n");
+    return 2;
+  }
   if (!probe && std::any_of(ms.begin(), ms.end(), [](int m) { return m > 64; })) {
     std::fprintf(stderr, "--m: at most 64 rows here (larger ones only with --amx-probe)\n");
     return 2;
@@ -285,7 +292,10 @@ int run(int argc, char** argv) {
   std::vector<KernelSet> ks;
   for (const auto& v : variants) ks.push_back(kernels_for_variant(isa, v));
   const int64_t N = 1536, K = 2048;
-  std::vector<float> x(static_cast<size_t>(64 * K));
+  // Activation rows with the runner's row padding (kRowPad): rows exactly 4 KiB apart (bf16, K = 2048)
+  // share one L1 set, and past 8 tokens a group's rows evict each other, which no layer sees.
+  const int64_t LD = K + kRowPad;
+  std::vector<float> x(static_cast<size_t>(64 * LD));
   std::mt19937 g(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (float& v : x) v = nd(g);
@@ -293,10 +303,10 @@ int run(int argc, char** argv) {
   for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
   Q8Buffer q8buf;  // the same activations as int8 rows, for the q8 kernel
   const Q8Slots xq = q8buf.reserve(64, K);
-  for (int i = 0; i < 64; ++i) pack_q8_row(x.data() + i * K, K, xq.row(i));
+  for (int i = 0; i < 64; ++i) pack_q8_row(x.data() + i * LD, K, xq.row(i));
   Q8Buffer q15buf;  // and as 15-bit rows, two a token
   const Q8Slots xq15 = q15buf.reserve(128, K);
-  for (int i = 0; i < 64; ++i) pack_q15_rows(x.data() + i * K, K, xq15.row(2 * i));
+  for (int i = 0; i < 64; ++i) pack_q15_rows(x.data() + i * LD, K, xq15.row(2 * i));
   // One streaming call the way the runner makes it (run_block): the q8 kernel for the "-q8" and "-q15"
   // rows (the kernel sets of the other rows have none), the bf16 kernel where it takes the format.
   auto stream = [&](const KernelSet& k, const kernels::BlockRef& b, int m, float* acc) {
@@ -306,9 +316,9 @@ int run(int argc, char** argv) {
       for (int i = 0; i < m; ++i)
         for (int l = 0; l < 16; ++l) acc[i * 16 + l] = acc[2 * i * 16 + l] + acc[(2 * i + 1) * 16 + l];
     } else if (k.stream_bf16 != nullptr && k.uses_bf16_stream(b.fmt)) {
-      k.stream_bf16(b, xb.data(), K, m, acc);
+      k.stream_bf16(b, xb.data(), LD, m, acc);
     } else {
-      k.stream(b, x.data(), K, m, acc);
+      k.stream(b, x.data(), LD, m, acc);
     }
   };
   std::vector<float> acc(128 * 16);
@@ -340,27 +350,37 @@ int run(int argc, char** argv) {
     s.prefetch = kv[0].prefetch;
     s.prefetch_l2 = kv[0].prefetch_l2;
     const int64_t nb = s.p->nblocks, pairs = s.p->kp / 2;
-    // memory-resident, m = 1
-    {
+    // memory-resident: every block of every copy once per round, m tokens (GB/s of packed bytes; past
+    // one token, GFLOP/s too: whether a kernel's passes over a block keep up with the stream)
+    for (int m : mem_ms) {
       std::vector<std::vector<double>> t(ks.size());
       for (int r = 0; r < reps; ++r)
         for (size_t v = 0; v < ks.size(); ++v) {
           const double t0 = now_s();
-          const bool streams = 1 <= kv[v].stream_max(s.p->fmt);  // (MOERUN_CPU_STREAM_MAX_TOKENS=0: panels)
+          const bool streams = m <= kv[v].stream_max(s.p->fmt);  // (MOERUN_CPU_STREAM_MAX_TOKENS=0: panels)
           for (int c = 0; c < s.copies; ++c)
             for (int64_t b = 0; b < nb; ++b) {
               if (streams) {
-                stream(kv[v], s.block(c, b), 1, acc.data());
+                stream(kv[v], s.block(c, b), m, acc.data());
               } else {
                 kv[v].panel(s.block(c, b), panel);
-                kv[v].tile(panel, s.p->kp, x.data(), K, 1, acc.data());
+                kv[v].tile(panel, s.p->kp, x.data(), LD, m, acc.data());
               }
             }
           t[v].push_back(now_s() - t0);
         }
-      std::printf("%-12s %-22s", F.name, "mem m=1");
-      for (size_t v = 0; v < ks.size(); ++v)
-        std::printf(" %10.2f GB/s ", static_cast<double>(s.bytes_per_copy) * s.copies / fastest(t[v]) / 1e9);
+      char label[64];
+      std::snprintf(label, sizeof label, "mem m=%d", m);
+      std::printf("%-12s %-22s", F.name, label);
+      for (size_t v = 0; v < ks.size(); ++v) {
+        const double sec = fastest(t[v]);
+        if (m == 1) {
+          std::printf(" %10.2f GB/s ", static_cast<double>(s.bytes_per_copy) * s.copies / sec / 1e9);
+        } else {
+          const double flops = 2.0 * m * 16 * static_cast<double>(s.p->kp) * static_cast<double>(nb) * s.copies;
+          std::printf(" %5.1fGB/s %4.0fGF", static_cast<double>(s.bytes_per_copy) * s.copies / sec / 1e9, flops / sec / 1e9);
+        }
+      }
       if (ks.size() == 2) std::printf(" %.2fx", fastest(t[0]) / fastest(t[1]));
       std::printf("\n");
     }
@@ -380,7 +400,7 @@ int run(int argc, char** argv) {
                 stream(k, s.block(0, b), m, acc.data());
               } else {
                 k.panel(s.block(0, b), panel);
-                k.tile(panel, s.p->kp, x.data(), K, m, acc.data());
+                k.tile(panel, s.p->kp, x.data(), LD, m, acc.data());
               }
             }
           t[v].push_back((now_s() - t0) / (static_cast<double>(iters) * cb * pairs) * 1e9);

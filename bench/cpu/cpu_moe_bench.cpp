@@ -37,7 +37,8 @@
 // are the distinct activated experts' weight bytes (as stored) averaged over those logit sets;
 // floor = max(bytes / bandwidth, flops / peak); roofline % = floor / time. The peak is the one of the
 // instructions the row's variant runs: the AMX bf16 tile peak for "amx-bf16-*" (and for oneDNN where
-// the CPU has AMX), the AVX2 FMA peak for "avx2-*" variants, the VDPBF16PS peak for "avx512bf16-*" ones,
+// the CPU has AMX), the AVX2 FMA peak for "avx2-*" variants, the VDPBF16PS peak for "avx512bf16-*" ones
+// (and for oneDNN's bf16 matmuls on a CPU with AVX512-BF16 but no AMX),
 // the AVX-512 FMA peak (AVX2 where the CPU has no AVX-512) otherwise. Each row records the peak it used ("peak", "peak_gflops"). The JSON is rewritten
 // after every model, so a run cut short still leaves the rows it finished.
 #include <omp.h>
@@ -274,7 +275,13 @@ std::pair<std::string, double> peak_for(const Limits& l, const std::string& back
   const std::pair<std::string, double> vec = has512 ? std::pair<std::string, double>{"avx512-fma", l.fma_avx512}
                                                      : std::pair<std::string, double>{"avx2-fma", l.fma_avx2};
   const auto starts = [&](const char* p) { return variant.rfind(p, 0) == 0; };
-  if (backend.rfind("onednn", 0) == 0) return l.amx.gflops > 0 ? std::pair<std::string, double>{"amx-bf16", l.amx.gflops} : vec;
+  if (backend.rfind("onednn", 0) == 0) {
+    // oneDNN picks the best bf16 instructions the CPU has: AMX tiles, else VDPBF16PS (avx512_core_bf16,
+    // e.g. AMD Zen 4). Against the FMA peak its large-M rows read over 100% there.
+    if (l.amx.gflops > 0) return {"amx-bf16", l.amx.gflops};
+    if (backend.rfind("onednn-bf16", 0) == 0 && l.bf16_dot > 0) return {"avx512-bf16-dot", l.bf16_dot};
+    return vec;
+  }
   if (starts("amx") && l.amx.gflops > 0) return {"amx-bf16", l.amx.gflops};  // tiles and the AMX decode stream
   if (starts("avx2")) return {"avx2-fma", l.fma_avx2};
   // VDPBF16PS (bf16, fp8 and 4-bit weights with bf16 activations; the others are named avx512-stream)
@@ -976,7 +983,8 @@ int run(int argc, char** argv) {
               {"method", "median of repeated forwards, router logits rotated over 8 random sets; bytes = distinct "
                          "activated experts' stored weight bytes; floor = max(bytes/bw, flops/peak), peak per row: "
                          "amx-bf16 (tdpbf16ps) for AMX variants (tiles, decode stream) and oneDNN on AMX CPUs, avx2-fma for avx2-* "
-                         "variants, avx512-bf16-dot (vdpbf16ps) for avx512bf16-* variants, else avx512-fma (avx2-fma "
+                         "variants, avx512-bf16-dot (vdpbf16ps) for avx512bf16-* variants and oneDNN bf16 on "
+                         "AVX512-BF16 CPUs without AMX, else avx512-fma (avx2-fma "
                          "without AVX-512)"},
               {"elapsed_s", now_s() - t_start},
               {"rows", b.rows}};

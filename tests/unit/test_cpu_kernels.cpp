@@ -686,6 +686,11 @@ TEST(CpuKernels, Avx512Bf16StreamMatchesF32StreamOnBf16Activations) {
     stream_bf16_matches_f32_stream(kernels_for(isa));
     if (isa == CpuIsa::kAmx) kernels::amx_release();
   }
+  // v1 at the AVX512-BF16 level: the kernel with token groups of at most 8 (MOERUN_CPU_DOT_TOKENS=8).
+  SCOPED_TRACE("avx512-bf16 v1");
+  const KernelSet v1 = kernels_for_variant(CpuIsa::kAvx512Bf16, "v1");
+  ASSERT_EQ(v1.stream_bf16, kernels::stream_avx512bf16_g8);
+  stream_bf16_matches_f32_stream(v1);
 }
 
 void stream_bf16_matches_f32_stream(const KernelSet& ks) {
@@ -713,8 +718,10 @@ void stream_bf16_matches_f32_stream(const KernelSet& ks) {
       }
       std::mt19937 g(11);
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      // 16-100: the AMX decode stream's passes of 2-4 row groups (64 tokens each, then the rest)
-      for (int m : {1, 2, 3, 5, 8, 13, 16, 17, 31, 33, 48, 64, 65, 100}) {
+      // 3-5: two chains a token; 13-16: one register group with its K groups' sums in acc (fp8 block);
+      // 17, 31, 33: groups of 9 + 8, 16 + 15, 11 + 11 + 11. 16-100: the AMX decode stream's passes of
+      // 2-4 row groups (64 tokens each, then the rest).
+      for (int m : {1, 2, 3, 4, 5, 8, 13, 16, 17, 31, 33, 48, 64, 65, 100}) {
         const int64_t ldx = p->kp + 32;
         std::vector<float> x(static_cast<size_t>(m * ldx), 0.0f);
         for (int i = 0; i < m; ++i)

@@ -40,9 +40,29 @@
 // - f32, f16 and int8 weights are not bf16-exact (int8 is, but its decode costs more than it saves):
 //   they take an f32 FMA loop here (x widened from bf16, exact), so the kernel accepts every format;
 //   the runner keeps them on stream_avx512 (kernels::bf16_stream_native).
-// - Tokens run in register groups of up to 8 (every weight vector decoded once per group); with 1 or 2
-//   tokens each token has 4 or 2 independent accumulator chains so the dot product latency is hidden.
-//   Every K group (8, 16 or 64 k pairs; K is padded to 16 pairs) is a multiple of the 4-pair step.
+// - Tokens run in register groups (every weight vector decoded once per group, each group one pass
+//   over the block). Every K group (8, 16 or 64 k pairs; K is padded to 16 pairs) is a multiple of the
+//   4-pair step.
+// - Token groups (session 39, on an AMD Zen 4, where VDPBF16PS issues once a cycle with a latency of
+//   about 6 and the AVX512-BF16 level streams every call: isa.hpp kBf16DotFullRate):
+//   - Chains. A group of 3-5 tokens had one accumulator chain a token, so it waited on the latency:
+//     3 tokens 118 GFLOP/s a core against 227 at 8 (bf16, block in L2, cpu_kernel_bench). Two chains a
+//     token: 197-234 at 3-5 tokens (bf16 1.19-1.67x, fp8-block 1.12-1.45x, mxfp4 1.06-1.19x). nvfp4
+//     keeps one: its 8-pair K groups fold the chains twice as often, and it lost 5% at 4-5 tokens.
+//   - Up to 16 tokens a group for bf16 and fp8 (max_group_tokens), split evenly (17 = 9 + 8, not 8 + 8
+//     + 1). A block's first pass streams it from memory at a core's bandwidth, the later ones read it
+//     from L2; one pass for 9-16 tokens keeps the dots busy under the stream instead. From memory, one
+//     core: bf16 12 tokens 1.21-1.23x, 16 tokens 1.07x; fp8-block 1.11x / 1.01x. In L2 a 16-token
+//     group is 4% slower for bf16 (the 16 row pointers no longer fit the general registers) and even
+//     for fp8-block. Past 8 tokens the K groups' sums live in acc, not registers; for the 4-bit formats
+//     (K groups of 16 and 32 k) that cost 10-20%, so they keep groups of 8.
+//   - In the layer, 2 threads, alternated with MOERUN_CPU_DOT_TOKENS=8 in one process: qwen3-30b-a3b
+//     bf16 M = 256 57.1 against 65.5 ms (1.15x), M = 64 1.02x, M = 1024 1.02x; fp8-block M = 256 1.06x,
+//     M = 1024 1.03x; deepseek-v2-lite bf16 M = 256 1.07x, M = 1024 0.99x
+//     (bench/results/2026-12-06_s39_dev-epyc/).
+//   - Measuring this needs activation rows that do not share L1 sets: at K = 2048 bf16 rows exactly
+//     4 KiB apart all map to one set, and past 8 tokens a group's rows evicted each other (16 tokens
+//     2.4x slower). The runner's rows are padded (kRowPad); cpu_kernel_bench's now are too.
 // - Stream pairs (stream2_avx512bf16, session 37): at one token a core reading one block at a time does
 //   not keep memory busy once the decode takes a share of each line's time. Alone, one thread, from
 //   memory (2026-12-05_s37_dev-xeon): fp8 13.3 GB/s against bf16's 15.4; with the decode left out
@@ -81,51 +101,74 @@ template <int I>
   else if constexpr (I == 2) return w2;
   else return w3;
 }
+// Accumulators are named variables (GCC keeps arrays of vectors in memory; see gemm_avx2.cpp): slots
+// a0..a15, passed around as MOERUN_A16.
+#define MOERUN_S8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define MOERUN_S16(X) MOERUN_S8(X) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define MOERUN_A16 a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15
+#define MOERUN_A16_PARAMS                                                                                    \
+  __m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4, __m512 a5, __m512 a6, __m512 a7, __m512 a8, __m512 a9, \
+      __m512 a10, __m512 a11, __m512 a12, __m512 a13, __m512 a14, __m512 a15
 template <int I>
-[[gnu::always_inline]] inline __m512 pick8(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4, __m512 a5,
-                                          __m512 a6, __m512 a7) {
-  if constexpr (I == 0) return a0;
-  else if constexpr (I == 1) return a1;
-  else if constexpr (I == 2) return a2;
-  else if constexpr (I == 3) return a3;
-  else if constexpr (I == 4) return a4;
-  else if constexpr (I == 5) return a5;
-  else if constexpr (I == 6) return a6;
-  else return a7;
+[[gnu::always_inline]] inline __m512 pick16(MOERUN_A16_PARAMS) {
+  static_assert(I >= 0 && I < 16);
+#define PICK(i) if constexpr (I == (i)) return a##i;
+  MOERUN_S16(PICK)
+#undef PICK
+  __builtin_unreachable();
 }
 // Sum of token T's NA accumulator chains (slots T * NA .. T * NA + NA - 1).
-#define MOERUN_A8 a0, a1, a2, a3, a4, a5, a6, a7
 template <int NA, int T>
-[[gnu::always_inline]] inline __m512 token_sum(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4, __m512 a5,
-                                              __m512 a6, __m512 a7) {
+[[gnu::always_inline]] inline __m512 token_sum(MOERUN_A16_PARAMS) {
   if constexpr (NA == 1) {
-    return pick8<T>(MOERUN_A8);
+    return pick16<T>(MOERUN_A16);
   } else if constexpr (NA == 2) {
-    return _mm512_add_ps(pick8<2 * T>(MOERUN_A8), pick8<2 * T + 1>(MOERUN_A8));
+    return _mm512_add_ps(pick16<2 * T>(MOERUN_A16), pick16<2 * T + 1>(MOERUN_A16));
   } else {
-    static_assert(NA == 4 && T == 0);
-    return _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+    static_assert(NA == 4);
+    return _mm512_add_ps(_mm512_add_ps(pick16<4 * T>(MOERUN_A16), pick16<4 * T + 1>(MOERUN_A16)),
+                         _mm512_add_ps(pick16<4 * T + 2>(MOERUN_A16), pick16<4 * T + 3>(MOERUN_A16)));
   }
 }
 
-// Accumulators are named variables (GCC keeps arrays of vectors in memory; see gemm_avx2.cpp).
-#define MOERUN_S8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-template <PackFmt F, int MT>
+// Accumulator chains per token in a register group of MT tokens: enough independent VDPBF16PS chains
+// to cover the instruction's latency (NOTES: 6 or more on Zen 4, where one issues every cycle), except
+// for nvfp4, whose 8-pair groups fold every chain into the sums twice as often as it gains.
+// kG8: the rule of the kernel with groups of at most 8 (MOERUN_CPU_DOT_TOKENS=8, and variant v1).
+template <PackFmt F, int MT, bool kG8>
+constexpr int chains_per_token() {
+  if constexpr (MT == 1) return 4;
+  else if constexpr (kG8 || F == PackFmt::kNvfp4) return MT == 2 ? 2 : 1;
+  else return MT <= 5 ? 2 : 1;
+}
+// Most tokens per register group: 16 where a block's K groups are long or absent (bf16, fp8), so that
+// one pass from memory serves them all; 8 for the 4-bit formats, whose short groups would fold 16
+// tokens' sums through memory (NOTES).
+template <PackFmt F>
+constexpr int max_group_tokens() {
+  return group_size(F) == 0 || group_size(F) >= 128 ? kMaxGroupTokens : 8;
+}
+
+template <PackFmt F, int MT, int NA>
 void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
-  static_assert(MT >= 1 && MT <= 8);
+  static_assert(MT >= 1 && MT <= 16 && MT * NA <= 16);
   constexpr int G = group_size(F);
-  constexpr int NA = MT == 1 ? 4 : MT == 2 ? 2 : 1;  // accumulator chains per token; MT * NA <= 8
+  // Past 8 tokens the 16 chains leave no registers for the tokens' group sums: acc holds them (the same
+  // f32 operations in the same order, so the same bits as register sums would give).
+  constexpr bool kMemSums = G != 0 && MT > 8;
   const int64_t pairs = b.kp / 2, gp = G ? G / 2 : pairs;
   const Dec<F> dec;
   constexpr int kStepBytes = 4 * 2 * bytes_per_k(F);  // weight bytes per step of 4 k pairs
   const __m512 z = _mm512_setzero_ps();
   // slot s: token s / NA, chain s % NA (k pairs p with p % NA == s % NA)
 #define DECL(s) __m512 a##s = z; const uint16_t* x##s = (s) < MT * NA ? xb + ((s) / NA) * ldx : xb;
-  MOERUN_S8(DECL)
+  MOERUN_S16(DECL)
 #undef DECL
 #define DECL(t) __m512 sum##t = z;
   MOERUN_S8(DECL)
 #undef DECL
+  if constexpr (kMemSums)
+    for (int t = 0; t < MT; ++t) _mm512_storeu_ps(acc + t * 16, z);
   __m512 sc_odd = z;  // nvfp4: the scale of the odd group, converted with the even one's
   for (int64_t p0 = 0; p0 < pairs; p0 += gp) {
     const int64_t pe = std::min(p0 + gp, pairs);  // pe - p0 is a multiple of 8 (see NOTES)
@@ -133,10 +176,10 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
       prefetch_pair<kStepBytes>(b, p / 4);  // every weight line once, b.prefetch bytes ahead
       __m512i w0, w1, w2, w3;
       decode_quad(dec, b.data, p, w0, w1, w2, w3);
-      // pair p + j goes to the slots of chain j % NA, in ascending p within each chain as before
+      // pair p + j goes to the slots of chain j % NA, in ascending p within each chain
 #define STEP(s) \
       if constexpr (MT * NA > (s) && (s) % NA == J % NA) a##s = dot(a##s, pick4<J>(w0, w1, w2, w3), x##s, p + J);
-#define PAIR(j) { constexpr int J = (j); MOERUN_S8(STEP) }
+#define PAIR(j) { constexpr int J = (j); MOERUN_S16(STEP) }
       PAIR(0) PAIR(1) PAIR(2) PAIR(3)
 #undef PAIR
 #undef STEP
@@ -149,15 +192,29 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
       } else {
         sc = group_scale<F>(b.gscale, p0 / gp, b.gmul);
       }
-#define FOLD(t) if constexpr (MT > (t)) sum##t = _mm512_fmadd_ps(token_sum<NA, ((t) < MT ? (t) : 0)>(MOERUN_A8), sc, sum##t);
-      MOERUN_S8(FOLD)
+      if constexpr (kMemSums) {
+#define FOLD(t)                                                                                              \
+        if constexpr (MT > (t))                                                                              \
+          _mm512_storeu_ps(acc + (t) * 16, _mm512_fmadd_ps(token_sum<NA, ((t) < MT ? (t) : 0)>(MOERUN_A16), sc, \
+                                                           _mm512_loadu_ps(acc + (t) * 16)));
+        MOERUN_S16(FOLD)
 #undef FOLD
+      } else {
+#define FOLD(t) if constexpr (MT > (t)) sum##t = _mm512_fmadd_ps(token_sum<NA, ((t) < MT ? (t) : 0)>(MOERUN_A16), sc, sum##t);
+        MOERUN_S8(FOLD)
+#undef FOLD
+      }
 #define ZERO(s) a##s = z;
-      MOERUN_S8(ZERO)
+      MOERUN_S16(ZERO)
 #undef ZERO
     }
   }
-  if constexpr (F == PackFmt::kNvfp4) {
+  if constexpr (kMemSums && F == PackFmt::kNvfp4) {
+    const __m512 gm = _mm512_set1_ps(b.gmul);
+    for (int t = 0; t < MT; ++t) _mm512_storeu_ps(acc + t * 16, _mm512_mul_ps(_mm512_loadu_ps(acc + t * 16), gm));
+  } else if constexpr (kMemSums) {
+    // (the sums are in place)
+  } else if constexpr (F == PackFmt::kNvfp4) {
     const __m512 gm = _mm512_set1_ps(b.gmul);
 #define STORE(t) if constexpr (MT > (t)) _mm512_storeu_ps(acc + (t) * 16, _mm512_mul_ps(sum##t, gm));
     MOERUN_S8(STORE)
@@ -167,16 +224,16 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
     MOERUN_S8(STORE)
 #undef STORE
   } else {
-#define STORE(t) if constexpr (MT > (t)) _mm512_storeu_ps(acc + (t) * 16, token_sum<NA, ((t) < MT ? (t) : 0)>(MOERUN_A8));
-    MOERUN_S8(STORE)
+#define STORE(t) if constexpr (MT > (t)) _mm512_storeu_ps(acc + (t) * 16, token_sum<NA, ((t) < MT ? (t) : 0)>(MOERUN_A16));
+    MOERUN_S16(STORE)
 #undef STORE
   }
 }
 
 // ---- two blocks at one token (stream2_avx512bf16) -----------------------------------------------------
-// dot_t<F, 1>'s four chains, folds and stores for each block, the two blocks' steps interleaved so that
+// dot_t<F, 1, 4>'s four chains, folds and stores for each block, the two blocks' steps interleaved so that
 // two weight streams are in flight (NOTES). The same operations in the same order per block: bitwise
-// dot_t<F, 1>'s accumulators.
+// dot_t<F, 1, 4>'s accumulators.
 template <PackFmt F>
 void dot2_t(const BlockRef& b0, const BlockRef& b1, const uint16_t* x, float* acc0, float* acc1) {
   constexpr int G = group_size(F);
@@ -264,27 +321,48 @@ void fma_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
 #undef STORE
 }
 
-template <PackFmt F, int MT>
+// One register group of MT tokens (fma_t takes at most 8).
+template <PackFmt F, int MT, bool kG8>
 void block_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
-  if constexpr (bf16_stream_native(F)) dot_t<F, MT>(b, xb, ldx, acc);
-  else fma_t<F, MT>(b, xb, ldx, acc);
+  if constexpr (bf16_stream_native(F) && MT <= max_group_tokens<F>()) dot_t<F, MT, chains_per_token<F, MT, kG8>()>(b, xb, ldx, acc);
+  else if constexpr (!bf16_stream_native(F) && MT <= 8) fma_t<F, MT>(b, xb, ldx, acc);
 }
 
-template <PackFmt F>
+template <PackFmt F, bool kG8>
+void group_t(const BlockRef& b, const uint16_t* x, int64_t ldx, int mt, float* a) {
+  switch (mt) {
+#define CASE(t) case (t) + 1: return block_t<F, (t) + 1, kG8>(b, x, ldx, a);
+    MOERUN_S16(CASE)
+#undef CASE
+    default: return;
+  }
+}
+
+// The tokens in register groups of at most max_group_tokens (8 with kG8 and for the f32 FMA formats),
+// as few and as even as can be (17 tokens: 9 + 8), each group one pass over the block: the first pass
+// streams the block from memory, later ones find it in L2. kG8: groups of 8 and the remainder.
+template <PackFmt F, bool kG8>
 void stream_f(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
-  int i = 0;
-  for (; m - i >= 8; i += 8) block_t<F, 8>(b, xb + i * ldx, ldx, acc + i * 16);
-  const uint16_t* x = xb + i * ldx;
-  float* a = acc + i * 16;
-  switch (m - i) {
-    case 7: block_t<F, 7>(b, x, ldx, a); break;
-    case 6: block_t<F, 6>(b, x, ldx, a); break;
-    case 5: block_t<F, 5>(b, x, ldx, a); break;
-    case 4: block_t<F, 4>(b, x, ldx, a); break;
-    case 3: block_t<F, 3>(b, x, ldx, a); break;
-    case 2: block_t<F, 2>(b, x, ldx, a); break;
-    case 1: block_t<F, 1>(b, x, ldx, a); break;
-    default: break;
+  constexpr int kMax = kG8 || !bf16_stream_native(F) ? 8 : max_group_tokens<F>();
+  const int groups = (m + kMax - 1) / kMax;
+  for (int g = 0, i = 0; g < groups; ++g) {
+    const int mt = kG8 ? std::min(kMax, m - i) : (m - i) / (groups - g);
+    group_t<F, kG8>(b, xb + i * ldx, ldx, mt, acc + i * 16);
+    i += mt;
+  }
+}
+
+template <bool kG8>
+void stream_fmt(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
+  switch (b.fmt) {
+    case PackFmt::kF32: return stream_f<PackFmt::kF32, kG8>(b, xb, ldx, m, acc);
+    case PackFmt::kF16: return stream_f<PackFmt::kF16, kG8>(b, xb, ldx, m, acc);
+    case PackFmt::kBF16: return stream_f<PackFmt::kBF16, kG8>(b, xb, ldx, m, acc);
+    case PackFmt::kFp8: return stream_f<PackFmt::kFp8, kG8>(b, xb, ldx, m, acc);
+    case PackFmt::kFp8Block: return stream_f<PackFmt::kFp8Block, kG8>(b, xb, ldx, m, acc);
+    case PackFmt::kInt8: return stream_f<PackFmt::kInt8, kG8>(b, xb, ldx, m, acc);
+    case PackFmt::kMxfp4: return stream_f<PackFmt::kMxfp4, kG8>(b, xb, ldx, m, acc);
+    case PackFmt::kNvfp4: return stream_f<PackFmt::kNvfp4, kG8>(b, xb, ldx, m, acc);
   }
 }
 
@@ -360,16 +438,11 @@ void stream2_avx512bf16(const BlockRef& b0, const BlockRef& b1, const uint16_t* 
 }
 
 void stream_avx512bf16(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
-  switch (b.fmt) {
-    case PackFmt::kF32: stream_f<PackFmt::kF32>(b, xb, ldx, m, acc); break;
-    case PackFmt::kF16: stream_f<PackFmt::kF16>(b, xb, ldx, m, acc); break;
-    case PackFmt::kBF16: stream_f<PackFmt::kBF16>(b, xb, ldx, m, acc); break;
-    case PackFmt::kFp8: stream_f<PackFmt::kFp8>(b, xb, ldx, m, acc); break;
-    case PackFmt::kFp8Block: stream_f<PackFmt::kFp8Block>(b, xb, ldx, m, acc); break;
-    case PackFmt::kInt8: stream_f<PackFmt::kInt8>(b, xb, ldx, m, acc); break;
-    case PackFmt::kMxfp4: stream_f<PackFmt::kMxfp4>(b, xb, ldx, m, acc); break;
-    case PackFmt::kNvfp4: stream_f<PackFmt::kNvfp4>(b, xb, ldx, m, acc); break;
-  }
+  stream_fmt<false>(b, xb, ldx, m, acc);
+}
+
+void stream_avx512bf16_g8(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc) {
+  stream_fmt<true>(b, xb, ldx, m, acc);
 }
 
 }  // namespace moerun::cpu::kernels

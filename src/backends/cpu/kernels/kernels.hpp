@@ -266,8 +266,13 @@ double bf16_dot_fma_rate_ratio();
 // weights are decoded to bf16 VNNI pairs with integer shuffles and multiplied with VDPBF16PS (f32
 // accumulation; a product of two bf16 is exact in f32); f32, f16 and int8 weights take an f32 FMA loop
 // (x widened from bf16). Either way the result equals stream_avx512 on the same bf16-valued x up to
-// the order of the f32 additions.
+// the order of the f32 additions. Tokens run in register groups of at most kMaxGroupTokens, each group
+// one pass over the block (gemm_avx512bf16.cpp NOTES).
 void stream_avx512bf16(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc);
+inline constexpr int kMaxGroupTokens = 16;
+// The same with groups of at most 8 tokens and fewer accumulator chains at 3-5 tokens: the kernel
+// before session 39, kept for side-by-side measurement (MOERUN_CPU_DOT_TOKENS=8; variant v1).
+void stream_avx512bf16_g8(const BlockRef& b, const uint16_t* xb, int64_t ldx, int m, float* acc);
 // Two N-blocks of one stack at one token: acc0 = xb @ b0 and acc1 = xb @ b1 (16 floats each), bitwise what
 // two stream_avx512bf16 calls with m = 1 give, with the two blocks' weight streams in flight together.
 // Blocks of the same stack (format and kp); formats outside bf16_stream_native go block by block.
