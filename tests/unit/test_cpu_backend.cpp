@@ -622,16 +622,19 @@ TEST(CpuBackend, PrefetchKnob) {
       unsetenv("MOERUN_CPU_PREFETCH");
       unsetenv("MOERUN_CPU_PREFETCH_L2");
       unsetenv("MOERUN_CPU_PAIR_PREFETCH_L2");
+      unsetenv("MOERUN_CPU_MANY_PREFETCH_L2");
     }
   } guard;
   unsetenv("MOERUN_CPU_PREFETCH");
   unsetenv("MOERUN_CPU_PREFETCH_L2");
   unsetenv("MOERUN_CPU_PAIR_PREFETCH_L2");
+  unsetenv("MOERUN_CPU_MANY_PREFETCH_L2");
   for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     const cpu::KernelSet k = cpu::kernels_for(isa);
     EXPECT_EQ(k.prefetch, cpu::kPrefetchBytes) << to_string(isa);
     EXPECT_EQ(k.prefetch_l2, 0) << to_string(isa);
     EXPECT_EQ(k.pair_prefetch_l2, 0) << to_string(isa);
+    EXPECT_EQ(k.many_prefetch_l2, 0) << to_string(isa);
     EXPECT_EQ(k.amx_prefetch, cpu::kAmxPrefetchBytes) << to_string(isa);
   }
   for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
@@ -640,7 +643,17 @@ TEST(CpuBackend, PrefetchKnob) {
     EXPECT_EQ(k.prefetch_l2, cpu::kPrefetchL2Bytes) << to_string(isa);
     EXPECT_EQ(k.pair_prefetch_l2, cpu::kPairPrefetchL2Bytes) << to_string(isa);
     EXPECT_EQ(k.amx_prefetch, cpu::kAmxPrefetchBytes) << to_string(isa);
+    // calls of several tokens reach further only where VDPBF16PS runs at the FMA rate (every call streams)
+    const bool full_rate = isa == CpuIsa::kAvx512Bf16 && cpu::detected_features().bf16_dot_rate >= cpu::kBf16DotFullRate;
+    EXPECT_EQ(k.many_prefetch_l2, full_rate ? cpu::kManyPrefetchL2Bytes : cpu::kPrefetchL2Bytes) << to_string(isa);
+    EXPECT_EQ(k.bf16_stream_prefetch_l2(cpu::kManyPrefetchMinTokens - 1), k.prefetch_l2) << to_string(isa);
+    EXPECT_EQ(k.bf16_stream_prefetch_l2(cpu::kManyPrefetchMinTokens), k.many_prefetch_l2) << to_string(isa);
   }
+  setenv("MOERUN_CPU_MANY_PREFETCH_L2", "12288", 1);
+  EXPECT_EQ(cpu::many_prefetch_l2_override(), 12288);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512Bf16).many_prefetch_l2, 12288);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512Bf16).prefetch_l2, cpu::kPrefetchL2Bytes);  // (the many-token calls' alone)
+  unsetenv("MOERUN_CPU_MANY_PREFETCH_L2");
   setenv("MOERUN_CPU_PAIR_PREFETCH_L2", "1024", 1);
   EXPECT_EQ(cpu::pair_prefetch_l2_override(), 1024);
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).pair_prefetch_l2, 1024);
@@ -659,6 +672,7 @@ TEST(CpuBackend, PrefetchKnob) {
   setenv("MOERUN_CPU_PREFETCH_L2", "8192", 1);
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx2).prefetch_l2, 8192);  // the knob reaches every level
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).pair_prefetch_l2, 8192);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512Bf16).many_prefetch_l2, 8192);
   setenv("MOERUN_CPU_PAIR_PREFETCH_L2", "512", 1);  // (the pairs' own wins)
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).pair_prefetch_l2, 512);
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch_l2, 8192);

@@ -116,6 +116,7 @@ int avx512bf16_stream_max(double bf16_dot_rate) noexcept {
 int prefetch_override() { return knob_or_none("MOERUN_CPU_PREFETCH"); }
 int prefetch_l2_override() { return knob_or_none("MOERUN_CPU_PREFETCH_L2"); }
 int pair_prefetch_l2_override() { return knob_or_none("MOERUN_CPU_PAIR_PREFETCH_L2"); }
+int many_prefetch_l2_override() { return knob_or_none("MOERUN_CPU_MANY_PREFETCH_L2"); }
 int amx_prefetch_override() { return knob_or_none("MOERUN_CPU_AMX_PREFETCH"); }
 int amx_stream_prefetch_override() { return knob_or_none("MOERUN_CPU_AMX_STREAM_PREFETCH"); }
 int job_rows_override() { return knob_or_none("MOERUN_CPU_JOB_ROWS"); }
@@ -232,8 +233,11 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   k.amx_prefetch = kAmxPrefetchBytes;  // (used at the AMX level only)
   if (const int n = prefetch_override(); n >= 0) k.prefetch = k.amx_prefetch = n;
   k.pair_prefetch_l2 = bf16_level ? kPairPrefetchL2Bytes : 0;
-  if (const int n = prefetch_l2_override(); n >= 0) k.prefetch_l2 = k.pair_prefetch_l2 = n;
+  const bool dot_full_rate = detected_features().bf16_dot_rate >= kBf16DotFullRate;
+  k.many_prefetch_l2 = isa == CpuIsa::kAvx512Bf16 && dot_full_rate ? kManyPrefetchL2Bytes : k.prefetch_l2;
+  if (const int n = prefetch_l2_override(); n >= 0) k.prefetch_l2 = k.pair_prefetch_l2 = k.many_prefetch_l2 = n;
   if (const int n = pair_prefetch_l2_override(); n >= 0) k.pair_prefetch_l2 = n;
+  if (const int n = many_prefetch_l2_override(); n >= 0) k.many_prefetch_l2 = n;
   if (const int n = amx_prefetch_override(); n >= 0) k.amx_prefetch = n;
   k.amx_stream_prefetch = kAmxStreamPrefetchBytes;
   if (const int n = amx_stream_prefetch_override(); n >= 0) k.amx_stream_prefetch = n;

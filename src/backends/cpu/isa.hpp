@@ -135,6 +135,19 @@ inline constexpr int kStreamMaxTokensLimit = 65536;  // largest value MOERUN_CPU
 // is refused at the boundary (check_knob_environment).
 int stream_max_tokens_override();
 
+// Calls of several tokens prefetch into L2 8 KiB ahead where VDPBF16PS issues at the FMA rate (AMD Zen
+// 4: every call streams, prefill too). Each weight line then feeds several dot products a token, the
+// stream advances more slowly per cycle of work, and 4 KiB did not keep enough lines in flight.
+// Session 39 on a Zen 4, 2 threads, alternated in one process (bench/results/2026-12-06_s39_dev-epyc/
+// NOTES.md). First every call past one token at 8 KiB: qwen3-30b-a3b bf16 M = 64 / 256 / 1024 2.2 /
+// 7.3 / 3.4% faster, fp8-block 12 / 0.3 / 1.3%, deepseek-v2-lite bf16 4.5 / 4.0 / 0.2%; but at M = 16,
+// where such calls mostly hold 2 tokens, bf16 lost 2-4%. So calls below 4 tokens keep 4 KiB; against
+// MOERUN_CPU_MANY_PREFETCH_L2=4096 that rule ran bf16 M = 64 / 256 2.1 / 7.6% faster on qwen3 and
+// 7.7 / 3.3% on deepseek-v2-lite, fp8-block M = 64 2.7%; M = 16 and 1024 within 1.7% either way
+// over two rounds.
+inline constexpr int kManyPrefetchL2Bytes = 8192;
+inline constexpr int kManyPrefetchMinTokens = 4;
+
 // The kernels one runner uses, fixed when it is created.
 struct KernelSet {
   CpuIsa isa = CpuIsa::kAvx2;
@@ -210,6 +223,15 @@ struct KernelSet {
   // The L2 distance of the bf16 stream's pairs (stream2_bf16): kPairPrefetchL2Bytes at AVX512-BF16 and
   // AMX, or MOERUN_CPU_PREFETCH_L2's, or MOERUN_CPU_PAIR_PREFETCH_L2=<bytes> (measurement).
   int pair_prefetch_l2 = 0;
+  // The L2 distance of VDPBF16PS streaming calls of at least kManyPrefetchMinTokens tokens:
+  // kManyPrefetchL2Bytes at AVX512-BF16 where VDPBF16PS issues at the FMA rate (that level streams
+  // every call), else prefetch_l2; or MOERUN_CPU_PREFETCH_L2's, or MOERUN_CPU_MANY_PREFETCH_L2=<bytes>
+  // (measurement).
+  int many_prefetch_l2 = 0;
+  // BlockRef::prefetch_l2 for a VDPBF16PS streaming call of m tokens.
+  int bf16_stream_prefetch_l2(int64_t m) const noexcept {
+    return m >= kManyPrefetchMinTokens ? many_prefetch_l2 : prefetch_l2;
+  }
   // The distance for the AMX tiles' weight panels: kAmxPrefetchBytes, or MOERUN_CPU_PREFETCH's, or
   // MOERUN_CPU_AMX_PREFETCH=<bytes> (measurement: a tile call consumes its panels in bursts, not at the
   // streaming kernels' pace).
@@ -313,6 +335,8 @@ inline constexpr int kAmxPrefetchBytes = 512;
 int prefetch_l2_override();
 // MOERUN_CPU_PAIR_PREFETCH_L2 parsed: bytes in [0, 65536], or -1 when unset or invalid.
 int pair_prefetch_l2_override();
+// MOERUN_CPU_MANY_PREFETCH_L2 parsed: bytes in [0, 65536], or -1 when unset or invalid.
+int many_prefetch_l2_override();
 
 // The AMX decode stream prefetches one bf16 B tile (1 KiB) ahead instead of kPrefetchBytes. Each of
 // its steps copies or decodes 16 k pairs into an L1 tile image and tile-loads it, so all of a step's

@@ -360,7 +360,7 @@ CpuRunner::CallPath CpuRunner::call_path(kernels::PackFmt f, int64_t m, bool q8_
 kernels::BlockRef CpuRunner::call_block(const PackedStack& w, int64_t e, int64_t b, CallPath path, int64_t m) const {
   kernels::BlockRef ref = w.block(e, b);
   ref.prefetch = path == CallPath::kBf16Stream ? ks_.bf16_stream_prefetch(ref.fmt, m) : ks_.prefetch;
-  ref.prefetch_l2 = ks_.prefetch_l2;
+  ref.prefetch_l2 = path == CallPath::kBf16Stream ? ks_.bf16_stream_prefetch_l2(m) : ks_.prefetch_l2;
   ref.e8m0_fold = ref.e8m0_fold && ks_.e8m0_fold;
   return ref;
 }
