@@ -52,7 +52,7 @@
 //   - Up to 16 tokens a group for bf16 and fp8 (max_group_tokens), split evenly (17 = 9 + 8, not 8 + 8
 //     + 1). A block's first pass streams it from memory at a core's bandwidth, the later ones read it
 //     from L2; one pass for 9-16 tokens keeps the dots busy under the stream instead. From memory, one
-//     core: bf16 12 tokens 1.21-1.23x, 16 tokens 1.07x; fp8-block 1.11x / 1.01x. In L2 a 16-token
+//     core: bf16 12 tokens 1.21-1.36x, 16 tokens 1.07-1.10x; fp8-block 1.09-1.11x / 1.01x. In L2 a 16-token
 //     group is 4% slower for bf16 (the 16 row pointers no longer fit the general registers) and even
 //     for fp8-block. Past 8 tokens the K groups' sums live in acc, not registers; for the 4-bit formats
 //     (K groups of 16 and 32 k) that cost 10-20%, so they keep groups of 8.
