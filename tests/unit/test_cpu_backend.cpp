@@ -598,10 +598,14 @@ TEST(CpuBackend, Q15MatchesReference) {
   c.spec = base_spec();
   c.spec.weight_format = WeightFormat::kMxfp4;
   c.spec.act_dtype = DType::kBF16;
-  c.m = 4;  // one token per expert
+  c.m = 4;  // one token per expert on average; every call on the q15 kernel, whatever the level's cut
   const MoeWeights w = random_weights(c.spec, 11);
   const Result want = run_backend(*make_reference_backend(), c, w, nullptr);
   IsaCapGuard guard;
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MOERUN_CPU_Q15"); }
+  } env_guard;
+  setenv("MOERUN_CPU_Q15", "64", 1);
   for (CpuIsa isa : levels()) {
     set_cpu_isa_cap(isa);
     const Result got = run_backend(*make_cpu_backend(), c, w, nullptr);
@@ -1062,13 +1066,14 @@ TEST(CpuBackend, Q15CutKnob) {
   s.act_dtype = DType::kBF16;
   EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAvx2).stream_max_m_q8, cpu::kAvx2Q15StreamMaxTokens);
   EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAvx512Bf16).stream_max_m_q8,
-            cpu::detected_features().bf16_dot_rate >= cpu::kBf16DotFullRate ? cpu::kQ15StreamMaxTokens
+            cpu::detected_features().bf16_dot_rate >= cpu::kBf16DotFullRate ? cpu::kQ15StreamMaxTokensFullRateBf16Dot
                                                                             : cpu::kQ15StreamMaxTokensSlowBf16Dot);
   EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAmx).stream_max_m_q8, cpu::kQ15StreamMaxTokens);
   // the rule itself, for both kinds of core
   EXPECT_EQ(cpu::q15_stream_max(CpuIsa::kAvx512Bf16, 0.25), cpu::kQ15StreamMaxTokensSlowBf16Dot);
-  EXPECT_EQ(cpu::q15_stream_max(CpuIsa::kAvx512Bf16, 1.0), cpu::kQ15StreamMaxTokens);
+  EXPECT_EQ(cpu::q15_stream_max(CpuIsa::kAvx512Bf16, 1.0), cpu::kQ15StreamMaxTokensFullRateBf16Dot);
   EXPECT_EQ(cpu::q15_stream_max(CpuIsa::kAmx, 0.25), cpu::kQ15StreamMaxTokens);
+  EXPECT_EQ(cpu::q15_stream_max(CpuIsa::kAmx, 1.0), cpu::kQ15StreamMaxTokens);
   EXPECT_EQ(cpu::q15_stream_max(CpuIsa::kAvx2, 0.0), cpu::kAvx2Q15StreamMaxTokens);
   setenv("MOERUN_CPU_STREAM_MAX_TOKENS", "3", 1);
   EXPECT_EQ(cpu::kernels_for_spec(s, CpuIsa::kAmx).stream_max_m_q8, 3);

@@ -66,7 +66,7 @@ Capabilities make_caps() {
       {"avx512vnni-q15-stream", static_cast<double>(cpu::kQ15StreamMaxTokens),
        "decode of mxfp4/nvfp4 weights with bf16 activations: each token held at 15 bits per 32 columns as two "
        "int8 rows (high and low part) through the q8 kernel's exact dot products (up to 8 tokens per expert "
-       "at the avx512bf16 level where VDPBF16PS is slow)",
+       "at the avx512bf16 level where VDPBF16PS is slow, one where it runs at the FMA rate)",
        CpuIsa::kAvx512Bf16, 0.0, {DType::kBF16}},
       {"avx2-q15-stream", static_cast<double>(cpu::kAvx2Q15StreamMaxTokens),
        "the same on AVX2 (vpmaddubsw); such a layer's tiled calls decode f32 panels from the VNNI words",

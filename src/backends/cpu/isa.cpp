@@ -105,7 +105,8 @@ int knob_or_none(const char* name) { return static_cast<int>(knob_count(name).va
 
 int q15_stream_max(CpuIsa isa, double bf16_dot_rate) noexcept {
   if (isa == CpuIsa::kAvx2) return kAvx2Q15StreamMaxTokens;
-  if (isa == CpuIsa::kAvx512Bf16 && bf16_dot_rate < kBf16DotFullRate) return kQ15StreamMaxTokensSlowBf16Dot;
+  if (isa == CpuIsa::kAvx512Bf16)
+    return bf16_dot_rate < kBf16DotFullRate ? kQ15StreamMaxTokensSlowBf16Dot : kQ15StreamMaxTokensFullRateBf16Dot;
   return kQ15StreamMaxTokens;
 }
 

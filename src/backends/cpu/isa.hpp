@@ -120,12 +120,20 @@ inline constexpr int kQ8StreamMaxTokens = 8;
 // gpt-oss-20b; at the AVX512-BF16 level 1.08-1.17x, and a cut of 8 another 1.30-1.35x at 4-6 tokens
 // there (kQ15StreamMaxTokensSlowBf16Dot). On Zen 4 (AVX512-BF16, one core, kernels in cache, three runs)
 // VDPBF16PS is 2.5x the Xeon's speed, and from 2 tokens the two kernels come within 15% of each other,
-// the sign changing from run to run (q15 ahead at one token), so there the level keeps 4.
+// the sign changing from run to run (q15 ahead at one token), so there the level kept 4 (until
+// session 39: kQ15StreamMaxTokensFullRateBf16Dot below).
 inline constexpr int kQ15StreamMaxTokens = 4;
 inline constexpr int kAvx2Q15StreamMaxTokens = 4;
 // ... except at the AVX512-BF16 level where VDPBF16PS issues at half the FMA rate or less (the Xeon
 // above, capped to that level): 8, where its bf16 kernel is what the q15 kernels compete with.
 inline constexpr int kQ15StreamMaxTokensSlowBf16Dot = 8;
+// ... and where it issues at the FMA rate (Zen 4): one-token calls only, since session 39's token
+// groups (two chains a token at 3-5 tokens) made the VDPBF16PS stream the faster one from 2 tokens.
+// Zen 4, 2 threads, in one process against the cut of 4 (bench/results/2026-12-06_s39_dev-epyc/
+// NOTES.md): qwen3-30b-a3b mxfp4 / nvfp4 and gpt-oss-20b mxfp4, M = 16 1.05-1.06x, M = 64 1.02-1.10x,
+// M = 4 0.998-1.012x; a cut of 2 gained about half as much at M = 16; no q15 at all lost 6-20% at
+// M = 1 and 5-18% at M = 4.
+inline constexpr int kQ15StreamMaxTokensFullRateBf16Dot = 1;
 // The q15 cut of a level on this machine (bf16_dot_rate: IsaFeatures::bf16_dot_rate).
 int q15_stream_max(CpuIsa isa, double bf16_dot_rate) noexcept;
 inline constexpr int kStreamMaxTokensLimit = 65536;  // largest value MOERUN_CPU_STREAM_MAX_TOKENS accepts
