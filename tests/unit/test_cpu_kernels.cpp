@@ -804,6 +804,7 @@ TEST(CpuKernels, StreamPairsEqualTwoOneTokenCalls) {
 // The q8 kernel's stream pairs (kernels::stream2_q8_avx512vnni): two blocks on one int8 row, or a token's two
 // 15-bit rows, give bitwise what two stream_q8_avx512vnni calls give; 3 rows go block by block (and
 // still agree). mxfp4 and nvfp4, blocks of two experts, near and far apart, with and without prefetch.
+// The same for the joined q15 kernel (stream2_q15_avx512vnni against stream_q15_avx512vnni).
 TEST(CpuKernels, Q8StreamPairsEqualTwoCalls) {
   if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-VNNI + AVX512-VBMI here";
   const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
@@ -834,6 +835,21 @@ TEST(CpuKernels, Q8StreamPairsEqualTwoCalls) {
           EXPECT_EQ(std::memcmp(got0.data(), want0.data(), want0.size() * sizeof(float)), 0) << what;
           EXPECT_EQ(std::memcmp(got1.data(), want1.data(), want1.size() * sizeof(float)), 0) << what;
         }
+    // The joined q15 kernel's pairs (stream2_q15_avx512vnni) on tokens of two 15-bit rows each.
+    const Q8Slots q15 = buf.reserve(6, p->kp);
+    for (int i = 0; i < 3; ++i) pack_q15_rows(x.data() + i * p->kp, p->kp, q15.row(2 * i));
+    for (int m : {1, 2})
+      for (int64_t b0 = 0; b0 < p->nblocks; ++b0) {
+        const int64_t b1 = p->nblocks - 1 - b0;
+        kernels::BlockRef r0 = p->block(0, b0), r1 = p->block(1, b1);
+        std::vector<float> want0(static_cast<size_t>(m * 16)), want1(want0.size()), got0(want0.size()), got1(want0.size());
+        kernels::stream_q15_avx512vnni(r0, q15.view(), m, want0.data());
+        kernels::stream_q15_avx512vnni(r1, q15.view(), m, want1.data());
+        kernels::stream2_q15_avx512vnni(r0, r1, q15.view(), m, got0.data(), got1.data());
+        const std::string what = std::string(to_string(f)) + " q15 m " + std::to_string(m) + " block " + std::to_string(b0);
+        EXPECT_EQ(std::memcmp(got0.data(), want0.data(), want0.size() * sizeof(float)), 0) << what;
+        EXPECT_EQ(std::memcmp(got1.data(), want1.data(), want1.size() * sizeof(float)), 0) << what;
+      }
   }
 }
 
@@ -1117,15 +1133,27 @@ TEST(CpuKernels, Q15RowsHoldEachValueWithinHalfAStep) {
 }
 
 // The kernel set a 4-bit layer with bf16 activations gets at each VNNI level this machine has.
+// The q15 kernels of the levels this machine has; at avx512-bf16 both the kernel that joins a token's two
+// rows (stream_q15_avx512vnni, the default) and the one whose rows the runner sums (MOERUN_CPU_Q15_JOIN=0).
 std::vector<Level> q15_levels() {
   MoeSpec s;
   s.weight_format = WeightFormat::kMxfp4;
   s.act_dtype = DType::kBF16;
-  return q8_kernel_levels(s);
+  std::vector<Level> out = q8_kernel_levels(s);
+  for (size_t i = 0, n = out.size(); i < n; ++i)
+    if (out[i].ks.q8_joins_rows) {
+      Level apart{"avx512-bf16 rows apart", out[i].ks};
+      apart.ks.stream_q8 = kernels::stream_q8_avx512vnni;
+      apart.ks.stream2_q8 = kernels::stream2_q8_avx512vnni;
+      apart.ks.q8_joins_rows = false;
+      out.push_back(apart);
+    }
+  return out;
 }
 
-// The q8 kernel on two rows a token, the rows summed as the runner does, against the dense loop on the
-// values the rows hold (the integer products are exact, so the f32 folds' rounding is all that differs).
+// The q8 kernel on two rows a token, joined in the kernel or summed after as the runner does, against the
+// dense loop on the values the rows hold (the integer products are exact, so the f32 folds' rounding is all
+// that differs).
 TEST(CpuKernels, Q15StreamMatchesDenseLoop) {
   const auto lv = q15_levels();
   if (lv.empty()) GTEST_SKIP() << "no AVX2 here";
@@ -1141,7 +1169,7 @@ TEST(CpuKernels, Q15StreamMatchesDenseLoop) {
       auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
       std::mt19937 g(seed);
       std::normal_distribution<float> n(0.0f, 1.0f);
-      for (int m : {1, 2, 3, 4, 5}) {
+      for (int m : {1, 2, 3, 4, 5, 9}) {
         const int64_t ld = p->kp + 64;
         std::vector<float> x(static_cast<size_t>(m * ld), 0.0f);
         for (int i = 0; i < m; ++i)
@@ -1155,8 +1183,9 @@ TEST(CpuKernels, Q15StreamMatchesDenseLoop) {
         }
         check_against_dense(s, *p, x, ld, m, std::string(level.name) + " " + std::string(to_string(f)) + " q15 m " + std::to_string(m),
                             [&](const kernels::BlockRef& b, float* acc) {
+                              if (ks.q8_joins_rows) return ks.stream_q8(b, q.view(), ks.q8_call_count(m), acc);
                               std::vector<float> rows(static_cast<size_t>(2 * m * 16));
-                              ks.stream_q8(b, q.view(), 2 * m, rows.data());
+                              ks.stream_q8(b, q.view(), ks.q8_call_count(m), rows.data());
                               for (int i = 0; i < m; ++i)
                                 for (int l = 0; l < 16; ++l)
                                   acc[i * 16 + l] = rows[static_cast<size_t>(2 * i * 16 + l)] + rows[static_cast<size_t>((2 * i + 1) * 16 + l)];

@@ -141,6 +141,7 @@ bool bf16_intermediate_enabled() { return knob_on("MOERUN_CPU_BF16_INTERMEDIATE"
 bool amx_prefetch_next_enabled() { return knob_on("MOERUN_CPU_AMX_PREFETCH_NEXT", true); }
 bool q8_stream_enabled() { return knob_on("MOERUN_CPU_Q8", true); }
 bool q15_stream_enabled() { return knob_count("MOERUN_CPU_Q15") != 0; }
+bool q15_join_enabled() { return knob_on("MOERUN_CPU_Q15_JOIN", true); }
 
 int q15_max_tokens_override() {
   const int n = knob_or_none("MOERUN_CPU_Q15");

@@ -33,8 +33,9 @@ void pack_q8_row(const float* x, int64_t kp, const Q8Slots& out, float* fake = n
 
 // Activations that the spec does not quantize (act_quant none, bf16), held for the q8 kernel at 15 bits:
 // per 32 columns, q = round(x / 2^e) with the smallest e that keeps |q| <= kQ15Max, split into a high
-// row (q >> 7, scale 2^(e + 7)) and a low row (q & 127, scale 2^e), rows 0 and 1 of `out`. The kernel's
-// per-row scale fold adds the two rows' products back into x's: one token costs two int8 rows, and each
+// row (q >> 7, scale 2^(e + 7)) and a low row (q & 127, scale 2^e), rows 0 and 1 of `out`. The kernels
+// add the two rows' products back into x's (per row scale, or at AVX-512 as the exact integer 128 x high +
+// low: kernels.hpp stream_q15_avx512vnni, which relies on these two scales): one token costs two int8 rows, and each
 // value is off by at most half a step, 2^(e - 1), under 1/16383 of the group's largest magnitude (bf16's
 // own rounding of that largest value is up to 2^-9 of it); the bf16 inputs within 2^6 of the group's
 // largest come through exactly. Values past kQ15Max x 2^114 (within 2^-14 of FLT_MAX) saturate there. A

@@ -324,14 +324,18 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
     } else {
       ks.stream_q8 = kernels::stream_q8_avx512vnni;  // these levels pack VNNI words anyway
       ks.stream_max_m_q8 = cut >= 0 ? cut : q15_stream_max(isa, detected_features().bf16_dot_rate);
+      if (q15_join_enabled()) {
+        ks.stream_q8 = kernels::stream_q15_avx512vnni;
+        ks.q8_joins_rows = true;
+      }
     }
   } else {
     ks.stream_q8 = nullptr;
   }
   // (the pair kernel goes with the AVX-512 q8 kernel only, wherever the choices above left it)
-  ks.stream2_q8 = ks.stream_q8 == kernels::stream_q8_avx512vnni && stream_pairs_enabled()
-                      ? kernels::stream2_q8_avx512vnni
-                      : nullptr;
+  ks.stream2_q8 = nullptr;
+  if (stream_pairs_enabled() && ks.stream_q8 == kernels::stream_q8_avx512vnni) ks.stream2_q8 = kernels::stream2_q8_avx512vnni;
+  if (stream_pairs_enabled() && ks.stream_q8 == kernels::stream_q15_avx512vnni) ks.stream2_q8 = kernels::stream2_q15_avx512vnni;
   return ks;
 }
 
@@ -366,7 +370,7 @@ kernels::BlockRef CpuRunner::call_block(const PackedStack& w, int64_t e, int64_t
 }
 
 void CpuRunner::sum_q15_rows(float* acc, int m) const {
-  if (ks_.q8_rows_per_token != 2) return;
+  if (ks_.q8_rows_per_token != 2 || ks_.q8_joins_rows) return;
   for (int i = 0; i < m; ++i)  // a token's high and low rows: their sum, into the token's place (row i <= 2i)
     for (int l = 0; l < 16; ++l) acc[i * 16 + l] = acc[2 * i * 16 + l] + acc[(2 * i + 1) * 16 + l];
 }
@@ -377,7 +381,7 @@ void CpuRunner::run_block(const PackedStack& w, int64_t e, int64_t b, const floa
   const CallPath path = call_path(w.fmt, m, q8 != nullptr, xb != nullptr);
   kernels::BlockRef ref = call_block(w, e, b, path, m);
   if (path == CallPath::kQ8Stream) {
-    ks_.stream_q8(ref, *q8, mi * ks_.q8_rows_per_token, acc);
+    ks_.stream_q8(ref, *q8, ks_.q8_call_count(mi), acc);
     return sum_q15_rows(acc, mi);
   }
   if (path == CallPath::kBf16Stream) return ks_.stream_bf16(ref, xb, ldx, mi, acc);
@@ -413,7 +417,7 @@ void CpuRunner::run_pair(const PackedStack& w, int64_t e, int64_t b0, int64_t b1
     r0.prefetch_l2 = r1.prefetch_l2 = ks_.pair_prefetch_l2;  // (isa.hpp: kPairPrefetchL2Bytes)
     return ks_.stream2_bf16(r0, r1, xb, acc0, acc1);
   }
-  ks_.stream2_q8(r0, r1, *q8, ks_.q8_rows_per_token, acc0, acc1);
+  ks_.stream2_q8(r0, r1, *q8, ks_.q8_call_count(1), acc0, acc1);
   sum_q15_rows(acc0, 1);
   sum_q15_rows(acc1, 1);
 }

@@ -59,7 +59,8 @@ class CpuRunner final : public Runner {
   // Block b of expert e as a call on `path` of m tokens reads it: the level's prefetch distances and
   // mxfp4 scale folding (run_block, run_pair).
   kernels::BlockRef call_block(const PackedStack& w, int64_t e, int64_t b, CallPath path, int64_t m) const;
-  // q15 rows (KernelSet::q8_rows_per_token 2): each token's high and low rows of acc summed into row i.
+  // q15 rows (KernelSet::q8_rows_per_token 2) from a kernel that does not join them (q8_joins_rows false):
+  // each token's high and low rows of acc summed into row i.
   void sum_q15_rows(float* acc, int m) const;
   // Whether such calls run as stream pairs (runner.cpp NOTES): one-token calls on the bf16 stream or the
   // q8 kernel where the level has the pair kernel (KernelSet::stream2_bf16, stream2_q8).

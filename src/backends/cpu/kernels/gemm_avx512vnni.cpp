@@ -22,10 +22,18 @@
 //   fused into the f32 sum with the activation group's scale. Two powers of two for mxfp4 (exact unless
 //   the product leaves the f32 range), an e4m3 / 256 and a power of two for nvfp4 (global scale at the
 //   end, as in gemm_avx512bf16.cpp).
-// - Tokens run in register groups of up to 8, one integer and one f32 accumulator each; a single token
-//   uses two integer chains (low and high nibbles) so that VPDPBUSD's latency overlaps.
+// - Rows run in register groups of up to 8, one integer and one f32 accumulator each; groups of up to 4
+//   rows give each row two integer chains (low and high nibbles) so that VPDPBUSD's latency overlaps.
+// - A token's two 15-bit rows (stream_q15_avx512vnni): the high row's scale is 2^7 times the low one's,
+//   so per K group the two exact integer sums join into one, 128 x high + low (under 2^24 in magnitude,
+//   so exact in f32 too), and fold once: half the conversions and multiplies of folding each row and
+//   adding the rows' results after. Layer, Zen 4, alternated with MOERUN_CPU_Q15_JOIN=0: qwen3 mxfp4 /
+//   nvfp4 one token 1.02x / 1.04x, four tokens 1.03x / 1.04x, gpt-oss-20b 1.01x.
 // - One token (one int8 row, or a token's two 15-bit rows) on two blocks at once: stream2_q8_avx512vnni,
 //   the stream pairs of gemm_avx512bf16.cpp's NOTES, with the same chains per block.
+// - Tried on Zen 4 and not kept: vpshufb + a mask for the two vpermb (tied, or up to 1.4x slower in L2 in
+//   one of two rounds); a software prefetch of the group scales, which lie apart from the codes (1 KiB a
+//   gate_up block): tied in the layer at 256 B to 1 KiB ahead.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -48,11 +56,25 @@ inline __m512i bcast_dword(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-#define MOERUN_T8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+// Rows of a register group up to which each row keeps two integer chains (the low and the high nibbles'):
+// VPDPBUSD has a latency of 4-5 cycles, so a row with one chain of two dots a quad waits on it in small
+// groups. (On Zen 4 only the one-token q15 call gained, 2-10% in L2: larger groups are bound by the
+// instruction's throughput either way.)
+constexpr int kSplitChainsMaxRows = 4;
 
-template <PackFmt F, int MT>
+#define MOERUN_T8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define MOERUN_P4(X) X(0, 1) X(2, 3) X(4, 5) X(6, 7)
+
+// A token's 15-bit rows (q8_rows.hpp pack_q15_rows: the high row's scale is 2^7 times the low one's) as one
+// integer sum: 128 x high + low, exact (|sum| <= 32 x 12 x 16383 < 2^24, so its f32 conversion is too).
+inline __m512i join_q15(__m512i hi, __m512i lo) { return _mm512_add_epi32(_mm512_slli_epi32(hi, 7), lo); }
+inline __m512 fold_group(__m512 f, __m512i i, __m512 sw, float scale) {
+  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i), sw), _mm512_set1_ps(scale), f);
+}
+
+template <PackFmt F, int MT, bool Q15>
 void q8_t(const BlockRef& b, const Q8Rows& x, float* acc) {
-  static_assert(q8_stream_native(F) && MT >= 1 && MT <= 8);
+  static_assert(q8_stream_native(F) && MT >= 1 && MT <= 8 && (!Q15 || MT % 2 == 0));
   constexpr int G = group_size(F);   // weight group: 32 (mxfp4) or 16 (nvfp4) k
   constexpr int kQuads = G / 8;      // 64-byte quads per weight group
   constexpr int kPerActGroup = 32 / G;  // weight groups per 32-k activation group
@@ -67,10 +89,9 @@ void q8_t(const BlockRef& b, const Q8Rows& x, float* acc) {
 #undef DECL
   __m512 sc_odd = z;  // nvfp4: the odd group's scale, converted with the even one's
   for (int64_t g = 0; g < groups; ++g) {
-#define INIT(t) __m512i i##t = _mm512_set1_epi32(bias##t[g]);
+#define INIT(t) __m512i i##t = _mm512_set1_epi32(bias##t[g]), h##t = _mm512_setzero_si512();
     MOERUN_T8(INIT)
 #undef INIT
-    __m512i i_hi = _mm512_setzero_si512();  // one token: the high nibbles' chain
     for (int v = 0; v < kQuads; ++v) {
       const int64_t quad = g * kQuads + v;
       prefetch_pair<kVnniWordBytes>(b, quad);  // one line per quad, b.prefetch bytes ahead
@@ -78,20 +99,20 @@ void q8_t(const BlockRef& b, const Q8Rows& x, float* acc) {
       const __m512i lo = _mm512_permutexvar_epi8(w, lut);
       const __m512i hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(w, 4), lut);
       const int64_t k0 = quad * 8;
-      if constexpr (MT == 1) {
-        i0 = _mm512_dpbusd_epi32(i0, lo, bcast_dword(r0.q + k0));
-        i_hi = _mm512_dpbusd_epi32(i_hi, hi, bcast_dword(r0.q + k0 + 4));
-      } else {
-#define DOT(t)                                                          \
-        if constexpr (MT > (t)) {                                       \
-          i##t = _mm512_dpbusd_epi32(i##t, lo, bcast_dword(r##t.q + k0)); \
-          i##t = _mm512_dpbusd_epi32(i##t, hi, bcast_dword(r##t.q + k0 + 4)); \
-        }
-        MOERUN_T8(DOT)
-#undef DOT
+#define DOT(t)                                                                               \
+      if constexpr (MT > (t)) {                                                            \
+        i##t = _mm512_dpbusd_epi32(i##t, lo, bcast_dword(r##t.q + k0));                    \
+        if constexpr (MT <= kSplitChainsMaxRows)                                           \
+          h##t = _mm512_dpbusd_epi32(h##t, hi, bcast_dword(r##t.q + k0 + 4));              \
+        else                                                                               \
+          i##t = _mm512_dpbusd_epi32(i##t, hi, bcast_dword(r##t.q + k0 + 4));              \
       }
+      MOERUN_T8(DOT)
+#undef DOT
     }
-    if constexpr (MT == 1) i0 = _mm512_add_epi32(i0, i_hi);
+#define JOIN(t) if constexpr (MT > (t) && MT <= kSplitChainsMaxRows) i##t = _mm512_add_epi32(i##t, h##t);
+    MOERUN_T8(JOIN)
+#undef JOIN
     __m512 sw;
     if constexpr (F == PackFmt::kNvfp4) {
       if ((g & 1) == 0) nvfp4_scale_pair(b.gscale, g, sw, sc_odd);
@@ -100,44 +121,48 @@ void q8_t(const BlockRef& b, const Q8Rows& x, float* acc) {
       sw = group_scale<F>(b.gscale, g, b.gmul);
     }
     const int64_t ag = g / kPerActGroup;
-#define FOLD(t)                                                                                           \
-    if constexpr (MT > (t))                                                                               \
-      f##t = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i##t), sw), _mm512_set1_ps(r##t.scale[ag]), f##t);
-    MOERUN_T8(FOLD)
+    if constexpr (Q15) {
+#define FOLD(t, u) if constexpr (MT > (t)) f##t = fold_group(f##t, join_q15(i##t, i##u), sw, r##u.scale[ag]);
+      MOERUN_P4(FOLD)
 #undef FOLD
+    } else {
+#define FOLD(t) if constexpr (MT > (t)) f##t = fold_group(f##t, i##t, sw, r##t.scale[ag]);
+      MOERUN_T8(FOLD)
+#undef FOLD
+    }
   }
   // The weights were decoded doubled; nvfp4's global scale (gmul = 256 x global, the e4m3 scales being
   // value / 256) multiplies the finished sums.
   const __m512 post = _mm512_set1_ps(F == PackFmt::kNvfp4 ? 0.5f * b.gmul : 0.5f);
-#define STORE(t) if constexpr (MT > (t)) _mm512_storeu_ps(acc + (t) * 16, _mm512_mul_ps(f##t, post));
+#define STORE(t) \
+  if constexpr (MT > (t) && (!Q15 || (t) % 2 == 0)) _mm512_storeu_ps(acc + (t) / (Q15 ? 2 : 1) * 16, _mm512_mul_ps(f##t, post));
   MOERUN_T8(STORE)
 #undef STORE
 }
 
-// Two blocks, one token (stream2_q8_avx512vnni): one row (int8 layers) or a token's two 15-bit rows, q8_t<F,
-// MT>'s integer chains, folds and store for each block, the two blocks' quads interleaved so that two
-// weight streams are in flight (gemm_avx512bf16.cpp's stream pairs). Bitwise q8_t's accumulators.
-template <PackFmt F, int MT>
+// Two blocks, one token (stream2_q8_avx512vnni / stream2_q15_avx512vnni): one row (int8 layers) or a
+// token's two 15-bit rows, each block's quads with q8_t<F, MT, Q15>'s chains, folds and store, the two
+// blocks' quads interleaved so that two weight streams are in flight (gemm_avx512bf16.cpp's stream pairs).
+// Bitwise q8_t's accumulators (the integer sums are exact in any order).
+template <PackFmt F, int MT, bool Q15>
 void q8_pair_t(const BlockRef& b0, const BlockRef& b1, const Q8Rows& x, float* acc0, float* acc1) {
-  static_assert(q8_stream_native(F) && (MT == 1 || MT == 2));
+  static_assert(q8_stream_native(F) && (MT == 1 || MT == 2) && (!Q15 || MT == 2));
   constexpr int G = group_size(F);
   constexpr int kQuads = G / 8;
   constexpr int kPerActGroup = 32 / G;
   const int64_t groups = b0.kp / G;
   const __m512i lut = _mm512_load_si512(kQ8E2m1.v);
   const __m512 z = _mm512_setzero_ps();
+  const __m512i zi = _mm512_setzero_si512();
   const Q8Rows r0 = x, r1 = x.rows_from(MT - 1);  // (MT = 1: r1 unused)
   const int32_t* bias0 = G == 32 ? r0.bias32 : r0.bias16;
   const int32_t* bias1 = G == 32 ? r1.bias32 : r1.bias16;
   __m512 f00 = z, f01 = z, f10 = z, f11 = z;  // f<block><row>
   __m512 odd0 = z, odd1 = z;
-  const auto fold = [](__m512 f, __m512i i, __m512 sw, float scale) {
-    return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i), sw), _mm512_set1_ps(scale), f);
-  };
   for (int64_t g = 0; g < groups; ++g) {
-    // MT = 1: <block>0 the low nibbles' chain (from the bias), <block>1 the high ones'; MT = 2: per row.
-    __m512i i00 = _mm512_set1_epi32(bias0[g]), i10 = i00;
-    __m512i i01 = MT == 1 ? _mm512_setzero_si512() : _mm512_set1_epi32(bias1[g]), i11 = i01;
+    // Integer chains c<block><row> (low nibbles, from the bias) and d<block><row> (high nibbles).
+    __m512i c00 = _mm512_set1_epi32(bias0[g]), c10 = c00, d00 = zi, d10 = zi;
+    __m512i c01 = MT == 1 ? zi : _mm512_set1_epi32(bias1[g]), c11 = c01, d01 = zi, d11 = zi;
     for (int v = 0; v < kQuads; ++v) {
       const int64_t quad = g * kQuads + v;
       prefetch_pair<kVnniWordBytes>(b0, quad);
@@ -148,17 +173,16 @@ void q8_pair_t(const BlockRef& b0, const BlockRef& b1, const Q8Rows& x, float* a
       const __m512i lo1 = _mm512_permutexvar_epi8(w1, lut), hi1 = _mm512_permutexvar_epi8(_mm512_srli_epi16(w1, 4), lut);
       const int64_t k0 = quad * 8;
       const __m512i xl0 = bcast_dword(r0.q + k0), xh0 = bcast_dword(r0.q + k0 + 4);
-      if constexpr (MT == 1) {
-        i00 = _mm512_dpbusd_epi32(i00, lo0, xl0);
-        i10 = _mm512_dpbusd_epi32(i10, lo1, xl0);
-        i01 = _mm512_dpbusd_epi32(i01, hi0, xh0);
-        i11 = _mm512_dpbusd_epi32(i11, hi1, xh0);
-      } else {
+      c00 = _mm512_dpbusd_epi32(c00, lo0, xl0);
+      d00 = _mm512_dpbusd_epi32(d00, hi0, xh0);
+      c10 = _mm512_dpbusd_epi32(c10, lo1, xl0);
+      d10 = _mm512_dpbusd_epi32(d10, hi1, xh0);
+      if constexpr (MT == 2) {
         const __m512i xl1 = bcast_dword(r1.q + k0), xh1 = bcast_dword(r1.q + k0 + 4);
-        i00 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i00, lo0, xl0), hi0, xh0);
-        i10 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i10, lo1, xl0), hi1, xh0);
-        i01 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i01, lo0, xl1), hi0, xh1);
-        i11 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i11, lo1, xl1), hi1, xh1);
+        c01 = _mm512_dpbusd_epi32(c01, lo0, xl1);
+        d01 = _mm512_dpbusd_epi32(d01, hi0, xh1);
+        c11 = _mm512_dpbusd_epi32(c11, lo1, xl1);
+        d11 = _mm512_dpbusd_epi32(d11, hi1, xh1);
       }
     }
     __m512 sw0, sw1;
@@ -175,41 +199,68 @@ void q8_pair_t(const BlockRef& b0, const BlockRef& b1, const Q8Rows& x, float* a
       sw1 = group_scale<F>(b1.gscale, g, b1.gmul);
     }
     const int64_t ag = g / kPerActGroup;
+    const __m512i s00 = _mm512_add_epi32(c00, d00), s10 = _mm512_add_epi32(c10, d10);
     if constexpr (MT == 1) {
-      f00 = fold(f00, _mm512_add_epi32(i00, i01), sw0, r0.scale[ag]);
-      f10 = fold(f10, _mm512_add_epi32(i10, i11), sw1, r0.scale[ag]);
+      f00 = fold_group(f00, s00, sw0, r0.scale[ag]);
+      f10 = fold_group(f10, s10, sw1, r0.scale[ag]);
     } else {
-      f00 = fold(f00, i00, sw0, r0.scale[ag]);
-      f01 = fold(f01, i01, sw0, r1.scale[ag]);
-      f10 = fold(f10, i10, sw1, r0.scale[ag]);
-      f11 = fold(f11, i11, sw1, r1.scale[ag]);
+      const __m512i s01 = _mm512_add_epi32(c01, d01), s11 = _mm512_add_epi32(c11, d11);
+      if constexpr (Q15) {
+        f00 = fold_group(f00, join_q15(s00, s01), sw0, r1.scale[ag]);
+        f10 = fold_group(f10, join_q15(s10, s11), sw1, r1.scale[ag]);
+      } else {
+        f00 = fold_group(f00, s00, sw0, r0.scale[ag]);
+        f01 = fold_group(f01, s01, sw0, r1.scale[ag]);
+        f10 = fold_group(f10, s10, sw1, r0.scale[ag]);
+        f11 = fold_group(f11, s11, sw1, r1.scale[ag]);
+      }
     }
   }
   const __m512 post0 = _mm512_set1_ps(F == PackFmt::kNvfp4 ? 0.5f * b0.gmul : 0.5f);
   const __m512 post1 = _mm512_set1_ps(F == PackFmt::kNvfp4 ? 0.5f * b1.gmul : 0.5f);
   _mm512_storeu_ps(acc0, _mm512_mul_ps(f00, post0));
   _mm512_storeu_ps(acc1, _mm512_mul_ps(f10, post1));
-  if constexpr (MT == 2) {
+  if constexpr (MT == 2 && !Q15) {
     _mm512_storeu_ps(acc0 + 16, _mm512_mul_ps(f01, post0));
     _mm512_storeu_ps(acc1 + 16, _mm512_mul_ps(f11, post1));
   }
 }
 
-template <PackFmt F>
+// m rows (Q15: m tokens, two rows each) in register groups of at most 8 rows.
+template <PackFmt F, bool Q15>
 void stream_f(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
+  constexpr int kRowsPer = Q15 ? 2 : 1;
+  const int rows = m * kRowsPer;
   int i = 0;
-  for (; m - i >= 8; i += 8) q8_t<F, 8>(b, x.rows_from(i), acc + i * 16);
+  for (; rows - i >= 8; i += 8) q8_t<F, 8, Q15>(b, x.rows_from(i), acc + i / kRowsPer * 16);
   const Q8Rows r = x.rows_from(i);
-  float* a = acc + i * 16;
-  switch (m - i) {
-    case 7: q8_t<F, 7>(b, r, a); break;
-    case 6: q8_t<F, 6>(b, r, a); break;
-    case 5: q8_t<F, 5>(b, r, a); break;
-    case 4: q8_t<F, 4>(b, r, a); break;
-    case 3: q8_t<F, 3>(b, r, a); break;
-    case 2: q8_t<F, 2>(b, r, a); break;
-    case 1: q8_t<F, 1>(b, r, a); break;
-    default: break;
+  float* a = acc + i / kRowsPer * 16;
+  switch (rows - i) {
+    case 6: q8_t<F, 6, Q15>(b, r, a); break;
+    case 4: q8_t<F, 4, Q15>(b, r, a); break;
+    case 2: q8_t<F, 2, Q15>(b, r, a); break;
+    default:
+      if constexpr (!Q15) {
+        switch (rows - i) {
+          case 7: q8_t<F, 7, false>(b, r, a); break;
+          case 5: q8_t<F, 5, false>(b, r, a); break;
+          case 3: q8_t<F, 3, false>(b, r, a); break;
+          case 1: q8_t<F, 1, false>(b, r, a); break;
+          default: break;
+        }
+      }
+      break;
+  }
+}
+
+template <bool Q15>
+void stream_any(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
+  switch (b.fmt) {
+    case PackFmt::kMxfp4: stream_f<PackFmt::kMxfp4, Q15>(b, x, m, acc); break;
+    case PackFmt::kNvfp4: stream_f<PackFmt::kNvfp4, Q15>(b, x, m, acc); break;
+    default:  // the runner calls it for q8_stream_native formats only; anything else must not look valid
+      std::fill(acc, acc + static_cast<int64_t>(m) * 16, __builtin_nanf(""));
+      break;
   }
 }
 
@@ -217,22 +268,23 @@ void stream_f(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
 
 void stream2_q8_avx512vnni(const BlockRef& b0, const BlockRef& b1, const Q8Rows& x, int m, float* acc0, float* acc1) {
   const bool mx = b0.fmt == PackFmt::kMxfp4, nv = b0.fmt == PackFmt::kNvfp4;
-  if (m == 1 && mx) return q8_pair_t<PackFmt::kMxfp4, 1>(b0, b1, x, acc0, acc1);
-  if (m == 2 && mx) return q8_pair_t<PackFmt::kMxfp4, 2>(b0, b1, x, acc0, acc1);
-  if (m == 1 && nv) return q8_pair_t<PackFmt::kNvfp4, 1>(b0, b1, x, acc0, acc1);
-  if (m == 2 && nv) return q8_pair_t<PackFmt::kNvfp4, 2>(b0, b1, x, acc0, acc1);
+  if (m == 1 && mx) return q8_pair_t<PackFmt::kMxfp4, 1, false>(b0, b1, x, acc0, acc1);
+  if (m == 2 && mx) return q8_pair_t<PackFmt::kMxfp4, 2, false>(b0, b1, x, acc0, acc1);
+  if (m == 1 && nv) return q8_pair_t<PackFmt::kNvfp4, 1, false>(b0, b1, x, acc0, acc1);
+  if (m == 2 && nv) return q8_pair_t<PackFmt::kNvfp4, 2, false>(b0, b1, x, acc0, acc1);
   stream_q8_avx512vnni(b0, x, m, acc0);  // (other row counts and formats: block by block)
   stream_q8_avx512vnni(b1, x, m, acc1);
 }
 
-void stream_q8_avx512vnni(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
-  switch (b.fmt) {
-    case PackFmt::kMxfp4: stream_f<PackFmt::kMxfp4>(b, x, m, acc); break;
-    case PackFmt::kNvfp4: stream_f<PackFmt::kNvfp4>(b, x, m, acc); break;
-    default:  // the runner calls it for q8_stream_native formats only; anything else must not look valid
-      std::fill(acc, acc + static_cast<int64_t>(m) * 16, __builtin_nanf(""));
-      break;
-  }
+void stream_q8_avx512vnni(const BlockRef& b, const Q8Rows& x, int m, float* acc) { stream_any<false>(b, x, m, acc); }
+
+void stream2_q15_avx512vnni(const BlockRef& b0, const BlockRef& b1, const Q8Rows& x, int m, float* acc0, float* acc1) {
+  if (m == 1 && b0.fmt == PackFmt::kMxfp4) return q8_pair_t<PackFmt::kMxfp4, 2, true>(b0, b1, x, acc0, acc1);
+  if (m == 1 && b0.fmt == PackFmt::kNvfp4) return q8_pair_t<PackFmt::kNvfp4, 2, true>(b0, b1, x, acc0, acc1);
+  stream_q15_avx512vnni(b0, x, m, acc0);
+  stream_q15_avx512vnni(b1, x, m, acc1);
 }
+
+void stream_q15_avx512vnni(const BlockRef& b, const Q8Rows& x, int m, float* acc) { stream_any<true>(b, x, m, acc); }
 
 }  // namespace moerun::cpu::kernels

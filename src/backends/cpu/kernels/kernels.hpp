@@ -331,6 +331,12 @@ void stream_q8_avx512vnni(const BlockRef& b, const Q8Rows& x, int m, float* acc)
 // stream_q8_avx512vnni calls give, with both blocks' weight streams in flight together for m = 1 or 2
 // (one token: an int8 row, or a token's two 15-bit rows); other m go block by block.
 void stream2_q8_avx512vnni(const BlockRef& b0, const BlockRef& b1, const Q8Rows& x, int m, float* acc0, float* acc1);
+// The same on m tokens of 15-bit rows, two a token (q8_rows.hpp pack_q15_rows: high row, then low): each
+// token's two integer sums joined exactly (128 x high + low) before their one f32 fold, so acc gets m rows
+// of 16, a token's sum over both rows, in half the fold work of summing two stream_q8 rows afterwards.
+void stream_q15_avx512vnni(const BlockRef& b, const Q8Rows& x, int m, float* acc);
+// Its stream pairs: two N-blocks, one token; other m block by block.
+void stream2_q15_avx512vnni(const BlockRef& b0, const BlockRef& b1, const Q8Rows& x, int m, float* acc0, float* acc1);
 constexpr bool q8_stream_native(PackFmt f) noexcept { return f == PackFmt::kMxfp4 || f == PackFmt::kNvfp4; }
 // The same on AVX2 (gemm_avx2.cpp; vpmaddubsw + vpmaddwd for VPDPBUSD), on weights packed in VNNI words
 // too: an AVX2 layer with int8 activations is packed so, and every call of it takes this kernel; a
