@@ -7,7 +7,9 @@
 #   2. cpu_moe_bench, every row, at 2 threads and at all cores (cpu_2t.json, cpu_<N>t.json);
 #   3. the stream/tile crossover sweep at 2 threads: bf16 qwen3-30b-a3b and deepseek-v2-lite at M 16, 64,
 #      256 with MOERUN_CPU_STREAM_MAX_TOKENS = 4, 8, 16, 32, 64 (cpu_sweep_2t.json);
-#   4. bench/cpu/table.py of each into cpu_tables.md.
+#   4. issue 4's format targets at one token, alternated call by call against bf16 at 2 threads
+#      (cpu_moe_bench --decode-ratios: cpu_ratios_2t.json; XEON_BENCH_RATIOS=0 skips it);
+#   5. bench/cpu/table.py of each into cpu_tables.md.
 # Logs: xeon-bench.log (this script's steps with times), cpu_*.log, build-cpubench.log. Each step has a
 # time limit (the JSON is rewritten after every model, so a step cut short keeps the rows it finished);
 # the whole runs in about 4 minutes after the build.
@@ -71,6 +73,13 @@ if [ -n "$sweep" ]; then
   log "sweep rc=$rc"
   grep -E '^(total|WARNING)' "$OUT/cpu_sweep_2t.log" | tee -a "$LOG"
   [ -f "$OUT/cpu_sweep_2t.json" ] && jsons+=("$OUT/cpu_sweep_2t.json")
+fi
+if [ "${XEON_BENCH_RATIOS:-1}" != 0 ]; then
+  log "decode ratios at 2 threads (formats alternated call by call against bf16)"
+  timeout 120 "$BENCH" --threads 2 --decode-ratios --budget 15 --json "$OUT/cpu_ratios_2t.json" > "$OUT/cpu_ratios_2t.log" 2>&1
+  log "ratios rc=$?"
+  grep -E 'faster than bf16|^total' "$OUT/cpu_ratios_2t.log" | tee -a "$LOG"
+  [ -f "$OUT/cpu_ratios_2t.json" ] && jsons+=("$OUT/cpu_ratios_2t.json")
 fi
 if ((${#jsons[@]})); then
   python3 bench/cpu/table.py "${jsons[@]}" > "$OUT/cpu_tables.md" 2>> "$LOG" || log "table.py FAILED"

@@ -3,7 +3,7 @@
 //
 //   cpu_moe_bench [--quick] [--json PATH] [--threads N] [--only SHAPE,...] [--m 1,64,...] [--compare-v1]
 //                 [--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE[,...]] [--budget S]
-//                 [--stream-sweep 4,8,16,...] [--formats LABEL,...] [--no-onednn]
+//                 [--stream-sweep 4,8,16,...] [--formats LABEL,...] [--no-onednn] [--decode-ratios]
 //
 // --formats LABEL,...: only the rows of these formats, labelled as in the output ("bf16", "mxfp4",
 // "mxfp4+int8-token-group", ...). --m replaces the token counts of every row (mixtral's too).
@@ -25,6 +25,14 @@
 // --compare-env VAR=VALUE[,VAR2=VALUE2...] likewise with any cpu-backend knobs (area cpu in `moerun knobs
 // --all`) read when a runner is created (rows "cpu-alt" with variant "VAR=VALUE...", cpu_speedup_vs_alt);
 // it replaces all three.
+//
+// --decode-ratios: instead of the usual rows, issue 4's format targets at M = 1 (--m for others): the
+// qwen3-30b-a3b layer in bf16 and in fp8-block, mxfp4 and nvfp4 (--formats narrows the latter), one
+// forward of each format in turn on the same router logits, the order rotated every round, for --budget
+// seconds (default 12). On a host whose memory bandwidth moves by 2x within minutes, rows timed minutes
+// apart give ratios of whatever the neighbours did; calls alternated within milliseconds share the
+// same conditions. Rows "cpu" (median time) with speedup_vs_bf16 = the median over rounds of bf16's
+// time / the format's, and its 10th / 90th percentiles.
 //
 // The oneDNN baseline runs every activated expert (and the shared experts) as two bf16 matmuls
 // (f32 where oneDNN has no bf16 matmul for the ISA) with weights reordered once to format_tag::any,
@@ -103,6 +111,7 @@ struct Opts {
   std::vector<int64_t> ms;  // token counts to run instead of the defaults
   double budget = -1;  // seconds of timed calls per row (< 0: 0.8, or 0.25 with --quick)
   std::vector<int> sweep;  // --stream-sweep crossovers (MOERUN_CPU_STREAM_MAX_TOKENS values)
+  bool decode_ratios = false;  // --decode-ratios: formats alternated call by call against bf16
   double row_budget() const { return budget >= 0 ? budget : quick ? 0.25 : 0.8; }
   bool want(const std::string& shape) const {
     return only.empty() || std::find(only.begin(), only.end(), shape) != only.end();
@@ -760,6 +769,57 @@ struct Bench {
     if (prev) setenv("MOERUN_CPU_STREAM_MAX_TOKENS", keep.c_str(), 1);
     else unsetenv("MOERUN_CPU_STREAM_MAX_TOKENS");
   }
+
+  // --decode-ratios: models[0] is bf16, the rest the formats compared with it, all of one shape. Each
+  // round runs one forward of every model at M on the same logit set (the copies rotate as in run_cpu),
+  // in an order rotated by one each round, so no format always follows the same one.
+  void decode_ratios(const std::vector<const Model*>& models, int64_t M, double budget) {
+    const size_t nf = models.size();
+    std::vector<std::vector<std::unique_ptr<Runner>>> rs;
+    std::vector<std::string> variants;
+    for (const Model* m : models) {
+      rs.push_back(cpu_runners(*m, threads));
+      variants.push_back(rs.back()[0]->variant_for(M));
+    }
+    std::vector<HostTensor> outs;
+    for (const Model* m : models) outs.emplace_back(DType::kBF16, Shape{M, m->spec.hidden});
+    std::vector<std::vector<double>> t(nf);
+    const double start = now_s();
+    int round = 0;
+    for (; (round < 8 || now_s() - start < budget) && round < 20000; ++round) {
+      for (size_t j = 0; j < nf; ++j) {
+        const size_t f = (j + static_cast<size_t>(round)) % nf;
+        const Model& m = *models[f];
+        const int n = static_cast<int>(rs[f].size());
+        auto a = copy_args(m, M, round, outs[f]);
+        const double t0 = now_s();
+        rs[f][static_cast<size_t>(round % n)]->forward(a);
+        const double dt = now_s() - t0;
+        if (round >= n) t[f].push_back(dt);  // every runner's first call untimed (as in run_cpu)
+      }
+    }
+    const auto pct = [](std::vector<double> v, double q) {
+      std::sort(v.begin(), v.end());
+      return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+    };
+    const size_t timed = t[0].size();
+    for (size_t f = 0; f < nf; ++f) {
+      const Model& m = *models[f];
+      row(m, "cpu", M, threads, pct(t[f], 0.5), variants[f]);
+      json& r = rows.back();
+      r["rounds"] = timed;
+      r["method_note"] = "decode-ratios: formats alternated call by call";
+      if (f == 0) continue;
+      std::vector<double> ratio(timed);
+      for (size_t i = 0; i < timed; ++i) ratio[i] = t[0][i] / t[f][i];
+      r["speedup_vs_bf16"] = pct(ratio, 0.5);
+      r["speedup_vs_bf16_p10"] = pct(ratio, 0.1);
+      r["speedup_vs_bf16_p90"] = pct(ratio, 0.9);
+      std::printf("  %-14s %.2fx faster than bf16 (median over %zu alternated rounds; 10th-90th percentile %.2f-%.2fx)\n",
+                  format_label(m.spec).c_str(), pct(ratio, 0.5), timed, pct(ratio, 0.1), pct(ratio, 0.9));
+    }
+    std::fflush(stdout);
+  }
 };
 
 // --compare-env's argument: VAR=VALUE settings joined by commas, each a knob of the cpu backend
@@ -820,7 +880,7 @@ int run(int argc, char** argv) {
   const char* usage =
       "usage: %s [--quick] [--json PATH] [--threads N] [--only SHAPE,...] [--m 1,64,...] [--compare-v1] "
       "[--compare-amx1] [--compare-down1] [--compare-env VAR=VALUE[,...]] [--budget S] [--stream-sweep 4,8,16,...] "
-      "[--formats bf16,mxfp4+int8-token-group,...] [--no-onednn]\n";
+      "[--formats bf16,mxfp4+int8-token-group,...] [--no-onednn] [--decode-ratios]\n";
   Bench b;
   bool only_given = false;
   for (int i = 1; i < argc; ++i) {
@@ -850,6 +910,7 @@ int run(int argc, char** argv) {
     }
     else if (a == "--compare-v1") b.opt.compare_v1 = true;
     else if (a == "--no-onednn") b.opt.no_onednn = true;
+    else if (a == "--decode-ratios") b.opt.decode_ratios = true;
     else if (a == "--compare-amx1") b.opt.compare_amx1 = true;
     else if (a == "--compare-down1") b.opt.compare_down1 = true;
     else if (a == "--compare-env" && i + 1 < argc && valid_settings(argv[i + 1]))
@@ -898,7 +959,22 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "--only: an empty list\n");
     return 2;
   }
-  {
+  if (b.opt.decode_ratios) {  // its own rows: refuse what it would ignore
+    if (!b.opt.sweep.empty() || b.opt.compare_v1 || b.opt.compare_amx1 || b.opt.compare_down1 || !b.opt.compare_env.empty()) {
+      std::fprintf(stderr, "--decode-ratios: not with --stream-sweep or --compare-*\n");
+      return 2;
+    }
+    for (const std::string& s : b.opt.only)
+      if (s != "qwen3-30b-a3b") {
+        std::fprintf(stderr, "--decode-ratios: runs qwen3-30b-a3b only (--only %s)\n", s.c_str());
+        return 2;
+      }
+    for (const std::string& f : b.opt.formats)
+      if (f != "bf16" && f != "fp8-block" && f != "mxfp4" && f != "nvfp4") {
+        std::fprintf(stderr, "--decode-ratios: compares fp8-block, mxfp4 and nvfp4 with bf16 (--formats %s)\n", f.c_str());
+        return 2;
+      }
+  } else {
     const bool sweep = !b.opt.sweep.empty();
     const char* mode = sweep ? "--stream-sweep" : b.opt.quick ? "--quick" : "the full run";
     std::set<std::string> runnable;  // format labels of the selected shapes
@@ -992,6 +1068,26 @@ int run(int argc, char** argv) {
     std::ofstream(b.opt.json_path) << j.dump(2) << "\n";
   };
 
+  if (b.opt.decode_ratios) {
+    const std::vector<int64_t> ms = !b.opt.ms.empty() ? b.opt.ms : std::vector<int64_t>{1};
+    const int64_t mmax = *std::max_element(ms.begin(), ms.end());
+    std::vector<Model> models;
+    models.reserve(4);
+    models.push_back(make_model("qwen3-30b-a3b", "", WeightFormat::kBF16, mmax));
+    for (WeightFormat f : {WeightFormat::kFp8Block, WeightFormat::kMxfp4, WeightFormat::kNvfp4})
+      if (b.opt.formats.empty() || b.opt.want_format(std::string(to_string(f))))
+        models.push_back(make_model("qwen3-30b-a3b", "", f, mmax));
+    std::vector<const Model*> ptrs;
+    for (const Model& m : models) ptrs.push_back(&m);
+    for (int64_t M : ms) {
+      b.decode_ratios(ptrs, M, b.opt.budget >= 0 ? b.opt.budget : 12.0);
+      write_json();
+    }
+    std::printf("huge pages: at most %.0f MB of anonymous memory on 2 MiB pages (-1: unknown)\ntotal %.1f s\n",
+                b.huge_page_mb, now_s() - t_start);
+    write_json();
+    return 0;
+  }
   if (!b.opt.sweep.empty()) {
     const std::vector<int64_t> ms = !b.opt.ms.empty() ? b.opt.ms : std::vector<int64_t>{16, 64, 256};
     const int64_t mmax = *std::max_element(ms.begin(), ms.end());

@@ -3,7 +3,8 @@
 bandwidth is the larger of the measured one and the fastest row's streaming rate, see read_bw), speedup vs
 the oneDNN baseline when the run had one (and vs the previous kernels, MOERUN_CPU_KERNELS=v1, when the run
 used --compare-v1); for a --stream-sweep run, the crossover sweep (rows: shape x M, columns: the
-MOERUN_CPU_STREAM_MAX_TOKENS value n, cells: ms, the fastest in bold).
+MOERUN_CPU_STREAM_MAX_TOKENS value n, cells: ms, the fastest in bold); for a --decode-ratios run, each
+format's speedup over bf16 alternated call by call.
 
 usage: table.py cpu.json [more.json ...]
 """
@@ -124,6 +125,20 @@ def sweep_table(d):
     print()
 
 
+def ratio_table(d):
+    """--decode-ratios rows: each format against bf16, alternated call by call."""
+    rows = [r for r in d["rows"] if "speedup_vs_bf16" in r]
+    if not rows:
+        return
+    print("Formats against bf16, one forward of each in turn (median over rounds of bf16's time / the format's):\n")
+    print("| shape | format | M | threads | ms (median) | GB/s | faster than bf16 | 10th-90th percentile | rounds |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['shape']} | {r['format']} | {r['m']} | {r['threads']} | {r['time_ms']:.3f} | {r['gbps']:.1f} | "
+              f"{r['speedup_vs_bf16']:.2f}x | {r['speedup_vs_bf16_p10']:.2f}-{r['speedup_vs_bf16_p90']:.2f}x | {r['rounds']} |")
+    print()
+
+
 def main():
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__.strip())
@@ -135,6 +150,7 @@ def main():
         print(limits_line(d))
         main_table(d)
         sweep_table(d)
+        ratio_table(d)
 
 
 if __name__ == "__main__":
