@@ -313,9 +313,9 @@ int run(int argc, char** argv) {
     if (k.uses_q8_stream(b.fmt) && m <= k.stream_max_m_q8) {
       if (k.q8_rows_per_token == 1) return k.stream_q8(b, xq.view(), m, acc);
       k.stream_q8(b, xq15.view(), k.q8_call_count(m), acc);
-      if (!k.q8_joins_rows)
+      if (!k.q8_joins_rows)  // the runner's sum_q15_rows
         for (int i = 0; i < m; ++i)
-        for (int l = 0; l < 16; ++l) acc[i * 16 + l] = acc[2 * i * 16 + l] + acc[(2 * i + 1) * 16 + l];
+          for (int l = 0; l < 16; ++l) acc[i * 16 + l] = acc[2 * i * 16 + l] + acc[(2 * i + 1) * 16 + l];
     } else if (k.stream_bf16 != nullptr && k.uses_bf16_stream(b.fmt)) {
       k.stream_bf16(b, xb.data(), LD, m, acc);
     } else {

@@ -332,10 +332,12 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
   } else {
     ks.stream_q8 = nullptr;
   }
-  // (the pair kernel goes with the AVX-512 q8 kernel only, wherever the choices above left it)
+  // (the pair kernels go with the AVX-512 q8 / q15 kernels only, wherever the choices above left them)
   ks.stream2_q8 = nullptr;
-  if (stream_pairs_enabled() && ks.stream_q8 == kernels::stream_q8_avx512vnni) ks.stream2_q8 = kernels::stream2_q8_avx512vnni;
-  if (stream_pairs_enabled() && ks.stream_q8 == kernels::stream_q15_avx512vnni) ks.stream2_q8 = kernels::stream2_q15_avx512vnni;
+  if (stream_pairs_enabled() && ks.stream_q8 == kernels::stream_q8_avx512vnni)
+    ks.stream2_q8 = kernels::stream2_q8_avx512vnni;
+  if (stream_pairs_enabled() && ks.stream_q8 == kernels::stream_q15_avx512vnni)
+    ks.stream2_q8 = kernels::stream2_q15_avx512vnni;
   return ks;
 }
 

@@ -72,6 +72,8 @@ inline __m512 fold_group(__m512 f, __m512i i, __m512 sw, float scale) {
   return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i), sw), _mm512_set1_ps(scale), f);
 }
 
+// One register group of MT rows on block b: acc gets a row of 16 per row, or with Q15 (MT even) per
+// token, rows 2t and 2t + 1 being token t's high and low 15-bit rows.
 template <PackFmt F, int MT, bool Q15>
 void q8_t(const BlockRef& b, const Q8Rows& x, float* acc) {
   static_assert(q8_stream_native(F) && MT >= 1 && MT <= 8 && (!Q15 || MT % 2 == 0));
@@ -134,8 +136,10 @@ void q8_t(const BlockRef& b, const Q8Rows& x, float* acc) {
   // The weights were decoded doubled; nvfp4's global scale (gmul = 256 x global, the e4m3 scales being
   // value / 256) multiplies the finished sums.
   const __m512 post = _mm512_set1_ps(F == PackFmt::kNvfp4 ? 0.5f * b.gmul : 0.5f);
-#define STORE(t) \
-  if constexpr (MT > (t) && (!Q15 || (t) % 2 == 0)) _mm512_storeu_ps(acc + (t) / (Q15 ? 2 : 1) * 16, _mm512_mul_ps(f##t, post));
+  constexpr int kRowsPerToken = Q15 ? 2 : 1;  // (Q15: token t's sums are in f<2t>)
+#define STORE(t)                                  \
+  if constexpr (MT > (t) && (t) % kRowsPerToken == 0) \
+    _mm512_storeu_ps(acc + (t) / kRowsPerToken * 16, _mm512_mul_ps(f##t, post));
   MOERUN_T8(STORE)
 #undef STORE
 }
