@@ -73,7 +73,7 @@ const std::vector<Knob>& table() {
     v.push_back(count("MOERUN_CPU_STREAM_RUN", "cpu", 1, 64, "the runner's rule: at most 8, 32 for jobs of up to 4 tokens (AMX tile items: 48)",
                       "consecutive N-blocks of one expert per decode work item (tile items: whole pairs)"));
     v.push_back(on_off("MOERUN_CPU_Q15_JOIN", "cpu", "1",
-                       "0: AVX-512 q15 calls fold a token's two 15-bit rows apart and sum them after (before session 40)"));
+                       "0: q15 calls fold a token's two 15-bit rows apart and sum them after (before session 40)"));
     v.push_back(on_off("MOERUN_CPU_STREAM_PAIRS", "cpu", "1",
                        "0: one-token decode calls stream one N-block at a time, not two blocks' weights together"));
     v.push_back(on_off("MOERUN_CPU_STREAM_TAPER", "cpu", "1",

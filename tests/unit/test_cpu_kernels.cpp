@@ -1133,21 +1133,23 @@ TEST(CpuKernels, Q15RowsHoldEachValueWithinHalfAStep) {
 }
 
 // The kernel set a 4-bit layer with bf16 activations gets at each VNNI level this machine has.
-// The q15 kernels of the levels this machine has; at avx512-bf16 both the kernel that joins a token's two
-// rows (stream_q15_avx512vnni, the default) and the one whose rows the runner sums (MOERUN_CPU_Q15_JOIN=0).
+// The q15 kernels of the levels this machine has: each level's kernel that joins a token's two rows
+// (stream_q15_avx2, stream_q15_avx512vnni: the default) and the one whose rows the runner sums
+// (MOERUN_CPU_Q15_JOIN=0).
 std::vector<Level> q15_levels() {
   MoeSpec s;
   s.weight_format = WeightFormat::kMxfp4;
   s.act_dtype = DType::kBF16;
   std::vector<Level> out = q8_kernel_levels(s);
-  for (size_t i = 0, n = out.size(); i < n; ++i)
-    if (out[i].ks.q8_joins_rows) {
-      Level apart{"avx512-bf16 rows apart", out[i].ks};
-      apart.ks.stream_q8 = kernels::stream_q8_avx512vnni;
-      apart.ks.stream2_q8 = kernels::stream2_q8_avx512vnni;
-      apart.ks.q8_joins_rows = false;
-      out.push_back(apart);
-    }
+  for (size_t i = 0, n = out.size(); i < n; ++i) {
+    EXPECT_TRUE(out[i].ks.q8_joins_rows) << out[i].name;
+    const bool avx2 = out[i].ks.stream_q8 == kernels::stream_q15_avx2;
+    Level apart{avx2 ? "avx2 rows apart" : "avx512-bf16 rows apart", out[i].ks};
+    apart.ks.stream_q8 = avx2 ? kernels::stream_q8_avx2 : kernels::stream_q8_avx512vnni;
+    apart.ks.stream2_q8 = avx2 ? nullptr : kernels::stream2_q8_avx512vnni;
+    apart.ks.q8_joins_rows = false;
+    out.push_back(apart);
+  }
   return out;
 }
 

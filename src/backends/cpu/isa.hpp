@@ -207,8 +207,9 @@ struct KernelSet {
   // kAvx2Q15StreamMaxTokens). MOERUN_CPU_Q15=0 (measurement) leaves such layers to the other kernels.
   int q8_rows_per_token = 1;
   // True where stream_q8 / stream2_q8 take a count of tokens and join each token's two 15-bit rows
-  // themselves (kernels::stream_q15_avx512vnni: one f32 fold a token, not two); false where they take
-  // rows and the runner sums a token's two (AVX2, and MOERUN_CPU_Q15_JOIN=0 for measurement).
+  // themselves (kernels::stream_q15_avx512vnni, stream_q15_avx2: one f32 fold a token, not two); false
+  // where they take rows (int8 layers) and, for q15 rows with MOERUN_CPU_Q15_JOIN=0 (measurement), the
+  // runner sums a token's two.
   bool q8_joins_rows = false;
   // The count a stream_q8 / stream2_q8 call on `tokens` tokens takes, and the acc rows it writes.
   int q8_call_count(int tokens) const noexcept { return q8_joins_rows ? tokens : tokens * q8_rows_per_token; }
@@ -413,8 +414,8 @@ bool q8_stream_enabled();
 // MOERUN_CPU_Q15=0: false; unset (or malformed): true (a number n >= 1 also sets the cut, below; so
 // MOERUN_CPU_Q15=1 means a cut of one token, not just "on").
 bool q15_stream_enabled();
-// MOERUN_CPU_Q15_JOIN=0: the AVX-512 q15 calls fold a token's two rows apart and the runner sums them
-// (the kernel before session 40); unset (or malformed): true.
+// MOERUN_CPU_Q15_JOIN=0: q15 calls fold a token's two rows apart and the runner sums them (the kernels
+// before session 40); unset (or malformed): true.
 bool q15_join_enabled();
 // MOERUN_CPU_Q15=<n> with n >= 1 (measurement): the q15 kernels take calls of up to n tokens per expert,
 // whatever MOERUN_CPU_STREAM_MAX_TOKENS says; -1 when unset, 0 or malformed (the level's cut holds).

@@ -321,6 +321,10 @@ KernelSet kernels_for_spec(const MoeSpec& spec, CpuIsa isa) {
       ks.panel = kernels::dequant_panel_avx2_vnni;
       ks.stream_max_m_q8 = cut >= 0 ? cut : q15_stream_max(isa, 0.0);
       ks.stream_max_m = std::min(ks.stream_max_m, ks.stream_max_m_q8);
+      if (q15_join_enabled()) {
+        ks.stream_q8 = kernels::stream_q15_avx2;
+        ks.q8_joins_rows = true;
+      }
     } else {
       ks.stream_q8 = kernels::stream_q8_avx512vnni;  // these levels pack VNNI words anyway
       ks.stream_max_m_q8 = cut >= 0 ? cut : q15_stream_max(isa, detected_features().bf16_dot_rate);

@@ -587,8 +587,10 @@ void tile_avx2(const float* panel, int64_t kp, const float* x, int64_t ldx, int 
 // codes and adds byte pairs into 16 bits (at most 2 x 24 x 128 each, a 15-bit row's high part reaching
 // -128, and the low and high nibbles' sums added at most 12288: no saturation), vpmaddwd with ones adds the word pairs into each lane's dword.
 // The group's integer sum starts at the row's bias (-12 x its codes' sum), as on AVX-512, so it is
-// exactly 2 x the e2m1 dot product; scales and the f32 fold are the same. One or two tokens per pass
-// (16 registers: two accumulators per token and half, the decoded halves, three constants).
+// exactly 2 x the e2m1 dot product; scales and the f32 fold are the same. One or two rows per pass
+// (16 registers: two accumulators per row and half, the decoded halves, three constants); a token's two
+// 15-bit rows run as one pass and join before the fold (stream_q15_avx2; on this level, Zen 4, the
+// layer alternated with MOERUN_CPU_Q15_JOIN=0: 1.00-1.03x).
 namespace {
 
 constexpr auto kQ8Lut = q8_e2m1_table<16>();
@@ -602,9 +604,11 @@ inline __m256i bcast_dword(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-template <PackFmt F, int MT>
+// One or two rows; with Q15 (MT = 2) the two rows are one token's high and low 15-bit rows, joined per
+// K group as 128 x high + low (exact, as in gemm_avx512vnni.cpp) before one fold, and acc gets one row.
+template <PackFmt F, int MT, bool Q15>
 void q8_avx2_t(const BlockRef& b, const Q8Rows& x, float* acc) {
-  static_assert(q8_stream_native(F) && (MT == 1 || MT == 2));
+  static_assert(q8_stream_native(F) && (MT == 1 || MT == 2) && (!Q15 || MT == 2));
   constexpr int G = group_size(F), kQuads = G / 8, kPerActGroup = 32 / G;
   const int64_t groups = b.kp / G;
   const __m256i lut = q8_lut_avx2(), nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
@@ -650,39 +654,55 @@ void q8_avx2_t(const BlockRef& b, const Q8Rows& x, float* acc) {
     }
     const int64_t ag = g / kPerActGroup;
     const __m256 sa0 = _mm256_set1_ps(r0.scale[ag]), sa1 = _mm256_set1_ps(r1.scale[ag]);
-    f00 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i00), w_lo), sa0, f00);
-    f01 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i01), w_hi), sa0, f01);
-    if constexpr (MT > 1) {
-      f10 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i10), w_lo), sa1, f10);
-      f11 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i11), w_hi), sa1, f11);
+    if constexpr (Q15) {  // 128 x high + low, at the low row's scale
+      const __m256i j0 = _mm256_add_epi32(_mm256_slli_epi32(i00, 7), i10);
+      const __m256i j1 = _mm256_add_epi32(_mm256_slli_epi32(i01, 7), i11);
+      f00 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(j0), w_lo), sa1, f00);
+      f01 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(j1), w_hi), sa1, f01);
+    } else {
+      f00 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i00), w_lo), sa0, f00);
+      f01 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i01), w_hi), sa0, f01);
+      if constexpr (MT > 1) {
+        f10 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i10), w_lo), sa1, f10);
+        f11 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i11), w_hi), sa1, f11);
+      }
     }
   }
   const __m256 post = _mm256_set1_ps(F == PackFmt::kNvfp4 ? 0.5f * b.gmul : 0.5f);  // doubled e2m1; global
   _mm256_storeu_ps(acc, _mm256_mul_ps(f00, post));
   _mm256_storeu_ps(acc + 8, _mm256_mul_ps(f01, post));
-  if constexpr (MT > 1) {
+  if constexpr (MT > 1 && !Q15) {
     _mm256_storeu_ps(acc + 16, _mm256_mul_ps(f10, post));
     _mm256_storeu_ps(acc + 24, _mm256_mul_ps(f11, post));
   }
 }
 
-template <PackFmt F>
+// m rows, two at a time; with Q15 m tokens, one pass each.
+template <PackFmt F, bool Q15>
 void q8_avx2_f(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
-  int i = 0;
-  for (; m - i >= 2; i += 2) q8_avx2_t<F, 2>(b, x.rows_from(i), acc + i * 16);
-  if (m - i == 1) q8_avx2_t<F, 1>(b, x.rows_from(i), acc + i * 16);
+  if constexpr (Q15) {
+    for (int t = 0; t < m; ++t) q8_avx2_t<F, 2, true>(b, x.rows_from(2 * t), acc + t * 16);
+  } else {
+    int i = 0;
+    for (; m - i >= 2; i += 2) q8_avx2_t<F, 2, false>(b, x.rows_from(i), acc + i * 16);
+    if (m - i == 1) q8_avx2_t<F, 1, false>(b, x.rows_from(i), acc + i * 16);
+  }
 }
 
-}  // namespace
-
-void stream_q8_avx2(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
+template <bool Q15>
+void q8_avx2_any(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
   switch (b.fmt) {
-    case PackFmt::kMxfp4: q8_avx2_f<PackFmt::kMxfp4>(b, x, m, acc); break;
-    case PackFmt::kNvfp4: q8_avx2_f<PackFmt::kNvfp4>(b, x, m, acc); break;
+    case PackFmt::kMxfp4: q8_avx2_f<PackFmt::kMxfp4, Q15>(b, x, m, acc); break;
+    case PackFmt::kNvfp4: q8_avx2_f<PackFmt::kNvfp4, Q15>(b, x, m, acc); break;
     default:  // the runner calls it for q8_stream_native formats only; anything else must not look valid
       std::fill(acc, acc + static_cast<int64_t>(m) * 16, __builtin_nanf(""));
       break;
   }
 }
+
+}  // namespace
+
+void stream_q8_avx2(const BlockRef& b, const Q8Rows& x, int m, float* acc) { q8_avx2_any<false>(b, x, m, acc); }
+void stream_q15_avx2(const BlockRef& b, const Q8Rows& x, int m, float* acc) { q8_avx2_any<true>(b, x, m, acc); }
 
 }  // namespace moerun::cpu::kernels

@@ -28,7 +28,8 @@
 //   so per K group the two exact integer sums join into one, 128 x high + low (under 2^24 in magnitude,
 //   so exact in f32 too), and fold once: half the conversions and multiplies of folding each row and
 //   adding the rows' results after. Layer, Zen 4, alternated with MOERUN_CPU_Q15_JOIN=0: qwen3 mxfp4 /
-//   nvfp4 one token 1.02x / 1.04x, four tokens 1.03x / 1.04x, gpt-oss-20b 1.01x.
+//   nvfp4 one token 1.02x / 1.04x, four tokens 1.03x / 1.04x, gpt-oss-20b 1.01x. (gemm_avx2.cpp's q8
+//   kernel joins them the same way: at the AVX2 level 1.00-1.03x.)
 // - One token (one int8 row, or a token's two 15-bit rows) on two blocks at once: stream2_q8_avx512vnni,
 //   the stream pairs of gemm_avx512bf16.cpp's NOTES, with the same chains per block.
 // - Tried on Zen 4 and not kept: vpshufb + a mask for the two vpermb (tied, or up to 1.4x slower in L2 in

@@ -342,5 +342,7 @@ constexpr bool q8_stream_native(PackFmt f) noexcept { return f == PackFmt::kMxfp
 // too: an AVX2 layer with int8 activations is packed so, and every call of it takes this kernel; a
 // 4-bit layer with bf16 activations too, whose calls take it up to a cut (panels beyond).
 void stream_q8_avx2(const BlockRef& b, const Q8Rows& x, int m, float* acc);
+// Its joined q15 form, as stream_q15_avx512vnni: m tokens of two 15-bit rows, acc m rows.
+void stream_q15_avx2(const BlockRef& b, const Q8Rows& x, int m, float* acc);
 
 }  // namespace moerun::cpu::kernels
