@@ -1052,6 +1052,29 @@ TEST(CpuBackend, Q15Knob) {
   });
 }
 
+// MOERUN_CPU_Q15_JOIN=0 (measurement) gives the q15 calls the kernels that fold a token's two rows apart,
+// whose rows the runner sums; unset, every level's q15 kernel joins them. Either way the layer matches
+// the reference (at the detected level).
+TEST(CpuBackend, Q15JoinKnob) {
+  for_each_switch_value("MOERUN_CPU_Q15_JOIN", [](const char* v, bool on) {
+    MoeSpec s = base_spec();
+    s.weight_format = WeightFormat::kMxfp4;
+    s.act_dtype = DType::kBF16;
+    for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
+      const cpu::KernelSet ks = cpu::kernels_for_spec(s, isa);
+      EXPECT_EQ(ks.q8_rows_per_token, 2) << "'" << v << "' " << to_string(isa);
+      EXPECT_EQ(ks.q8_joins_rows, on) << "'" << v << "' " << to_string(isa);
+      EXPECT_EQ(ks.q8_call_count(3), on ? 3 : 6) << "'" << v << "' " << to_string(isa);
+    }
+    if (std::string(v) == "0") {
+      Case c;
+      c.spec = s;
+      c.m = 3;
+      check_case(c, "MOERUN_CPU_Q15_JOIN=0");
+    }
+  });
+}
+
 // MOERUN_CPU_Q15=<n> (n >= 1) moves the q15 kernels' cut to n tokens per expert at every level, over
 // MOERUN_CPU_STREAM_MAX_TOKENS; unset, each level keeps its own.
 TEST(CpuBackend, Q15CutKnob) {
