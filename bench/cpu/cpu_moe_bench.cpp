@@ -783,10 +783,13 @@ struct Bench {
     }
     std::vector<HostTensor> outs;
     for (const Model* m : models) outs.emplace_back(DType::kBF16, Shape{M, m->spec.hidden});
+    // Every runner's first call is untimed (as in run_cpu): the first `warm` rounds, warm being the
+    // most copies of any format, so that sample i of every format comes from the same round.
+    size_t warm = 0;
+    for (const auto& r : rs) warm = std::max(warm, r.size());
     std::vector<std::vector<double>> t(nf);
     const double start = now_s();
-    int round = 0;
-    for (; (round < 8 || now_s() - start < budget) && round < 20000; ++round) {
+    for (int round = 0; (t[0].size() < 8 || now_s() - start < budget) && t[0].size() < 20000; ++round) {
       for (size_t j = 0; j < nf; ++j) {
         const size_t f = (j + static_cast<size_t>(round)) % nf;
         const Model& m = *models[f];
@@ -795,7 +798,7 @@ struct Bench {
         const double t0 = now_s();
         rs[f][static_cast<size_t>(round % n)]->forward(a);
         const double dt = now_s() - t0;
-        if (round >= n) t[f].push_back(dt);  // every runner's first call untimed (as in run_cpu)
+        if (static_cast<size_t>(round) >= warm) t[f].push_back(dt);
       }
     }
     const auto pct = [](std::vector<double> v, double q) {
@@ -969,11 +972,18 @@ int run(int argc, char** argv) {
         std::fprintf(stderr, "--decode-ratios: runs qwen3-30b-a3b only (--only %s)\n", s.c_str());
         return 2;
       }
-    for (const std::string& f : b.opt.formats)
+    bool any = b.opt.formats.empty();
+    for (const std::string& f : b.opt.formats) {
       if (f != "bf16" && f != "fp8-block" && f != "mxfp4" && f != "nvfp4") {
         std::fprintf(stderr, "--decode-ratios: compares fp8-block, mxfp4 and nvfp4 with bf16 (--formats %s)\n", f.c_str());
         return 2;
       }
+      any = any || f != "bf16";
+    }
+    if (!any) {
+      std::fprintf(stderr, "--decode-ratios: --formats bf16 alone leaves nothing to compare with bf16\n");
+      return 2;
+    }
   } else {
     const bool sweep = !b.opt.sweep.empty();
     const char* mode = sweep ? "--stream-sweep" : b.opt.quick ? "--quick" : "the full run";
