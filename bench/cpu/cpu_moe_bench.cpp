@@ -24,7 +24,10 @@
 // against the automatic down groups (rows "cpu-down1", cpu_speedup_vs_down1); it replaces both.
 // --compare-env VAR=VALUE[,VAR2=VALUE2...] likewise with any cpu-backend knobs (area cpu in `moerun knobs
 // --all`) read when a runner is created (rows "cpu-alt" with variant "VAR=VALUE...", cpu_speedup_vs_alt);
-// it replaces all three.
+// it replaces all three. Each of these runs two halves, the alternative's runners created first in one
+// and second in the other (run_cpu_vs_alt: each runner packs its own weights, and where they land is a
+// difference no alternation removes), and the alternative's row also records each half's ratio
+// (speedup_alt_created_first / _second).
 //
 // --decode-ratios: instead of the usual rows, issue 4's format targets at M = 1 (--m for others): the
 // qwen3-30b-a3b layer in bf16 and in fp8-block, mxfp4 and nvfp4 (--formats narrows the latter), one
@@ -640,44 +643,77 @@ struct Bench {
 
   // The cpu backend as it is and under other settings ("VAR=VALUE" or several joined by commas, e.g.
   // MOERUN_CPU_KERNELS=v1; all set while the alternative runners are created), calls alternating so
-  // that load from other processes hits both alike. Returns {current, alternative} median seconds.
-  std::pair<double, double> run_cpu_vs_v1(const Model& m, int64_t M, int th, const std::string& settings) {
-    RunnerOptions ro;
-    ro.threads = th;
+  // that load from other processes hits both alike. Each runner packs its own copy of the weights, so
+  // where those copies land in memory (2 MiB pages or not, which the runners created first may take)
+  // is a difference between the two sets that no alternation removes. So the time is split in two
+  // halves with fresh runners, the alternative's created first in one and second in the other, and the
+  // samples pooled; each half's ratio is kept too (VsAlt::ratio_alt_first / ratio_alt_second), a
+  // measure of the spread. A/A runs on the Zen 4 (session 41: a knob set to its default; qwen3-30b-a3b
+  // one token, 2 threads, 2 s a half) read halves of 0.987-1.035 and pooled ratios of 0.993-1.023, so
+  // an effect under 3% needs several rounds.
+  struct VsAlt {
+    double current = 0, alternative = 0;              // median seconds over both halves
+    double ratio_alt_first = 0, ratio_alt_second = 0;  // alternative / current medians of each half
+  };
+  VsAlt run_cpu_vs_alt(const Model& m, int64_t M, int th, const std::string& settings) {
     struct Saved { std::string name, value; bool was_set; };
     std::vector<Saved> saved;
     std::stringstream ss(settings);
     for (std::string kv; std::getline(ss, kv, ',');) {
-      const size_t eq = kv.find('=');
-      const std::string name = kv.substr(0, eq);
+      const std::string name = kv.substr(0, kv.find('='));
       const char* prev = std::getenv(name.c_str());
       saved.push_back({name, prev ? prev : "", prev != nullptr});
-      setenv(name.c_str(), kv.substr(eq + 1).c_str(), 1);
     }
-    auto r1 = cpu_runners(m, ro.threads);
-    for (const Saved& v : saved) {
-      if (v.was_set) setenv(v.name.c_str(), v.value.c_str(), 1);
-      else unsetenv(v.name.c_str());
-    }
-    auto r2 = cpu_runners(m, ro.threads);
-    HostTensor out(DType::kBF16, {M, m.spec.hidden});
-    std::vector<double> t1, t2;
-    const double budget = 2 * opt.row_budget(), start = now_s();
-    const size_t n = r1.size();
-    for (int call = 0; (t1.size() < 3 || now_s() - start < budget) && t1.size() < 200; ++call) {
-      // each call's logits differ (fresh experts from memory); which runner goes first alternates, so
-      // neither profits more from what the other left in L3
-      auto a = copy_args(m, M, call, out);
-      for (int j = 0; j < 2; ++j) {
-        const bool v2 = (j == 0) == (call % 2 == 0);
-        const double t0 = now_s();
-        (v2 ? r2 : r1)[static_cast<size_t>(call) % n]->forward(a);
-        if (call >= static_cast<int>(n)) (v2 ? t2 : t1).push_back(now_s() - t0);  // every runner's first call untimed
+    const auto alt_runners = [&] {
+      std::stringstream kvs(settings);
+      for (std::string kv; std::getline(kvs, kv, ',');) {
+        const size_t eq = kv.find('=');
+        setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
       }
+      auto r = cpu_runners(m, th);
+      for (const Saved& v : saved) {
+        if (v.was_set) setenv(v.name.c_str(), v.value.c_str(), 1);
+        else unsetenv(v.name.c_str());
+      }
+      return r;
+    };
+    HostTensor out(DType::kBF16, {M, m.spec.hidden});
+    std::vector<double> all_cur, all_alt;
+    const auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    VsAlt res;
+    for (int half = 0; half < 2; ++half) {
+      std::vector<std::unique_ptr<Runner>> ra, rc;  // (released at the end of the half)
+      if (half == 0) {
+        ra = alt_runners();
+        rc = cpu_runners(m, th);
+      } else {
+        rc = cpu_runners(m, th);
+        ra = alt_runners();
+      }
+      std::vector<double> tc, ta;
+      const double budget = opt.row_budget(), start = now_s();
+      const size_t n = rc.size();
+      for (int call = 0; (ta.size() < 3 || now_s() - start < budget) && ta.size() < 100; ++call) {
+        // each call's logits differ (fresh experts from memory); which runner goes first alternates, so
+        // neither profits more from what the other left in L3
+        auto a = copy_args(m, M, call, out);
+        for (int j = 0; j < 2; ++j) {
+          const bool cur = (j == 0) == (call % 2 == 0);
+          const double t0 = now_s();
+          (cur ? rc : ra)[static_cast<size_t>(call) % n]->forward(a);
+          if (call >= static_cast<int>(n)) (cur ? tc : ta).push_back(now_s() - t0);  // every runner's first call untimed
+        }
+      }
+      (half == 0 ? res.ratio_alt_first : res.ratio_alt_second) = median(ta) / median(tc);
+      all_cur.insert(all_cur.end(), tc.begin(), tc.end());
+      all_alt.insert(all_alt.end(), ta.begin(), ta.end());
     }
-    std::sort(t1.begin(), t1.end());
-    std::sort(t2.begin(), t2.end());
-    return {t2[t2.size() / 2], t1[t1.size() / 2]};
+    res.current = median(all_cur);
+    res.alternative = median(all_alt);
+    return res;
   }
 
   double run_ref(const Model& m, int64_t M) {
@@ -710,12 +746,15 @@ struct Bench {
                         : opt.compare_down1      ? Alt{"MOERUN_CPU_DOWN_GROUP=1", "cpu-down1", "cpu_speedup_vs_down1"}
                         : opt.compare_amx1       ? Alt{"MOERUN_CPU_AMX_NBLOCKS=1", "cpu-amx1", "cpu_speedup_vs_amx1"}
                                                  : Alt{"MOERUN_CPU_KERNELS=v1", "cpu-v1", "cpu_speedup_vs_v1"};
-        const auto [t2, t1] = run_cpu_vs_v1(m, M, threads, alt.settings);
-        t = t2;
+        const VsAlt ab = run_cpu_vs_alt(m, M, threads, alt.settings);
+        const double t1 = ab.alternative;
+        t = ab.current;
         RunnerOptions ro;
         variant = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro)->variant_for(M);
         row(m, alt.row, M, threads, t1, alt.settings, 0, variant);
-        rows.back()[alt.key] = t1 / t2;
+        rows.back()[alt.key] = t1 / t;
+        rows.back()["speedup_alt_created_first"] = ab.ratio_alt_first;
+        rows.back()["speedup_alt_created_second"] = ab.ratio_alt_second;
       } else {
         t = run_cpu(m, M, threads, &variant);
       }
