@@ -137,20 +137,43 @@ void expect_allocation_free(const MoeSpec& s, bool logits, const std::string& wh
   });
 }
 
+// A LoRA layer warmed up by calls without adapters, then called with them (its buffers grow with the
+// layer, by the spec's largest rank, not with the first call that brings adapters).
+void expect_allocation_free_lora_later(const MoeSpec& s, const std::string& what) {
+  s.validate();
+  const MoeWeights w = random_weights(s, 7);
+  const LoraWeights lw = random_lora(s, 8);
+  at_every_level(s, w, [&](CpuIsa isa, Runner& runner) {
+    Inputs warm, call;
+    make_inputs(warm, s, 300, 1, true, nullptr);
+    make_inputs(call, s, 300, 2, true, &lw);
+    // The process's workspaces, which earlier calls (with adapters too) have grown, are held here, so
+    // that these calls run on a fresh one.
+    cpu::WorkspacePool& pool = cpu::WorkspacePool::process();
+    std::vector<cpu::WorkspacePool::Lease> held;
+    while (pool.idle() > 0) held.push_back(pool.acquire());
+    runner.forward(warm.args);
+    EXPECT_EQ(allocations_of([&] { runner.forward(call.args); }), 0)
+        << what << " [" << to_string(isa) << "] adapters after calls without";
+  });
+}
+
 // The routing decides the jobs, the work items and (with expert parallelism) the rows: warm up with
 // every token on the same k experts, or on another rank's, then call with the tokens spread over all
-// experts, at the same M, with routing given as top-k ids.
+// experts, at the same M, with routing given as top-k ids; then with every slot of every token on one
+// expert (ids may repeat within a token: one job of M x k rows, cut at the job row bound).
 void expect_allocation_free_across_routing(const MoeSpec& s, const std::string& what) {
   s.validate();
   const MoeWeights w = random_weights(s, 9);
   const int64_t m = 37;
   const int k = s.top_k, E = s.num_experts;
   const int first_off_rank = s.parallel.ep > 1 ? E / s.parallel.ep : 0;  // rank 0 holds [0, E / ep)
-  HostTensor ids_n(DType::kI32, {m, k}), ids_s(DType::kI32, {m, k}), tw(DType::kF32, {m, k});
+  HostTensor ids_n(DType::kI32, {m, k}), ids_s(DType::kI32, {m, k}), ids_r(DType::kI32, {m, k}), tw(DType::kF32, {m, k});
   for (int64_t t = 0; t < m; ++t)
     for (int j = 0; j < k; ++j) {
       ids_n.as<int32_t>()[t * k + j] = first_off_rank + j;  // the same k experts (off-rank with ep)
       ids_s.as<int32_t>()[t * k + j] = static_cast<int32_t>((t * k + j * 5) % E);  // distinct within a token
+      ids_r.as<int32_t>()[t * k + j] = 1;  // every slot on expert 1 (rank 0's with ep)
       tw.as<float>()[t * k + j] = 1.0f / static_cast<float>(k);
     }
   at_every_level(s, w, [&](CpuIsa isa, Runner& runner) {
@@ -164,6 +187,12 @@ void expect_allocation_free_across_routing(const MoeSpec& s, const std::string& 
     runner.forward(narrow.args);
     EXPECT_EQ(allocations_of([&] { runner.forward(spread.args); }), 0)
         << what << " [" << to_string(isa) << "] narrow, then spread routing";
+    Inputs repeat;
+    make_inputs(repeat, s, m, 23, false, nullptr);
+    repeat.args.topk_ids = ids_r.view();
+    repeat.args.topk_weights = tw.view();
+    EXPECT_EQ(allocations_of([&] { runner.forward(repeat.args); }), 0)
+        << what << " [" << to_string(isa) << "] then one expert in every slot";
   });
 }
 
@@ -205,6 +234,7 @@ TEST(CpuForwardAllocations, NoneAfterWarmUp) {
   lora.lora.max_adapters = 2;
   lora.lora.max_rank = 4;
   expect_allocation_free(lora, true, "LoRA", true);
+  expect_allocation_free_lora_later(lora, "LoRA");
 }
 
 TEST(CpuForwardAllocations, NoneWhenTheRoutingSpreads) {

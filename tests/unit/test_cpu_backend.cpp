@@ -1274,6 +1274,55 @@ TEST(CpuBackend, StreamPairsAgreeBitwise) {
   }
 }
 
+// A token may name one expert in several of its top-k slots (the expert-stage API takes the ids as given,
+// as the cuda backend does); the layer then sums that expert's output once per slot. Such an expert's job
+// holds more rows than there are tokens, up to M x top_k: one token with all 8 slots on expert 3, 8 tokens
+// with all 4 slots on expert 0 (a 32-row job, calls of many blocks), and mixed repeats with a shared
+// expert. Each forward on a fresh runner (workspaces sized by that call alone), at every ISA level and 1 and
+// 2 threads, against the reference. Before the fix the per-thread accumulators were sized by M, and these
+// calls wrote past them (the AddressSanitizer stage of make test catches the overflow).
+TEST(CpuBackend, RepeatedExpertIdsMatchReference) {
+  struct Routing {
+    int top_k;
+    std::vector<std::vector<int>> ids;  // per token
+  };
+  const std::vector<Routing> routings = {
+      {8, {{3, 3, 3, 3, 3, 3, 3, 3}}},
+      {4, std::vector<std::vector<int>>(8, std::vector<int>{0, 0, 0, 0})},
+      {4, {{2, 2, 5, 2}, {1, 1, 1, 1}, {0, 7, 0, 7}}},
+  };
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  IsaCapGuard cap;
+  for (const Routing& rt : routings)
+    for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kNvfp4})
+      for (bool shared : {false, true}) {
+        MoeSpec s = bf16_act_spec(f, 256, 64, 32);
+        s.top_k = rt.top_k;
+        if (!shared) {
+          s.shared.count = 0;
+          s.shared.intermediate = 0;
+        }
+        s.validate();
+        const MoeWeights w = random_weights(s, 47);
+        const int64_t M = static_cast<int64_t>(rt.ids.size());
+        HostTensor ids(DType::kI32, {M, rt.top_k}), tw(DType::kF32, {M, rt.top_k});
+        for (int64_t t = 0; t < M; ++t)
+          for (int j = 0; j < rt.top_k; ++j) {
+            ids.as<int32_t>()[t * rt.top_k + j] = rt.ids[static_cast<size_t>(t)][static_cast<size_t>(j)];
+            tw.as<float>()[t * rt.top_k + j] = 0.1f + 0.05f * static_cast<float>(j) + 0.01f * static_cast<float>(t);
+          }
+        const std::vector<float> want = run_given_topk(*ref, s, w, ids, tw, 0);
+        for (CpuIsa isa : levels()) {
+          set_cpu_isa_cap(isa);
+          for (int threads : {1, 2})
+            expect_close(run_given_topk(*cpu, s, w, ids, tw, threads), want, tolerance(s),
+                         std::string(to_string(f)) + (shared ? " +shared" : "") + " top_k " + std::to_string(rt.top_k) +
+                             " M " + std::to_string(M) + " [" + std::string(to_string(isa)) + ", threads " + std::to_string(threads) + "]");
+        }
+      }
+}
+
 // taper_tail (work_items.hpp): the pieces cover every item's blocks once and in order, the last
 // `threads` pieces hold at most base / 8 blocks (not below min_nb), the `threads` before base / 4, the
 // ones before those base / 2; the items ahead of the tail are untouched; a non-splittable item ends the

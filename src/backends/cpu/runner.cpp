@@ -81,8 +81,9 @@
 // (kJobRows = 256: 1 MiB at K = 2048) rows, an expert's rows split into balanced parts; the weights
 // of a split expert are read once per part instead (a gemm1 item's panels, from memory each time).
 // Parts of 128 or more rows take the same kernels as the whole (every stream cut is below), each
-// row's result does not depend on the rows beside it in a tile pass, and a token meets each expert
-// once, so results are bitwise the same (tests: JobRowsAgreeBitwise). Side by side on this
+// row's result does not depend on the rows beside it in a tile pass, and the down stage adds a token's
+// rows in job order, which the parts keep (an expert's rows stay in row order, also where a token names
+// the expert in several slots), so results are bitwise the same (tests: JobRowsAgreeBitwise). Side by side on this
 // development machine (2 threads, bf16): deepseek-v2-lite M = 1024 1.02-1.08x over five runs;
 // gpt-oss-20b M = 256 / 1024 and deepseek-v2-lite M = 256 tie (few experts hold more than 256 rows).
 // 128 rows lost 0.89x on gpt-oss-20b M = 1024 (128 rows per expert: its weights read twice).
@@ -656,10 +657,11 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // Row strides of X / Xb and Hb / Hbb: padded so that the rows of one A tile (or register group) fall
   // into different L1 sets (NOTES: row padding).
   const int64_t ldx = hp_ + ks_.row_pad, ldh = ipmax + ks_.row_pad;
-  // No job holds more than M rows (a token picks an expert once; the shared job holds M). Workspaces
-  // are sized by M, not by this call's largest job, so that after one call no call of as many tokens
-  // allocates, however its tokens route.
-  const int64_t max_m = M;
+  // The most rows a job can hold: an expert's rows are one per slot that names it, up to M x top_k when
+  // tokens repeat an expert in their slots (the ids come as given), the shared job's M; and no job holds
+  // more than job_rows. Workspaces are sized by that bound, not by this call's largest job, so that after
+  // one call no call of as many tokens allocates, however its tokens route.
+  const int64_t max_m = std::min(std::max<int64_t>(M * k, M), job_rows);
   // acc: [4][max_m][16] (one per block of a call: up to four with AMX; 15-bit q8 rows take two rows a
   // token); out: [blocks per item][M][16]
   const int64_t acc_stride = max_m * 16 * ks_.q8_rows_per_token;
@@ -716,12 +718,19 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const int64_t R13 = w13_->rows;
   const int lr = lw ? lw->rank : 0;
   const int64_t rcap = M * k;  // routed rows, whatever the routing (expert parallelism masks some)
-  float* lora1 = lw ? ws.lora1.get(static_cast<size_t>(rcap * R13)) : nullptr;
-  float* lora2 = lw ? ws.lora2.get(static_cast<size_t>(rcap * H)) : nullptr;
-  float* lt = lw ? ws.lora_t.get(static_cast<size_t>(rcap * std::max(1, lr))) : nullptr;
+  // A LoRA layer's buffers grow on every call, with or without adapters, by the spec's largest rank
+  // (check_lora bounds a call's): a call with adapters after warm-up calls without them does not allocate.
+  const bool lora_layer = spec_.lora.max_adapters > 0;
+  float* const lora1_buf = lora_layer ? ws.lora1.get(static_cast<size_t>(rcap * R13)) : nullptr;
+  float* const lora2_buf = lora_layer ? ws.lora2.get(static_cast<size_t>(rcap * H)) : nullptr;
+  float* const lt_buf = lora_layer ? ws.lora_t.get(static_cast<size_t>(rcap * std::max(1, spec_.lora.max_rank))) : nullptr;
+  int32_t* const row_expert_buf = lora_layer ? ws.row_expert.get(static_cast<size_t>(rcap)) : nullptr;
+  float* lora1 = lw ? lora1_buf : nullptr;
+  float* lora2 = lw ? lora2_buf : nullptr;
+  float* lt = lw ? lt_buf : nullptr;
   int32_t* row_expert = nullptr;
   if (lw) {
-    row_expert = ws.row_expert.get(static_cast<size_t>(rcap));
+    row_expert = row_expert_buf;
     for (int e = 0; e < el_; ++e)
       for (int32_t r = ws.disp.offsets[static_cast<size_t>(e)]; r < ws.disp.offsets[static_cast<size_t>(e + 1)]; ++r)
         row_expert[r] = e;
