@@ -2299,6 +2299,113 @@ TEST(CudaBackend, GraphSurvivesALargerEagerForward) {
   }
 }
 
+// A graph captured at fewer tokens than an eager forward before it, with no eager forward at its own
+// count: the workspaces that eager forward grew must cover the capture. The wgmma engine's tail split
+// takes its workspace at 3000 tokens (192 output tiles over 132 SMs: the last wave splits) but not at
+// 9000 (over 4 waves), so it must be held from the larger forward on; the stream tiles at 40 tokens
+// combine from the f32 rows, which the sorted path at 9000 does not read. Each replay equals an eager
+// forward of the same input afterwards.
+TEST(CudaBackend, CaptureOfFewerTokensAfterALargerEagerForward) {
+  REQUIRE_GPU();
+  const MoeSpec s = make_spec(8, 2, 1024, 512);
+  const Platform plat = sm90_platform();
+  const MoeWeights w = random_weights(s, 41);
+  auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+  cudaStream_t st;
+  CK(cudaStreamCreate(&st));
+  const auto args_on = [&](const Inputs& in, int64_t m, void* dh, void* dl, void* dout) {
+    EXPECT_EQ(cudaMemcpy(dh, in.hidden.data(), in.hidden.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(dl, in.logits.data(), in.logits.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    ForwardArgs a;
+    a.hidden = {dh, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+    a.router_logits = {dl, DType::kF32, {m, s.num_experts}, DeviceKind::kCuda, 0};
+    a.output = {dout, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+    a.stream = st;
+    return a;
+  };
+  const int64_t m_big = 9000;
+  const Inputs big = make_inputs(s, m_big, 42, Route::kLogits);
+  void *bh, *bl, *bo;
+  CK(cudaMalloc(&bh, big.hidden.nbytes()));
+  CK(cudaMalloc(&bl, big.logits.nbytes()));
+  CK(cudaMalloc(&bo, big.hidden.nbytes()));
+  ASSERT_EQ(runner->variant_for(m_big), kWgmma);
+  runner->forward(args_on(big, m_big, bh, bl, bo));
+  CK(cudaStreamSynchronize(st));
+  for (const int64_t m : {int64_t{3000}, int64_t{40}}) {
+    SCOPED_TRACE("captured at m=" + std::to_string(m) + " after an eager forward of " + std::to_string(m_big));
+    const Inputs in = make_inputs(s, m, 43 + static_cast<uint32_t>(m), Route::kLogits);
+    const size_t hb = in.hidden.nbytes();
+    void *dh, *dl, *d1, *d2;
+    CK(cudaMalloc(&dh, hb));
+    CK(cudaMalloc(&dl, in.logits.nbytes()));
+    CK(cudaMalloc(&d1, hb));
+    CK(cudaMalloc(&d2, hb));
+    CK(cudaMemset(d2, 0xFF, hb));
+    ForwardArgs a = args_on(in, m, dh, dl, d2);
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t ge = nullptr;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    std::string refused;
+    try {
+      runner->forward(a);
+    } catch (const Error& e) {
+      refused = e.what();
+    }
+    CK(cudaStreamEndCapture(st, &g));
+    EXPECT_EQ(refused, "") << "the capture was refused";
+    if (refused.empty()) {
+      CK(cudaGraphInstantiate(&ge, g, 0));
+      CK(cudaGraphLaunch(ge, st));
+      a.output.data = d1;
+      runner->forward(a);
+      CK(cudaStreamSynchronize(st));
+      std::vector<uint16_t> o1(hb / 2), o2(hb / 2);
+      CK(cudaMemcpy(o1.data(), d1, hb, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(o2.data(), d2, hb, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(o1, o2) << "the replay differs from the eager output";
+      cudaGraphExecDestroy(ge);
+    }
+    if (g) cudaGraphDestroy(g);
+    cudaFree(dh); cudaFree(dl); cudaFree(d1); cudaFree(d2);
+  }
+  cudaStreamDestroy(st);
+  cudaFree(bh); cudaFree(bl); cudaFree(bo);
+}
+
+// Device tensors on another device than the runner's are refused by name (not read over peer access, or
+// faulted on), and the runner leaves the calling thread's current device as it found it.
+TEST(CudaBackend, TensorsOfAnotherDeviceAreRefused) {
+  REQUIRE_GPU();
+  const MoeSpec s = make_spec(8, 2, 128, 64);
+  const MoeWeights w = random_weights(s, 51);
+  auto runner = make_cuda_backend()->create_runner(s, w, sm90_platform(), {});
+  const int64_t m = 4;
+  const Inputs in = make_inputs(s, m, 52, Route::kLogits);
+  void *dh, *dl, *dout;
+  CK(cudaMalloc(&dh, in.hidden.nbytes()));
+  CK(cudaMalloc(&dl, in.logits.nbytes()));
+  CK(cudaMalloc(&dout, in.hidden.nbytes()));
+  ForwardArgs a;
+  a.hidden = {dh, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+  a.router_logits = {dl, DType::kF32, {m, s.num_experts}, DeviceKind::kCuda, 1};
+  a.output = {dout, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+  try {
+    runner->forward(a);
+    ADD_FAILURE() << "a tensor of device 1 was taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("a tensor on CUDA device 1"), std::string::npos) << e.what();
+  }
+  a.router_logits.device_index = 0;
+  runner->forward(a);
+  CK(cudaDeviceSynchronize());
+  int now = -1;
+  CK(cudaGetDevice(&now));
+  EXPECT_EQ(now, 0);
+  cudaFree(dh); cudaFree(dl); cudaFree(dout);
+}
+
 TEST(CudaBackend, CapabilitiesAreHonest) {
   const auto be = make_cuda_backend();
   EXPECT_TRUE(be->capabilities().cuda_graph_safe);
@@ -2355,6 +2462,24 @@ TEST(CudaBackend, DtypeRefusalsNameTheSpecsDtypes) {
     all.clear();
     for (const std::string& r : supports(*be, s, sm90_platform()).reasons) all += r + "; ";
     EXPECT_NE(all.find("act_dtype BF16 differs from the weight dtype F16"), std::string::npos) << all;
+  }
+}
+
+// A runner made without asking supports() first refuses activations in another dtype than the weights
+// (the kernels compute in the weights' dtype) before it touches a device. Host only: runs without a GPU.
+TEST(CudaBackend, RunnerRefusesActivationsOfAnotherDtype) {
+  for (const auto& be : {make_cuda_backend(), make_cublas_backend()}) {
+    MoeSpec s = make_spec(8, 2, 128, 64);
+    s.act_dtype = DType::kF32;
+    const MoeWeights w = random_weights(s, 53);
+    try {
+      be->create_runner(s, w, sm90_platform(), {});
+      ADD_FAILURE() << be->name() << " made a runner for f32 activations over bf16 weights";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("act_dtype F32 differs from the weight dtype BF16"), std::string::npos)
+          << e.what();
+    }
   }
 }
 

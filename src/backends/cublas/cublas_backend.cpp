@@ -32,6 +32,7 @@ class CublasRunner final : public Runner {
  public:
   CublasRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptions& o)
       : d_(spec, w, o.device_index, false, cuda_detail::spec_gate_up_layout(spec)) {  // w13 as given
+    const cuda_detail::DeviceScope scope(d_.device());  // (the handle binds to the current device)
     MOERUN_CUBLAS_CHECK(cublasCreate(&handle_));
     MOERUN_CUDA_CHECK(cudaMallocHost(&host_seg_, sizeof(int32_t) * (spec.num_experts + 1)));
   }
@@ -44,6 +45,7 @@ class CublasRunner final : public Runner {
   void forward(const ForwardArgs& args) override {
     const int64_t m = args.hidden.shape.rank > 0 ? args.hidden.shape[0] : 0;
     if (m == 0) return;
+    const cuda_detail::DeviceScope scope(d_.device());
     const int E = d_.experts(), K = d_.top_k(), H = d_.hidden(), I = d_.inter(), R = d_.w13_rows();
     const int64_t rows = m * K;
     const Elem el = d_.elem();

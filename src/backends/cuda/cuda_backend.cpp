@@ -193,8 +193,13 @@ class CudaRunner final : public Runner {
  public:
   CudaRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptions& o)
       : d_(spec, w, o.device_index, true, GateUpLayout::kBlocks8), sm_count_(device_sm_count(o.device_index)) {
+    const cuda_detail::DeviceScope scope(o.device_index);  // (the caller's current device back afterwards)
     MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes_, cudaDevAttrL2CacheSize, o.device_index));
     cutlass_ok_ = d_.elem() == Elem::kBF16 || d_.elem() == Elem::kF16;
+    // Only the own mma tiles combine from the f32 rows, and by the rule (path_for_tpe) they take calls of
+    // up to kStream32MaxTpe tokens per expert; the sorted path above that never reads them (a variant
+    // forced onto larger calls grows them when it runs).
+    if (cutlass_ok_) d_.limit_rows_f32(static_cast<int64_t>(kStream32MaxTpe * d_.experts() / d_.top_k()));
     if (cutlass_ok_) {
       cutlass_ws_.reserve(cutlass_grouped_workspace_bytes(d_.elem(), d_.experts(), sm_count_));
       const int32_t zero[2] = {0, 0};  // the wgmma engine's tile counters: zero, and left zero by each launch
@@ -229,6 +234,7 @@ class CudaRunner final : public Runner {
   void forward(const ForwardArgs& args) override {
     const int64_t m = args.hidden.shape.rank > 0 ? args.hidden.shape[0] : 0;
     if (m == 0) return;
+    const cuda_detail::DeviceScope scope(d_.device());
     forward_on(args, m, path_for(m));
   }
 
@@ -357,7 +363,7 @@ class CudaRunner final : public Runner {
 
   // The fused one-token stage: one kernel, no alignment, no combine pass (one_token.hpp).
   void forward_one_token(const ForwardArgs& args) {
-    const auto call = d_.begin(args, gemm_block_m(GemmConfig::kStreamM16N32), 0, false);
+    const auto call = d_.begin(args, gemm_block_m(GemmConfig::kStreamM16N32), 0, false, /*rows_f32=*/false);
     const MoeSpec& sp = d_.spec();
     OneTokenParams p;
     p.x = call.hidden;
@@ -580,8 +586,13 @@ class CudaRunner final : public Runner {
     const size_t off_sgu = off_gu + (fused ? 0 : align256(rows * R * es));
     const size_t off_sd = off_sgu + align256(static_cast<size_t>(m) * Rs * es);
     const size_t scratch = off_sd + align256(Is > 0 ? static_cast<size_t>(m) * H * es : 0);
-    const auto call = d_.begin(args, 128, scratch, /*align=*/false);
+    const auto call = d_.begin(args, 128, scratch, /*align=*/false, /*rows_f32=*/false);
     const cudaStream_t s = call.stream;
+    // The tail split's workspace (one block per split output tile, fewer than the SMs) is held by every
+    // forward on the wgmma engine, whether or not its own launches split: more tokens make more tiles,
+    // and past a few waves none split, so a forward of many tokens would otherwise leave nothing for a
+    // later capture of fewer, which must not allocate (split_workspace refuses it then).
+    if (wgmma && tail_split_mode()) split_workspace(wgmma_tail_split_workspace_bytes(sm_count_), s);
     const auto al = d_.align_out();
     char* base = static_cast<char*>(d_.scratch.get());
     void* xs = base;  // sorted tokens, then (same bytes) the down output
@@ -696,6 +707,7 @@ class CudaRunner final : public Runner {
     int k = 1;          // runs (the most, with the tail split)
     bool tail = false;  // only the last partial wave's tiles
   };
+  static bool tail_split_mode() { return knob_choice("MOERUN_CUDA_KSPLIT").value_or("tail") == "tail"; }
   SplitK split_k_for(int64_t rows, int groups, int n, int k) const {
     const std::string_view mode = knob_choice("MOERUN_CUDA_KSPLIT").value_or("tail");
     if (mode == "auto") return {wgmma_k_splits(rows, groups, n, k, sm_count_), false};

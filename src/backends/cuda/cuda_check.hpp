@@ -52,6 +52,26 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Makes `device` the calling thread's current device for the scope and restores the one the caller had:
+// a runner on GPU 1 called from a thread working on GPU 0 must not leave that thread's later
+// allocations and launches on GPU 1.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    check(cudaGetDevice(&saved_), "cudaGetDevice(&saved_)", __FILE__, __LINE__);
+    if (saved_ != device) check(cudaSetDevice(device), "cudaSetDevice(device)", __FILE__, __LINE__);
+  }
+  ~DeviceScope() {
+    int now = saved_;
+    if (cudaGetDevice(&now) == cudaSuccess && now != saved_) cudaSetDevice(saved_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int saved_ = 0;
+};
+
 }  // namespace moerun::cuda_detail
 
 #define MOERUN_CUDA_CHECK(call) ::moerun::cuda_detail::check((call), #call, __FILE__, __LINE__)

@@ -136,6 +136,16 @@ void check_matrix(const ExpertMatrix& m, WeightFormat f, const char* what) {
 DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index, bool need_tiles,
                      cuda_kernels::GateUpLayout gate_up)
     : spec_(spec), device_(device_index), need_tiles_(need_tiles) {
+  // What the kernels compute in, refused before anything touches a device (a runner made without asking
+  // supports() first must not run the f16 kernels on f32 data): supports() says the same.
+  if (spec.weight_format != WeightFormat::kBF16 && spec.weight_format != WeightFormat::kF16)
+    throw_error(ErrorKind::kUnsupported, "cuda: weight format " + std::string(to_string(spec.weight_format)) +
+                                             " is not supported (bf16, f16)");
+  const DType wd = spec.weight_format == WeightFormat::kF16 ? DType::kF16 : DType::kBF16;
+  if (spec.act_dtype != wd)
+    throw_error(ErrorKind::kUnsupported, "cuda: act_dtype " + std::string(dtype_name(spec.act_dtype)) +
+                                             " differs from the weight dtype " + std::string(dtype_name(wd)) +
+                                             ": the GPU backends compute in the weights' dtype");
   // A plan made for a described platform can reach a machine without that GPU: say so, rather than
   // the driver's "insufficient driver" or "invalid device ordinal".
   // Without a GPU the runtime reports no device, or (no driver at all) an insufficient driver; the
@@ -153,10 +163,7 @@ DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index,
   if (device_ < 0 || device_ >= count)
     throw_error(ErrorKind::kInvalidArgument, "cuda: RunnerOptions::device_index " + std::to_string(device_) +
                                                  ", but this machine has " + std::to_string(count) + " CUDA devices");
-  MOERUN_CUDA_CHECK(cudaSetDevice(device_));
-  if (spec.weight_format != WeightFormat::kBF16 && spec.weight_format != WeightFormat::kF16)
-    throw_error(ErrorKind::kUnsupported, "cuda: weight format " + std::string(to_string(spec.weight_format)) +
-                                             " is not supported (bf16, f16)");
+  const DeviceScope scope(device_);  // (the caller's current device back afterwards)
   elem_ = elem_of(spec.act_dtype);
   E_ = spec.num_experts;
   K_ = spec.top_k;
@@ -228,11 +235,20 @@ void DeviceMoe::refuse_if_capturing(cudaStream_t s, const std::string& what) {
                     "least this many tokens before capturing");
 }
 
-void DeviceMoe::reserve(int64_t m, cudaStream_t s, size_t scratch_bytes) {
-  if (m <= cap_m_ && scratch_bytes <= cap_scratch_) return;
+void DeviceMoe::reserve(int64_t m, cudaStream_t s, size_t scratch_bytes, bool rows_f32) {
+  if (m <= cap_m_ && scratch_bytes <= cap_scratch_ && (!rows_f32 || m <= cap_rows_m_)) return;
   refuse_if_capturing(s, "the workspace of a forward of " + std::to_string(m) + " tokens");
   MOERUN_CUDA_CHECK(cudaDeviceSynchronize());  // old workspaces may still be in use
   const int64_t cm = std::max<int64_t>(m, cap_m_);
+  const size_t cs = std::max(scratch_bytes, cap_scratch_);
+  // The f32 rows for the calls of up to cm tokens whose path reads them (below rows_f32_max_m_ by the
+  // rule), and for this one where it does (a forced variant).
+  const int64_t rm = std::max({cap_rows_m_, std::min(cm, rows_f32_max_m_), rows_f32 ? m : int64_t{0}});
+  // Until every buffer below has grown: a grow that fails has released its old buffer, and the next
+  // call must not find the old capacities and use it.
+  cap_m_ = -1;
+  cap_scratch_ = 0;
+  cap_rows_m_ = 0;
   const size_t es = elem_size(elem_);
   const size_t rows = static_cast<size_t>(cm) * K_;
   grow(hidden_in, cm * H_ * es);
@@ -253,17 +269,18 @@ void DeviceMoe::reserve(int64_t m, cudaStream_t s, size_t scratch_bytes) {
   // the legacy stream, which a non-blocking stream does not wait for).
   if (aws && grow(align_ws, aws)) MOERUN_CUDA_CHECK(cudaMemsetAsync(align_ws.get(), 0, aws, s));
   grow(inter_buf, rows * I_ * es);
-  grow(rows_buf, rows * H_ * 4);
+  grow(rows_buf, static_cast<size_t>(rm) * K_ * H_ * 4);
   if (Is_ > 0) {
     grow(sinter, cm * Is_ * es);
-    grow(sout, cm * H_ * 4);
+    grow(sout, rm * H_ * 4);
   }
-  if (scratch_bytes) grow(scratch, std::max(scratch_bytes, cap_scratch_));
+  if (cs) grow(scratch, cs);
   cap_m_ = cm;
-  cap_scratch_ = std::max(scratch_bytes, cap_scratch_);
+  cap_scratch_ = cs;
+  cap_rows_m_ = rm;
 }
 
-DeviceMoe::Call DeviceMoe::begin(const ForwardArgs& args, int block_m, size_t scratch_bytes, bool align) {
+DeviceMoe::Call DeviceMoe::begin(const ForwardArgs& args, int block_m, size_t scratch_bytes, bool align, bool rows_f32) {
   Call c;
   c.m = args.hidden.shape.rank > 0 ? args.hidden.shape[0] : 0;
   c.host = args.hidden.device != DeviceKind::kCuda;
@@ -272,12 +289,17 @@ DeviceMoe::Call DeviceMoe::begin(const ForwardArgs& args, int block_m, size_t sc
       throw_error(ErrorKind::kInvalidArgument,
                   "cuda: hidden, router_logits, topk and output must all be host tensors or all be "
                   "device tensors");
+  if (!c.host)
+    for (const TensorView* v : {&args.hidden, &args.router_logits, &args.topk_ids, &args.topk_weights, &args.output})
+      if (!v->empty() && v->device_index != device_)
+        throw_error(ErrorKind::kInvalidArgument, "cuda: a tensor on CUDA device " + std::to_string(v->device_index) +
+                                                     ", but this runner's weights are on device " + std::to_string(device_));
   MOERUN_CUDA_CHECK(cudaSetDevice(device_));
   c.stream = c.host ? own_stream_ : static_cast<cudaStream_t>(args.stream);
   if (c.m == 0) return c;
   if (elem_of(args.hidden.dtype) != elem_)
     throw_error(ErrorKind::kInvalidArgument, "cuda: hidden dtype differs from the spec's act_dtype");
-  reserve(c.m, c.stream, scratch_bytes);
+  reserve(c.m, c.stream, scratch_bytes, rows_f32);
   if (!captured_) {
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     MOERUN_CUDA_CHECK(cudaStreamIsCapturing(c.stream, &st));

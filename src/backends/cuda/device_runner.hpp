@@ -5,7 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernels/launch.hpp"
@@ -73,7 +75,8 @@ class DeviceMoe {
   };
   // align = false skips the alignment (one-token calls, whose GEMMs read ids and weights directly;
   // callers that align later, with a gather, through align()).
-  Call begin(const ForwardArgs& args, int block_m, size_t scratch_bytes = 0, bool align = true);
+  // rows_f32: the call's path combines from the f32 rows (rows_buf, sout: the mma tiles, cuBLAS).
+  Call begin(const ForwardArgs& args, int block_m, size_t scratch_bytes = 0, bool align = true, bool rows_f32 = true);
   // Aligns the call's (token, slot) pairs by expert with tiles of block_m rows (align_out()'s tables);
   // with a gather, also writes the expert-sorted tokens (launch.hpp, AlignGather).
   void align(const Call& call, int block_m, const cuda_kernels::AlignGather* gather = nullptr);
@@ -98,9 +101,16 @@ class DeviceMoe {
   DeviceBuffer hidden_in, logits, ids, tw, out, token_of_row, slot_of_row, row_of_slot, weight_of_row, seg, tile_e,
       tile_r, ntiles, align_ws, inter_buf, rows_buf, sinter, sout, scratch;
   cuda_kernels::AlignOutput align_out() const;
-  // Grows the workspaces for m tokens (throws when that would allocate during a capture).
-  // extra_bytes_per_row: extra scratch per routed row (cublas: gathered activations).
-  void reserve(int64_t m, cudaStream_t s, size_t scratch_bytes);
+  // Grows the workspaces for m tokens (throws when that would allocate during a capture). The f32 rows
+  // (rows_buf, sout) grow for min(m, rows_f32_max_m) tokens on every call, and for m where rows_f32 says
+  // this call's path reads them. A failed allocation leaves the capacities unset, so the next call
+  // grows again rather than trusting buffers the failure released.
+  void reserve(int64_t m, cudaStream_t s, size_t scratch_bytes, bool rows_f32 = true);
+  // The most tokens a call combining from the f32 rows takes by the runner's rule (the sorted path,
+  // which takes larger calls, never reads them): reserve's bound for the other paths. Unlimited unless
+  // set (cuBLAS reads them at every size).
+  void limit_rows_f32(int64_t m) noexcept { rows_f32_max_m_ = m; }
+  int device() const noexcept { return device_; }
   // Grows b to at least `bytes` (true when it allocated). Once a forward of this runner has been
   // captured, the old allocation is kept until the runner goes rather than freed: the graph still
   // points at it, and a larger eager forward after the capture must not leave it replaying freed
@@ -118,6 +128,8 @@ class DeviceMoe {
   bool need_tiles_;
   int64_t cap_m_ = -1;
   size_t cap_scratch_ = 0;
+  int64_t cap_rows_m_ = 0;  // tokens rows_buf and sout hold
+  int64_t rows_f32_max_m_ = std::numeric_limits<int64_t>::max();
   bool captured_ = false;       // a forward ran under stream capture (begin saw it)
   std::vector<void*> retired_;  // allocations outgrown after a capture (grow), freed with the runner
   cudaStream_t own_stream_ = nullptr;

@@ -195,8 +195,9 @@ cudaError_t launch_grouped_gemm_bf16(GemmConfig c, const GroupedGemmParams& p, c
 cudaError_t launch_grouped_gemm_f16(GemmConfig c, const GroupedGemmParams& p, cudaStream_t stream);
 inline cudaError_t launch_grouped_gemm(Elem elem, GemmConfig c, const GroupedGemmParams& p,
                                        cudaStream_t stream) {
-  return elem == Elem::kBF16 ? launch_grouped_gemm_bf16(c, p, stream)
-                             : launch_grouped_gemm_f16(c, p, stream);
+  if (elem == Elem::kBF16) return launch_grouped_gemm_bf16(c, p, stream);
+  if (elem == Elem::kF16) return launch_grouped_gemm_f16(c, p, stream);
+  return cudaErrorInvalidValue;  // (no f32 tiles: the f16 ones would read f32 data as halves)
 }
 
 // ---- the large-M engine: CUTLASS sm90 grouped GEMM over expert-sorted rows -------------------------
