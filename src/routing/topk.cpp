@@ -108,8 +108,12 @@ void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float*
         scores[static_cast<size_t>(i)] =
             nan_logit[static_cast<size_t>(i)] ? 0.0f : 1.0f / (1.0f + std::exp(-finite_or_clamp(x[i])));
     }
+    // Sigmoid scores without a bias rank as their logits do (Llama-4 takes the top-k of the logits, then
+    // the sigmoid): the f32 sigmoid rounds to 1 from a logit of about 17 and to one value for logits
+    // 1e-3 apart near 10, which would turn different logits into ties the lower id wins.
+    const bool rank_logits = r.softmax_after_topk || (r.scoring == Scoring::kSigmoid && !r.correction_bias);
     for (int i = 0; i < e; ++i) {
-      float c = r.softmax_after_topk ? finite_or_clamp(x[i]) : scores[static_cast<size_t>(i)];
+      float c = rank_logits ? finite_or_clamp(x[i]) : scores[static_cast<size_t>(i)];
       if (r.correction_bias && correction_bias) c += correction_bias[i];
       choice[static_cast<size_t>(i)] = nan_logit[static_cast<size_t>(i)] ? kNegInf : c;
     }
@@ -127,8 +131,12 @@ void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float*
             second = c[i];
           }
         }
-        group_score[static_cast<size_t>(g)] = r.correction_bias ? best + second : best;
-        if (std::isnan(group_score[static_cast<size_t>(g)])) group_score[static_cast<size_t>(g)] = kNegInf;
+        // With the bias a group scores its top-2 sum. A group with one non-NaN expert has no second
+        // (-inf): it ranks below every group with two and above the all-NaN ones (-inf), so that a
+        // valid expert is kept wherever one exists.
+        float gs = r.correction_bias ? best + second : best;
+        if (r.correction_bias && best > kNegInf && second == kNegInf) gs = -FLT_MAX;
+        group_score[static_cast<size_t>(g)] = std::isnan(gs) ? kNegInf : gs;
       }
       std::fill(group_taken.begin(), group_taken.end(), 0);
       for (int j = 0; j < r.topk_group; ++j)

@@ -2036,7 +2036,7 @@ TEST(CudaLaunch, DownPrefetchOnlyWhereTheWholeSetFitsHalfTheL2) {
 TEST(CudaRouting, SmallMatchesHostExactly) {
   REQUIRE_GPU();
   std::mt19937 rng(42);
-  struct R { int e, k, ng, tg; Scoring sc; bool bias, after, renorm; float scale; float nan; bool ties; };
+  struct R { int e, k, ng, tg; Scoring sc; bool bias, after, renorm; float scale; float nan; bool ties; float amp = 2.0f; };
   const R cases[] = {
       {8, 2, 1, 1, Scoring::kSoftmax, false, false, true, 1.0f, 0.0f, false},
       {256, 8, 8, 4, Scoring::kSigmoid, true, false, true, 2.5f, 0.0f, false},
@@ -2046,6 +2046,8 @@ TEST(CudaRouting, SmallMatchesHostExactly) {
       {60, 6, 1, 1, Scoring::kSoftmax, false, false, true, 1.0f, 1.0f, false},   // all NaN
       {1000, 32, 1, 1, Scoring::kSigmoid, false, false, true, 1.0f, 0.3f, false},
       {64, 6, 8, 3, Scoring::kSoftmax, false, false, true, 1.0f, 0.0f, true},
+      {64, 4, 1, 1, Scoring::kSigmoid, false, false, false, 1.0f, 0.0f, false, 12.0f},  // saturated sigmoids
+      {256, 8, 8, 4, Scoring::kSigmoid, true, false, true, 2.5f, 0.95f, false},  // groups of one valid expert
   };
   for (const R& c : cases) {
     MoeSpec s = make_spec(c.e, c.k, 64, 64);
@@ -2059,7 +2061,7 @@ TEST(CudaRouting, SmallMatchesHostExactly) {
     s.validate();
     const int64_t m = 333;
     std::vector<float> logits(static_cast<size_t>(m * c.e)), bias(static_cast<size_t>(c.e));
-    std::normal_distribution<float> nd(0.0f, 2.0f);
+    std::normal_distribution<float> nd(0.0f, c.amp);
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     for (auto& v : logits) {
       v = c.ties ? std::round(nd(rng) * 2.0f) / 2.0f : nd(rng);

@@ -123,6 +123,41 @@ TEST(Routing, GroupedTopkKeepsBestGroups) {
   EXPECT_EQ(ids[1], 1);
 }
 
+// Sigmoid scoring without a bias ranks the logits, as Llama-4 does (top-k of the logits, then the
+// sigmoid): 18 and 20 both give an f32 sigmoid of 1, and the larger logit must still win.
+TEST(Routing, SigmoidWithoutBiasRanksTheLogits) {
+  MoeSpec s = spec(3, 1);
+  s.routing.scoring = Scoring::kSigmoid;
+  s.routing.renormalize = false;
+  const float logits[] = {18.0f, 20.0f, -3.0f,  //
+                          10.0f, 10.0005f, 9.0f};
+  int32_t ids[2];
+  float w[2];
+  routing::topk_host(s, logits, 2, nullptr, ids, w);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_FLOAT_EQ(w[0], 1.0f);
+  EXPECT_EQ(ids[1], 1);
+}
+
+// A group with one non-NaN expert beats the all-NaN groups (which tie with it at -inf on the top-2
+// sum): the valid expert is chosen and carries the weight.
+TEST(Routing, GroupedTopkKeepsAGroupWithOneValidExpert) {
+  MoeSpec s = spec(4, 1);
+  s.routing.scoring = Scoring::kSigmoid;
+  s.routing.correction_bias = true;
+  s.routing.n_group = 2;
+  s.routing.topk_group = 1;
+  s.routing.renormalize = false;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float logits[] = {nan, nan, 5.0f, nan};
+  const float bias[4] = {};
+  int32_t id;
+  float w;
+  routing::topk_host(s, logits, 1, bias, &id, &w);
+  EXPECT_EQ(id, 2);
+  EXPECT_NEAR(w, 1.0f / (1.0f + std::exp(-5.0f)), 1e-6);
+}
+
 TEST(Routing, SoftmaxAfterTopk) {
   MoeSpec s = spec(4, 2);
   s.routing.softmax_after_topk = true;

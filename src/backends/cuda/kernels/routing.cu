@@ -91,7 +91,8 @@ __global__ void routing_kernel(RoutingParams p, const float* __restrict__ logits
     } else {
       if (p.scoring == 0) s = p.softmax_after_topk ? l : expf(l - mx) / sum;
       else s = 1.0f / (1.0f + expf(-l));
-      c = s;
+      // sigmoid without a bias ranks the logits (routing/topk.cpp: the f32 sigmoid saturates)
+      c = p.scoring != 0 && !p.correction_bias ? l : s;
       if (p.correction_bias) c += p.correction_bias[e];
     }
     score[e] = s;
@@ -110,6 +111,8 @@ __global__ void routing_kernel(RoutingParams p, const float* __restrict__ logits
         if (c > b1) { b2 = b1; b1 = c; } else if (c > b2) { b2 = c; }
       }
       gs = p.correction_bias ? b1 + b2 : b1;
+      // one non-NaN expert: below every group of two, above the all-NaN ones (routing/topk.cpp)
+      if (p.correction_bias && b1 > -INFINITY && b2 == -INFINITY) gs = -FLT_MAX;
       if (isnan(gs)) gs = -INFINITY;  // -inf + inf cannot happen; keep NaN only for "taken"
     }
     unsigned keep = 0;
