@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -227,6 +228,9 @@ extern "C" __attribute__((visibility("default"))) int moerun_plugin_init(uint32_
                                                                          char* err, size_t err_len) {
 #ifdef EXAMPLE_INIT_REFUSES  // (testing: a plugin that cannot start, e.g. for want of its device)
   return fail(err, err_len, EXAMPLE_INIT_REFUSES);
+#endif
+#ifdef EXAMPLE_INIT_THROWS  // (testing: a C++ plugin that lets an exception out of its C entry point)
+  throw std::runtime_error(EXAMPLE_INIT_THROWS);
 #endif
   out->abi_version = EXAMPLE_ABI_VERSION;
   out->num_backends = 1;

@@ -148,6 +148,9 @@ class Backend {
 
 // The single capability question: derived from backend.capabilities() and backend.extra_checks().
 Support supports(const Backend& backend, const MoeSpec& spec, const Platform& platform);
+// The device part of supports(): why the backend cannot run on the platform at all, whatever the spec
+// (empty: it can).
+std::vector<std::string> device_reasons(const Backend& backend, const Platform& platform);
 
 // The variant a backend would take for m tokens of this spec on this platform (Capabilities::variants).
 std::string variant_for_tokens(const Capabilities& caps, const MoeSpec& spec, const Platform& platform, int64_t m);

@@ -213,10 +213,16 @@ json to_json(const Capabilities& c) {
   j["host_sync"] = c.host_sync;
   j["owns_dispatch"] = c.owns_dispatch;
   json v = json::array();
-  for (const KernelVariant& kv : c.variants) v.push_back({{"name", kv.name},
-                                                          {"max_tokens_per_expert", kv.max_tokens_per_expert},
-                                                          {"min_tokens_per_expert", kv.min_tokens_per_expert},
-                                                          {"why", kv.why}});
+  for (const KernelVariant& kv : c.variants) {
+    json vd = json::array();
+    for (DType d : kv.act_dtypes) vd.push_back(act_dtype_name(d));
+    v.push_back({{"name", kv.name},
+                 {"max_tokens_per_expert", kv.max_tokens_per_expert},
+                 {"min_tokens_per_expert", kv.min_tokens_per_expert},
+                 {"min_cpu_isa", to_string(kv.min_cpu_isa)},
+                 {"act_dtypes", vd},
+                 {"why", kv.why}});
+  }
   j["variants"] = v;
   return j;
 }
@@ -289,6 +295,15 @@ Capabilities capabilities_from_json(const json& j, std::string_view origin) {
       rv.opt("max_tokens_per_expert", kv.max_tokens_per_expert, "a number");
       rv.opt("min_tokens_per_expert", kv.min_tokens_per_expert, "a number");
       rv.opt("why", kv.why, "a string");
+      std::string visa = "scalar";
+      rv.opt("min_cpu_isa", visa, "a string");
+      bool visa_ok = false;
+      for (CpuIsa i : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx})
+        if (visa == to_string(i)) { kv.min_cpu_isa = i; visa_ok = true; }
+      if (!visa_ok) fail(origin, "capabilities.variants[].min_cpu_isa '" + visa + "': allowed scalar, avx2, avx512, avx512-bf16, amx");
+      std::vector<std::string> vd;
+      rv.opt("act_dtypes", vd, "an array of strings");
+      for (const std::string& d : vd) kv.act_dtypes.push_back(parse_act_dtype(d, origin, "variants[].act_dtypes[]"));
       rv.finish();
       c.variants.push_back(kv);
     }

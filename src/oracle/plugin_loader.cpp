@@ -60,9 +60,23 @@ class PluginRunner final : public Runner {
   ~PluginRunner() override { b_.destroy(handle_); }
 
   void forward(const ForwardArgs& args) override {
-    // The host routes for plugins (plugin.h): the plugin sees hidden, top-k and output only.
+    // The host routes for plugins (plugin.h): the plugin sees hidden, top-k and output only. What the
+    // routing reads must be host memory (a CUDA plugin gets device hidden and output, host top-k).
     const int64_t m = args.hidden.shape[0];
     if (m == 0) return;
+    const auto host_only = [&](const TensorView& v, const char* what) {
+      if (v.device != DeviceKind::kCpu)
+        throw_error(ErrorKind::kUnsupported, "plugin backend '" + std::string(b_.name) + "': the host routes for plugins (ABI v1), so " +
+                                                 what + " must be a host tensor, not a device one");
+    };
+    if (!args.topk_ids.empty()) {
+      host_only(args.topk_ids, "topk_ids");
+      host_only(args.topk_weights, "topk_weights");
+    } else if (!args.router_logits.empty()) {
+      host_only(args.router_logits, "router_logits");
+    } else {
+      host_only(args.hidden, "hidden (routed through the router weight)");
+    }
     if (args.topk_ids.empty() && args.router_logits.empty()) {  // routing from the router weight
       hidden_f32_.resize(static_cast<size_t>(m * spec_.hidden));
       convert_to_f32(args.hidden, hidden_f32_.data());
@@ -145,14 +159,30 @@ void Registry::load_plugin(const std::string& path, AddOptions options) {
       return;
     }
   }
-  // The library stays loaded for the life of the process: backends and runners point into it.
+  // A library this call fails on is unloaded again (nothing of it is registered, so nothing points into
+  // it; a later load runs its init afresh). One that registers stays loaded for the life of the
+  // process: backends and runners point into it.
+  struct UnloadOnFailure {
+    void* lib;
+    bool keep = false;
+    ~UnloadOnFailure() {
+      if (!keep) dlclose(lib);
+    }
+  } unload{lib};
   dlerror();
   void* sym = dlsym(lib, MOERUN_PLUGIN_ENTRY);
   if (!sym) fail(std::string("missing symbol ") + MOERUN_PLUGIN_ENTRY + " (is it built with extern \"C\"?)");
   auto init = reinterpret_cast<moerun_plugin_init_fn>(sym);
   moerun_plugin_v1 info{};
   char err[512] = {};
-  const int rc = init(MOERUN_PLUGIN_ABI_VERSION, &info, err, sizeof err);
+  int rc = 0;
+  try {  // (a C++ plugin that lets an exception out of its C entry point: its failure, not moerun's)
+    rc = init(MOERUN_PLUGIN_ABI_VERSION, &info, err, sizeof err);
+  } catch (const std::exception& e) {
+    fail(std::string("init threw: ") + e.what());
+  } catch (...) {
+    fail("init threw a non-standard exception");
+  }
   // A plugin that names another ABI is a mismatch whatever init returned (plugin.h: it should refuse).
   // One that fails without naming any did not get that far: its own message says why.
   if (info.abi_version != 0 && info.abi_version != MOERUN_PLUGIN_ABI_VERSION)
@@ -190,6 +220,7 @@ void Registry::load_plugin(const std::string& path, AddOptions options) {
     if (caps.owns_dispatch) fail(std::string("backend '") + b.name + "' declares owns_dispatch, which plugin ABI v1 cannot carry");
     backends.push_back(std::make_shared<PluginBackend>(b, std::move(caps), path));
   }
+  unload.keep = true;  // (before add: its backends point into the library from the first one on)
   for (auto& b : backends) add(std::move(b), path, options);
   std::lock_guard<std::mutex> lock(mu_);
   plugin_libs_.push_back(lib);

@@ -1,6 +1,7 @@
 // The backend registry: explicit registration, validated names, logged overrides.
 #include "moerun/registry.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <iostream>
@@ -35,27 +36,30 @@ void Registry::add(std::shared_ptr<const Backend> backend, std::string origin, A
   const std::string name(backend->name());
   if (const std::string bad = check_backend_name(name); !bad.empty())
     throw_error(ErrorKind::kRegistry, bad + " (from " + origin + ")");
+  // The override notice goes to the log after the lock is released: a log callback may well ask the
+  // registry something (its names), and mu_ is not recursive.
   std::function<void(const std::string&)> log;
+  std::string notice;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (BackendEntry& e : entries_) {
-      if (e.backend->name() != name) continue;
-      if (e.backend == backend) return;  // the very same backend again: a no-op
-      if (!options.allow_override)
-        throw_error(ErrorKind::kRegistry, "backend '" + name + "' is already registered (from " + e.origin + "); " + origin +
-                                              " may replace it only with an explicit override (AddOptions::allow_override; from the command line, give the "
-                                              "backends different names)");
-      const std::string notice = "moerun: backend '" + name + "' from " + e.origin + " overridden by " + origin;
-      e.backend = std::move(backend);
-      e.origin = std::move(origin);
-      e.builtin = false;
-      log = log_;
-      if (log) log(notice);
-      else std::cerr << notice << "\n";
+    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const BackendEntry& e) { return e.backend->name() == name; });
+    if (it == entries_.end()) {
+      entries_.push_back(BackendEntry{std::move(backend), origin, origin == "built-in"});
       return;
     }
-    entries_.push_back(BackendEntry{std::move(backend), origin, origin == "built-in"});
+    if (it->backend == backend) return;  // the very same backend again: a no-op
+    if (!options.allow_override)
+      throw_error(ErrorKind::kRegistry, "backend '" + name + "' is already registered (from " + it->origin + "); " + origin +
+                                            " may replace it only with an explicit override (AddOptions::allow_override; from the command line, give the "
+                                            "backends different names)");
+    notice = "moerun: backend '" + name + "' from " + it->origin + " overridden by " + origin;
+    it->backend = std::move(backend);
+    it->origin = std::move(origin);
+    it->builtin = false;
+    log = log_;
   }
+  if (log) log(notice);
+  else std::cerr << notice << "\n";
 }
 
 const BackendEntry* Registry::find(std::string_view name) const {
@@ -93,7 +97,7 @@ std::vector<std::string> Registry::load_plugins_from_env() {
     if (!p.empty()) {
       try {
         load_plugin(p);
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {  // (a plugin's own exception too: the built-ins are kept)
         errors.push_back(e.what());
       }
     }

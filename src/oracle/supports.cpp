@@ -38,12 +38,10 @@ std::vector<ActivationKind> every_activation() {
           ActivationKind::kSwigluOai,  ActivationKind::kRelu2,      ActivationKind::kSilu};
 }
 
-Support supports(const Backend& backend, const MoeSpec& spec, const Platform& platform) {
+std::vector<std::string> device_reasons(const Backend& backend, const Platform& platform) {
   const Capabilities& c = backend.capabilities();
-  Support s;
-  auto no = [&](std::string r) { s.reasons.push_back(std::move(r)); };
-
-  // Device.
+  std::vector<std::string> reasons;
+  auto no = [&](std::string r) { reasons.push_back(std::move(r)); };
   if (c.device == DeviceKind::kCpu) {
     if (platform.cpu.isa() < c.min_cpu_isa)
       no("needs CPU ISA " + std::string(to_string(c.min_cpu_isa)) + ", platform has " + std::string(to_string(platform.cpu.isa())));
@@ -56,8 +54,21 @@ Support supports(const Backend& backend, const MoeSpec& spec, const Platform& pl
       if (c.max_sm && sm > c.max_sm) no("built for up to " + sm_name(c.max_sm) + ", platform GPU is " + sm_name(sm));
       if (c.needs_arch_specific && sm != c.min_sm)
         no("uses " + sm_name(c.min_sm) + "a-only instructions (e.g. wgmma), which " + sm_name(sm) + " lacks");
+      else if (c.needs_arch_specific && !platform.gpus.front().arch_specific)
+        no("uses " + sm_name(c.min_sm) + "a-only instructions (e.g. wgmma), and the platform describes its GPU without "
+           "arch-specific features (gpus[].arch_specific false)");
     }
   }
+  return reasons;
+}
+
+Support supports(const Backend& backend, const MoeSpec& spec, const Platform& platform) {
+  const Capabilities& c = backend.capabilities();
+  Support s;
+  auto no = [&](std::string r) { s.reasons.push_back(std::move(r)); };
+
+  // Device.
+  s.reasons = device_reasons(backend, platform);
 
   // Formats and dtypes.
   bool fmt_ok = false;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs moerun into <build>/_install and builds examples/plugin against it with find_package(moerun),
-# three times: as shipped, pretending to be built against ABI version 2, and with an init that refuses
-# (for the refusal tests).
+# four times: as shipped, pretending to be built against ABI version 2, with an init that refuses and
+# with one that throws (for the refusal tests).
 set -euo pipefail
 src=$1 build=$2
 cmake --install "$build" --prefix "$build/_install" >/dev/null
@@ -13,5 +13,9 @@ done
 out="$build/plugin-example-refuses"
 cmake -S "$src/examples/plugin" -B "$out" -DCMAKE_PREFIX_PATH="$build/_install" \
   -DEXAMPLE_INIT_REFUSES="no device for example-scalar" >/dev/null
+cmake --build "$out" >/dev/null
+out="$build/plugin-example-throws"
+cmake -S "$src/examples/plugin" -B "$out" -DCMAKE_PREFIX_PATH="$build/_install" \
+  -DEXAMPLE_INIT_THROWS="boom from init" >/dev/null
 cmake --build "$out" >/dev/null
 ls "$build"/plugin-example*/libmoerun_example_plugin*.so

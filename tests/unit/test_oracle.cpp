@@ -65,12 +65,37 @@ TEST(Registry, DuplicatesOverridesAndIdenticalReRegistration) {
   auto impostor = std::make_shared<FakeBackend>("reference", bf16_cuda());
   EXPECT_NE(error_of([&] { r.add(impostor, "plugin.so"); }).find("already registered"), std::string::npos);
   std::string logged;
-  r.set_log([&](const std::string& s) { logged = s; });
+  // The log runs after the registry's lock is released: a callback that asks the registry something
+  // must not deadlock.
+  size_t names_seen = 0;
+  r.set_log([&](const std::string& s) {
+    logged = s;
+    names_seen = r.names().size();
+  });
   r.add(impostor, "plugin.so", AddOptions{true});
+  EXPECT_EQ(names_seen, before.size());
   EXPECT_NE(logged.find("overridden by plugin.so"), std::string::npos);
   EXPECT_EQ(r.find("reference")->backend, impostor);
   EXPECT_FALSE(r.find("reference")->builtin);
   EXPECT_EQ(r.find("no-such"), nullptr);
+}
+
+// A backend that needs sm_90a features runs only on a GPU described with them: a platform file's GPU
+// without "arch_specific" (its default, false) refuses it, and device_reasons says the same as
+// supports() (what `moerun backends --platform` shows).
+TEST(Supports, ArchSpecificBackendNeedsAnArchSpecificGpu) {
+  const FakeBackend b("fake-sm90a", bf16_cuda());
+  MoeSpec s = qwen();
+  s.act_dtype = DType::kBF16;
+  const Platform plain = Platform::from_json_text(R"({"gpus": [{"sm": 90}]})", "t.json");
+  const Platform arch = Platform::from_json_text(R"({"gpus": [{"sm": 90, "arch_specific": true}]})", "t.json");
+  const Support no = supports(b, s, plain);
+  ASSERT_FALSE(no.ok());
+  EXPECT_NE(no.reasons.front().find("without arch-specific features"), std::string::npos) << no.reasons.front();
+  EXPECT_FALSE(device_reasons(b, plain).empty());
+  EXPECT_TRUE(device_reasons(b, arch).empty());
+  EXPECT_TRUE(device_reasons(b, Platform::describe("sm90")).empty());
+  EXPECT_FALSE(device_reasons(b, Platform::describe("sm100")).empty());  // sm_90a code on sm100
 }
 
 TEST(Registry, PluginLoadErrorsArePrecise) {
@@ -251,6 +276,13 @@ TEST(JsonIo, SpecAndCapabilitiesRoundTripStrictly) {
   ASSERT_EQ(vb.variants.size(), 2u);
   EXPECT_EQ(vb.variants[0].max_tokens_per_expert, 8.0);
   EXPECT_EQ(vb.variants[1].min_tokens_per_expert, 8.0);
+  // ... and a variant's ISA level and activation dtypes (a bf16-only AMX path, say)
+  v.variants[1].min_cpu_isa = CpuIsa::kAmx;
+  v.variants[1].act_dtypes = {DType::kBF16};
+  const Capabilities vc = json_io::capabilities_from_json(json_io::to_json(v), "t");
+  EXPECT_EQ(vc.variants[1].min_cpu_isa, CpuIsa::kAmx);
+  EXPECT_EQ(vc.variants[1].act_dtypes, std::vector<DType>{DType::kBF16});
+  EXPECT_EQ(json_io::to_json(vc), json_io::to_json(v));
   auto j = json_io::to_json(c);
   j["typo_key"] = true;
   EXPECT_NE(error_of([&] { json_io::capabilities_from_json(j, "caps"); }).find("unknown key 'typo_key'"), std::string::npos);

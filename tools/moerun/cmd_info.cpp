@@ -76,8 +76,8 @@ void backends(const BackendsOptions& o) {
       formats += (formats.empty() ? "" : " ") + std::string(to_string(f.weights)) + (f.act_quant != ActQuant::kNone ? "+" + std::string(to_string(f.act_quant)) : "");
     std::string variants;
     for (const KernelVariant& v : c.variants) variants += (variants.empty() ? "" : ", ") + v.name;
-    const bool runs_here = c.device == DeviceKind::kCpu ? platform.cpu.isa() >= c.min_cpu_isa
-                                                        : platform.has_gpu() && platform.gpu_sm() >= c.min_sm;
+    // The device rules of supports() (a spec that needs nothing else: its device reasons alone).
+    const bool runs_here = device_reasons(*e.backend, platform).empty();
     std::cout << fmt::format("{:<12} {} [{}]\n", e.backend->name(), e.backend->description(), e.origin);
     std::cout << fmt::format("             device {}{}; {} on {}\n", c.device == DeviceKind::kCpu ? "cpu" : "cuda",
                              c.device == DeviceKind::kCpu ? " (min isa " + std::string(to_string(c.min_cpu_isa)) + ")"
