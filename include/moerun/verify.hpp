@@ -63,7 +63,8 @@ VerifyResult compare_outputs(const TensorView& out, const TensorView& ref, const
 // `formats` restricts the weight format when non-empty.
 MoeSpec random_spec(uint64_t seed, const std::vector<WeightFormat>& formats = {});
 
-// The standard case list: random specs from `seed`, M in {0, 1, 3, 33, ...}, every routing pattern.
+// The standard case list: random specs from `seed`, M in {1, 0, 3, 33, ...} (the first case computes),
+// every routing pattern.
 std::vector<VerifyCase> standard_cases(uint64_t seed, int count);
 
 // Runs one case: random weights and inputs from the case's seed, the backend and the reference. A

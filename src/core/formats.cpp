@@ -90,7 +90,11 @@ std::string k_group_message(WeightFormat f, int64_t k, int64_t group) {
 // Scale that maps absmax onto qmax; 1 for an all-zero group (and for one so tiny the division
 // underflows), so that dequantization never multiplies by zero or divides by it.
 float scale_for(float absmax, float qmax) noexcept {
-  const float s = absmax / qmax;
+  float s = absmax / qmax;
+  // absmax near FLT_MAX: the quotient can round up so that qmax * s overflows, and a finite weight would
+  // dequantize to infinity (int8: FLT_MAX / 127). One step down keeps it finite (the largest code then
+  // stands for a value within an ulp of absmax).
+  if (!std::isfinite(s * qmax)) s = std::nextafter(s, 0.0f);
   return s > 0.0f ? s : 1.0f;
 }
 
@@ -218,7 +222,20 @@ void quantize_mxfp4_expert(const float* w, int64_t e, int64_t N, int64_t K, uint
       // Dividing by 2^(code-127) equals multiplying by 2^(127-code), which f32 holds exactly for
       // every code 0..254 (2^-127 as a subnormal): the same result without a division.
       const float inv = code == 254 ? 0x1p-127f : std::bit_cast<float>(static_cast<uint32_t>(254 - code) << 23);
-      pack_e2m1<kMxfp4Group, false>(p, inv, q + row * (K / 2) + g * (kMxfp4Group / 2));
+      uint8_t* packed = q + row * (K / 2) + g * (kMxfp4Group / 2);
+      pack_e2m1<kMxfp4Group, false>(p, inv, packed);
+      // Scales of 2^126 and 2^127 (groups whose absmax is within a factor 6 of FLT_MAX): e2m1 4 and 6
+      // (and at 2^127 also 2 and 3) would dequantize past FLT_MAX to infinity, so those codes saturate
+      // at the largest finite one (3, or 1.5 at 2^127).
+      if (code >= 253) {
+        const uint8_t cap = code == 253 ? 5 : 3;  // e2m1 magnitude codes: 5 = 3.0, 3 = 1.5
+        for (int i = 0; i < kMxfp4Group / 2; ++i) {
+          uint8_t lo = packed[i] & 0xF, hi = packed[i] >> 4;
+          if ((lo & 7) > cap) lo = static_cast<uint8_t>((lo & 8) | cap);
+          if ((hi & 7) > cap) hi = static_cast<uint8_t>((hi & 8) | cap);
+          packed[i] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+      }
     }
   }
 }

@@ -331,6 +331,16 @@ void build_olmoe(Ctx& c) {
 //   V2 multiplies only when it did not renormalize.
 // Layer i is sparse when i >= first_k_dense_replace and i % moe_layer_freq == 0. Shared experts are
 // one MLP of n_shared_experts * moe_intermediate_size.
+// n_shared_experts x moe_intermediate_size: the fused shared expert's width, in 64 bits (a product
+// past int's range would wrap into a plausible size).
+int shared_intermediate(const Fields& f, int shared, int intermediate) {
+  const int64_t w = static_cast<int64_t>(shared) * intermediate;
+  if (w > (int64_t{1} << 18))
+    f.bad_value("n_shared_experts", fmt::format("x moe_intermediate_size = {} x {} = {}: the shared expert's width must be at most 262144",
+                                               shared, intermediate, w));
+  return static_cast<int>(w);
+}
+
 void build_deepseek(Ctx& c, bool v3) {
   MoeSpec& s = c.out.spec;
   const Fields& f = c.text;
@@ -375,7 +385,7 @@ void build_deepseek(Ctx& c, bool v3) {
   int shared = f.int_or("n_shared_experts", v3 ? 1 : 0);
   if (shared > 0) {
     s.shared.count = shared;
-    s.shared.intermediate = shared * s.intermediate;
+    s.shared.intermediate = shared_intermediate(f, shared, s.intermediate);
   }
 
   int n = c.out.num_layers = num_layers_from(f);
@@ -408,7 +418,7 @@ void build_glm4_moe(Ctx& c) {
   int shared = f.int_or("n_shared_experts", 1);
   if (shared > 0) {
     s.shared.count = shared;
-    s.shared.intermediate = shared * s.intermediate;
+    s.shared.intermediate = shared_intermediate(f, shared, s.intermediate);
   }
   int n = c.out.num_layers = num_layers_from(f);
   int first_dense = f.int_or("first_k_dense_replace", 1);

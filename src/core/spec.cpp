@@ -146,7 +146,8 @@ void MoeSpec::validate() const {
   if (act_dtype != DType::kF32 && act_dtype != DType::kF16 && act_dtype != DType::kBF16)
     bad("act_dtype", std::string(dtype_name(act_dtype)), "allowed: F32, F16, BF16");
 
-  if (shared.count < 0) bad("shared.count", std::to_string(shared.count), "must be >= 0");
+  if (shared.count < 0 || shared.count > kMaxExperts)
+    bad("shared.count", std::to_string(shared.count), "must be in [0, 4096]");
   if (shared.count > 0 && (shared.intermediate < 1 || shared.intermediate > kMaxDim))
     bad("shared.intermediate", std::to_string(shared.intermediate), "must be in [1, 262144] when shared.count > 0");
   if (shared.count > 0 && !activation.gated())
@@ -170,6 +171,12 @@ void MoeSpec::validate() const {
     bad("parallel.tp", std::to_string(p.tp), "leaves intermediate/tp = " + std::to_string(il) + ", not a multiple of 32 (mxfp4)");
   if (weight_format == WeightFormat::kNvfp4 && il % 16)
     bad("parallel.tp", std::to_string(p.tp), "leaves intermediate/tp = " + std::to_string(il) + ", not a multiple of 16 (nvfp4)");
+  // The shared expert's down projection has K = shared.intermediate / tp: the 4-bit groups need it whole.
+  const int fp4_group = weight_format == WeightFormat::kMxfp4 ? 32 : weight_format == WeightFormat::kNvfp4 ? 16 : 0;
+  if (fp4_group && shared.count > 0 && shared.intermediate % p.tp == 0 && (shared.intermediate / p.tp) % fp4_group)
+    bad("shared.intermediate", std::to_string(shared.intermediate),
+        (p.tp > 1 ? "/ tp = " + std::to_string(shared.intermediate / p.tp) + " " : std::string()) + "is not a multiple of " +
+            std::to_string(fp4_group) + " (" + std::string(to_string(weight_format)) + ")");
 
   if (lora.max_adapters < 0 || lora.max_adapters > 1024)
     bad("lora.max_adapters", std::to_string(lora.max_adapters), "must be in [0, 1024]");

@@ -940,5 +940,26 @@ TEST(Formats, Int8ActQuantPowerOfTwoScales) {
   EXPECT_EQ(w, y);
 }
 
+// A weight of FLT_MAX stays finite through every format's scale (int8: FLT_MAX / 127 rounds up, and 127
+// times it would overflow to infinity; mxfp4: its codes of 4 and 6 at a scale of 2^126 saturate at 3).
+TEST(Formats, LargestFiniteWeightDequantizesFinite) {
+  const int64_t E = 1, N = 16, K = 128;
+  std::vector<float> w(static_cast<size_t>(N * K), 0.5f);
+  w[3] = FLT_MAX;
+  w[K + 7] = -FLT_MAX;
+  for (WeightFormat f : {WeightFormat::kInt8PerChannel, WeightFormat::kFp8PerChannel, WeightFormat::kFp8PerTensor,
+                         WeightFormat::kFp8Block, WeightFormat::kNvfp4, WeightFormat::kMxfp4}) {
+    const ExpertMatrix m = quantize_experts(f, w.data(), E, N, K);
+    std::vector<float> row(static_cast<size_t>(K));
+    for (int64_t r = 0; r < 2; ++r) {
+      dequantize_row(m, 0, r, row.data());
+      for (float v : row) EXPECT_TRUE(std::isfinite(v)) << to_string(f) << " row " << r;
+    }
+    dequantize_row(m, 0, 0, row.data());
+    // (mxfp4's grid at a scale of 2^126 ends at 3 x 2^126: the next value, 4 x 2^126, is past FLT_MAX)
+    EXPECT_GT(row[3], (f == WeightFormat::kMxfp4 ? 0.74f : 0.99f) * FLT_MAX) << to_string(f);
+  }
+}
+
 }  // namespace
 }  // namespace moerun

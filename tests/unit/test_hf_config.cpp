@@ -239,6 +239,20 @@ TEST(HfConfig, KimiNumbersUnderDeepseekV3ModelType) {
   EXPECT_EQ(m.spec.shared.count, 1);
 }
 
+// n_shared_experts x moe_intermediate_size is computed in 64 bits: 65537 x 65536 would wrap to 65536 in
+// an int and pass as a plausible width.
+TEST(HfConfig, SharedExpertWidthThatOverflowsIsRefused) {
+  std::string what;
+  try {
+    parse_hf_config(R"({"model_type": "deepseek_v3", "n_routed_experts": 8, "num_experts_per_tok": 2,
+        "hidden_size": 64, "moe_intermediate_size": 65536, "n_shared_experts": 65537, "num_hidden_layers": 4})",
+                    "config.json");
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("65537 x 65536 = 4295032832"), std::string::npos) << what;
+}
+
 TEST(HfConfig, DeepseekV2GroupLimitedGreedy) {
   // DeepSeek-V2 (full): group_limited_greedy ranks groups by their max; no correction bias.
   HfModel m = parse_hf_config(R"({"model_type": "deepseek_v2", "n_routed_experts": 160, "num_experts_per_tok": 6,

@@ -110,6 +110,32 @@ TEST(Spec, MiscRules) {
   s = small();
   s.lora.max_adapters = 2;
   EXPECT_NE(error_of(s).find("spec.lora.max_rank = 0"), std::string::npos);
+  s = small();
+  s.shared.count = 5000;
+  s.shared.intermediate = 32;
+  EXPECT_NE(error_of(s).find("spec.shared.count = 5000"), std::string::npos);
+}
+
+// A 4-bit spec's shared expert needs its down projection's K (shared.intermediate / tp) whole in groups,
+// like the routed experts' intermediate: refused when the spec is made, not when its weights are.
+TEST(Spec, Fp4SharedExpertWidthInWholeGroups) {
+  MoeSpec s = small();
+  s.weight_format = WeightFormat::kMxfp4;
+  s.shared.count = 1;
+  s.shared.intermediate = 48;
+  EXPECT_NE(error_of(s).find("spec.shared.intermediate = 48"), std::string::npos);
+  EXPECT_NE(error_of(s).find("not a multiple of 32 (mxfp4)"), std::string::npos);
+  s.shared.intermediate = 64;
+  EXPECT_EQ(error_of(s), "");
+  s.weight_format = WeightFormat::kNvfp4;
+  s.shared.intermediate = 24;
+  EXPECT_NE(error_of(s).find("not a multiple of 16 (nvfp4)"), std::string::npos);
+  s.shared.intermediate = 64;
+  s.parallel.tp = 2;
+  s.parallel.rank = 0;
+  EXPECT_EQ(error_of(s), "");  // 32 per rank
+  s.parallel.tp = 8;
+  EXPECT_NE(error_of(s), "");  // (intermediate 32 / 8 = 4 is refused first; the shared 64 / 8 = 8 too)
 }
 
 TEST(Spec, NamesRoundTrip) {

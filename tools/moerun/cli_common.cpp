@@ -147,6 +147,16 @@ MoeSpec SpecOptions::resolve() const {
     s.router_bias = router_bias;
     s.lora.max_adapters = lora_adapters;
     s.lora.max_rank = lora_rank;
+    // A size for a part the layer does not have would be dropped without a word.
+    const auto was_given = [&](const char* name) {
+      for (const CLI::Option* o : layer_flags_)
+        if (o->get_name() == name && o->count() > 0) return true;
+      return false;
+    };
+    if (was_given("--shared-intermediate") && shared == 0)
+      throw_error(ErrorKind::kInvalidArgument, "--shared-intermediate: the layer has no shared experts (give --shared N)");
+    if (was_given("--lora-rank") && lora_adapters == 0)
+      throw_error(ErrorKind::kInvalidArgument, "--lora-rank: the layer takes no LoRA adapters (give --lora-adapters N)");
   }
   if (!act_quant.empty() || !m) {
     auto q = parse_act_quant(act_quant.empty() ? "none" : act_quant);
