@@ -5,6 +5,7 @@
 // replaces the global operator new to count allocations (the counter runs only around the forwards
 // under test).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -158,6 +159,29 @@ void expect_allocation_free_lora_later(const MoeSpec& s, const std::string& what
   });
 }
 
+// A forward that runs on fewer threads than its runner asks for (inside another parallel region here;
+// while other forwards share the cores, in use) still grows the scratch of every requested thread, so
+// a later call that gets them all back does not allocate.
+void expect_allocation_free_after_fewer_threads(const MoeSpec& s, const std::string& what) {
+  s.validate();
+  const MoeWeights w = random_weights(s, 11);
+  at_every_level(s, w, [&](CpuIsa isa, Runner& runner) {
+    Inputs warm, call;
+    make_inputs(warm, s, 64, 31, true, nullptr);
+    make_inputs(call, s, 64, 32, true, nullptr);
+    cpu::WorkspacePool& pool = cpu::WorkspacePool::process();
+    std::vector<cpu::WorkspacePool::Lease> held;  // (a fresh workspace, as in the LoRA case)
+    while (pool.idle() > 0) held.push_back(pool.acquire());
+#pragma omp parallel num_threads(2)
+    {
+#pragma omp single
+      runner.forward(warm.args);  // omp_in_parallel(): one thread
+    }
+    EXPECT_EQ(allocations_of([&] { runner.forward(call.args); }), 0)
+        << what << " [" << to_string(isa) << "] two threads after a one-thread warm-up";
+  });
+}
+
 // The routing decides the jobs, the work items and (with expert parallelism) the rows: warm up with
 // every token on the same k experts, or on another rank's, then call with the tokens spread over all
 // experts, at the same M, with routing given as top-k ids; then with every slot of every token on one
@@ -235,6 +259,7 @@ TEST(CpuForwardAllocations, NoneAfterWarmUp) {
   lora.lora.max_rank = 4;
   expect_allocation_free(lora, true, "LoRA", true);
   expect_allocation_free_lora_later(lora, "LoRA");
+  if (omp_get_num_procs() >= 2) expect_allocation_free_after_fewer_threads(spec(WeightFormat::kBF16, DType::kBF16), "bf16");
 }
 
 TEST(CpuForwardAllocations, NoneWhenTheRoutingSpreads) {

@@ -482,10 +482,14 @@ void CpuRunner::forward(const ForwardArgs& args) {
 
   // ---- threads: requested (or all), never more than this forward's share of the cores ----
   const int procs = std::max(1, omp_get_num_procs());
-  int threads = options_.threads > 0 ? options_.threads : omp_get_max_threads();
-  threads = std::clamp(threads, 1, std::max(1, procs / std::max(1, active.n)));
+  const int requested = std::clamp(options_.threads > 0 ? options_.threads : omp_get_max_threads(), 1, procs);
+  int threads = std::min(requested, std::max(1, procs / std::max(1, active.n)));
   if (omp_in_parallel()) threads = 1;
-  if (static_cast<int>(ws.scratch.size()) < threads) ws.scratch.resize(static_cast<size_t>(threads));
+  // The per-thread scratch grows for the requested threads whatever this call runs on: the share of the
+  // cores falls while other forwards run, and a later call alone on a workspace warmed up meanwhile
+  // must not allocate for the threads it gets back.
+  const int scratch_threads = std::max(threads, requested);
+  if (static_cast<int>(ws.scratch.size()) < scratch_threads) ws.scratch.resize(static_cast<size_t>(scratch_threads));
   ForwardProfile* const pf = prof_ && prof_->begin(threads, M) ? prof_.get() : nullptr;
 
   const int E = spec_.num_experts, k = spec_.top_k, H = h_;
@@ -506,7 +510,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   int32_t* const topi = ws.topi.get(static_cast<size_t>(M * k));
   float* const topw = ws.topw.get(static_cast<size_t>(M * k));
   float* const logits_rows = router_w_.empty() ? nullptr : ws.logits.get(static_cast<size_t>(M * E));
-  for (int t = 0; t < threads; ++t) ws.scratch[static_cast<size_t>(t)].topk.reserve(E, spec_.routing.n_group);
+  for (int t = 0; t < scratch_threads; ++t) ws.scratch[static_cast<size_t>(t)].topk.reserve(E, spec_.routing.n_group);
   ws.disp.reserve(rows_cap);
   const auto convert_hidden = [&] {
     hid = hid_rows;
@@ -665,7 +669,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   // acc: [4][max_m][16] (one per block of a call: up to four with AMX; 15-bit q8 rows take two rows a
   // token); out: [blocks per item][M][16]
   const int64_t acc_stride = max_m * 16 * ks_.q8_rows_per_token;
-  for (int t = 0; t < threads; ++t) {
+  for (int t = 0; t < scratch_threads; ++t) {
     ws.scratch[static_cast<size_t>(t)].acc.get(static_cast<size_t>(4 * acc_stride));
     // (by the most blocks a gemm2 item can hold, which the routing decides: see the down groups)
     ws.scratch[static_cast<size_t>(t)].out.get(static_cast<size_t>(
@@ -795,7 +799,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   for (const Job& j : jobs)
     h_f32 = h_f32 || reads_f32(call_path(j.shared ? sw2_->fmt : w2_->fmt, j.m, false, true));
   if (!h_f32) g_bf16_intermediate_forwards.fetch_add(1, std::memory_order_relaxed);
-  for (int t = 0; t < threads; ++t)  // the gather's f32 row where X is not kept
+  for (int t = 0; t < scratch_threads; ++t)  // the gather's f32 row where X is not kept
     ws.scratch[static_cast<size_t>(t)].xrow.get(static_cast<size_t>(hp_));
 
   const PackedStack& w13 = *w13_;
