@@ -322,15 +322,6 @@ void build_olmoe(Ctx& c) {
   c.out.moe_layers = all_layers(c.out.num_layers);
 }
 
-// DeepSeek-V2 / V3 / R1 and Kimi-K2 (DeepSeek's modeling_deepseek.py, MoEGate):
-//   scores = softmax (V2 default) | sigmoid (V3 default) of the logits;
-//   topk_method "greedy": plain top-k; "group_limited_greedy" (V2): keep the topk_group of n_group
-//   groups by group max, then top-k; "noaux_tc" (V3): choose on scores + e_score_correction_bias,
-//   groups ranked by the sum of their top-2 biased scores, weights from the unbiased scores.
-//   Renormalize when top_k > 1 and norm_topk_prob. V3 then always multiplies by routed_scaling_factor;
-//   V2 multiplies only when it did not renormalize.
-// Layer i is sparse when i >= first_k_dense_replace and i % moe_layer_freq == 0. Shared experts are
-// one MLP of n_shared_experts * moe_intermediate_size.
 // n_shared_experts x moe_intermediate_size: the fused shared expert's width, in 64 bits (a product
 // past int's range would wrap into a plausible size).
 int shared_intermediate(const Fields& f, int shared, int intermediate) {
@@ -341,6 +332,15 @@ int shared_intermediate(const Fields& f, int shared, int intermediate) {
   return static_cast<int>(w);
 }
 
+// DeepSeek-V2 / V3 / R1 and Kimi-K2 (DeepSeek's modeling_deepseek.py, MoEGate):
+//   scores = softmax (V2 default) | sigmoid (V3 default) of the logits;
+//   topk_method "greedy": plain top-k; "group_limited_greedy" (V2): keep the topk_group of n_group
+//   groups by group max, then top-k; "noaux_tc" (V3): choose on scores + e_score_correction_bias,
+//   groups ranked by the sum of their top-2 biased scores, weights from the unbiased scores.
+//   Renormalize when top_k > 1 and norm_topk_prob. V3 then always multiplies by routed_scaling_factor;
+//   V2 multiplies only when it did not renormalize.
+// Layer i is sparse when i >= first_k_dense_replace and i % moe_layer_freq == 0. Shared experts are
+// one MLP of n_shared_experts * moe_intermediate_size.
 void build_deepseek(Ctx& c, bool v3) {
   MoeSpec& s = c.out.spec;
   const Fields& f = c.text;
