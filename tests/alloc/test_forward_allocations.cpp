@@ -138,6 +138,16 @@ void expect_allocation_free(const MoeSpec& s, bool logits, const std::string& wh
   });
 }
 
+// Holds every idle workspace of the process's pool for its lifetime, so that the forwards meanwhile run
+// on a fresh one (the others were grown by earlier tests' calls).
+struct HeldWorkspaces {
+  std::vector<cpu::WorkspacePool::Lease> leases;
+  HeldWorkspaces() {
+    cpu::WorkspacePool& pool = cpu::WorkspacePool::process();
+    while (pool.idle() > 0) leases.push_back(pool.acquire());
+  }
+};
+
 // A LoRA layer warmed up by calls without adapters, then called with them (its buffers grow with the
 // layer, by the spec's largest rank, not with the first call that brings adapters).
 void expect_allocation_free_lora_later(const MoeSpec& s, const std::string& what) {
@@ -148,11 +158,7 @@ void expect_allocation_free_lora_later(const MoeSpec& s, const std::string& what
     Inputs warm, call;
     make_inputs(warm, s, 300, 1, true, nullptr);
     make_inputs(call, s, 300, 2, true, &lw);
-    // The process's workspaces, which earlier calls (with adapters too) have grown, are held here, so
-    // that these calls run on a fresh one.
-    cpu::WorkspacePool& pool = cpu::WorkspacePool::process();
-    std::vector<cpu::WorkspacePool::Lease> held;
-    while (pool.idle() > 0) held.push_back(pool.acquire());
+    const HeldWorkspaces held;  // (earlier calls, with adapters too, grew the process's workspaces)
     runner.forward(warm.args);
     EXPECT_EQ(allocations_of([&] { runner.forward(call.args); }), 0)
         << what << " [" << to_string(isa) << "] adapters after calls without";
@@ -169,9 +175,7 @@ void expect_allocation_free_after_fewer_threads(const MoeSpec& s, const std::str
     Inputs warm, call;
     make_inputs(warm, s, 64, 31, true, nullptr);
     make_inputs(call, s, 64, 32, true, nullptr);
-    cpu::WorkspacePool& pool = cpu::WorkspacePool::process();
-    std::vector<cpu::WorkspacePool::Lease> held;  // (a fresh workspace, as in the LoRA case)
-    while (pool.idle() > 0) held.push_back(pool.acquire());
+    const HeldWorkspaces held;
 #pragma omp parallel num_threads(2)
     {
 #pragma omp single
