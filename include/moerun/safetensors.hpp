@@ -34,6 +34,10 @@ class SafetensorsFile {
   TensorView get(std::string_view name) const;
   const std::map<std::string, std::string>& metadata() const noexcept { return metadata_; }
   ~SafetensorsFile();
+  // Held by shared_ptr only: a copy would unmap the original's memory when it went, leaving every view
+  // from the original dangling.
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
  private:
   SafetensorsFile() = default;

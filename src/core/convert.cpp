@@ -7,12 +7,21 @@
 
 namespace moerun {
 
+namespace {
+// Element i of 2-byte elements at any alignment (a view into a mapped file is aligned as its offsets).
+uint16_t half_at(const void* p, int64_t i) {
+  uint16_t v;
+  std::memcpy(&v, static_cast<const char*>(p) + 2 * i, sizeof v);
+  return v;
+}
+}  // namespace
+
 void convert_to_f32(const TensorView& src, float* dst) {
   const int64_t n = src.numel();
   switch (src.dtype) {
     case DType::kF32: if (n) std::memcpy(dst, src.data, static_cast<size_t>(n) * 4); return;
-    case DType::kF16: for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(src.as<const uint16_t>()[i]); return;
-    case DType::kBF16: for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src.as<const uint16_t>()[i]); return;
+    case DType::kF16: for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(half_at(src.data, i)); return;
+    case DType::kBF16: for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(half_at(src.data, i)); return;
     default: throw_error(ErrorKind::kInvalidArgument, "cannot read " + std::string(dtype_name(src.dtype)) + " activations (F32, F16, BF16)");
   }
 }

@@ -61,8 +61,11 @@ const char* json_type_name(const json& v) {
   return "value";
 }
 
-// The found value, short enough for a one-line message.
+// The found value, short enough for a one-line message. An array or object that holds another is named
+// by its size instead: a dump recurses once per level of nesting.
 std::string short_dump(const json& v) {
+  const bool nested = v.is_structured() && std::any_of(v.begin(), v.end(), [](const json& e) { return e.is_structured(); });
+  if (nested) return fmt::format("of {} {}{}", v.size(), v.is_array() ? "element" : "key", v.size() == 1 ? "" : "s");
   std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true, json::error_handler_t::replace);
   if (s.size() > 40) s = s.substr(0, 37) + "...";
   return s;
@@ -77,9 +80,18 @@ std::string one_line(std::string s) {
 
 // Parses JSON text; a syntax error becomes Error{kParse} "<origin>: malformed JSON: parse error at
 // line L, column C: ...". Callers check the top-level type.
+// Deeper than any config (2-3 levels): a file nested deeper is refused while it is parsed, before any
+// recursive walk of it (a dump, a comparison) could exhaust the stack.
+constexpr int kMaxConfigDepth = 64;
+
 json parse_json_text(std::string_view text, std::string_view origin) {
+  const auto depth_guard = [&](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxConfigDepth)
+      throw_error(ErrorKind::kParse, fmt::format("{}: nests deeper than {} levels", origin, kMaxConfigDepth));
+    return true;
+  };
   try {
-    return json::parse(text.begin(), text.end());
+    return json::parse(text.begin(), text.end(), depth_guard);
   } catch (const json::exception& e) {
     std::string what = e.what();
     // Drop the "[json.exception.parse_error.101] " tag: it means nothing to a user.
@@ -245,16 +257,22 @@ struct Ctx {
 
 // ---- builders, one per architecture ---------------------------------------------------------------
 
+// What every builder reads, under its model's names for the expert count and width: the experts,
+// top-k (num_experts_per_tok), hidden_size, and the activation.
+void read_experts(MoeSpec& s, const Fields& f, const char* experts_key, const char* intermediate_key) {
+  s.num_experts = f.req_int(experts_key);
+  s.top_k = f.req_int("num_experts_per_tok");
+  s.hidden = f.req_int("hidden_size");
+  s.intermediate = f.req_int(intermediate_key);
+  s.activation = activation_from(f);
+}
+
 // Mixtral (modeling_mixtral.py): softmax over all experts, top-k, divide by the sum of the k.
 // Phi-3.5-MoE shares its naming and shape fields; see build_phimoe.
 void build_mixtral(Ctx& c) {
   MoeSpec& s = c.out.spec;
   const Fields& f = c.text;
-  s.num_experts = f.req_int("num_local_experts");
-  s.top_k = f.req_int("num_experts_per_tok");
-  s.hidden = f.req_int("hidden_size");
-  s.intermediate = f.req_int("intermediate_size");
-  s.activation = activation_from(f);
+  read_experts(s, f, "num_local_experts", "intermediate_size");
   s.routing.scoring = Scoring::kSoftmax;
   s.routing.renormalize = true;
   c.out.num_layers = num_layers_from(f);
@@ -279,11 +297,7 @@ void build_phimoe(Ctx& c) {
 void build_qwen_moe(Ctx& c, bool qwen2) {
   MoeSpec& s = c.out.spec;
   const Fields& f = c.text;
-  s.num_experts = f.req_int("num_experts");
-  s.top_k = f.req_int("num_experts_per_tok");
-  s.hidden = f.req_int("hidden_size");
-  s.intermediate = f.req_int("moe_intermediate_size");
-  s.activation = activation_from(f);
+  read_experts(s, f, "num_experts", "moe_intermediate_size");
   s.routing.scoring = Scoring::kSoftmax;
   s.routing.renormalize = f.bool_or("norm_topk_prob", false);
   if (qwen2) {
@@ -311,11 +325,7 @@ void build_qwen3_moe(Ctx& c) { build_qwen_moe(c, false); }
 void build_olmoe(Ctx& c) {
   MoeSpec& s = c.out.spec;
   const Fields& f = c.text;
-  s.num_experts = f.req_int("num_experts");
-  s.top_k = f.req_int("num_experts_per_tok");
-  s.hidden = f.req_int("hidden_size");
-  s.intermediate = f.req_int("intermediate_size");
-  s.activation = activation_from(f);
+  read_experts(s, f, "num_experts", "intermediate_size");
   s.routing.scoring = Scoring::kSoftmax;
   s.routing.renormalize = f.bool_or("norm_topk_prob", false);
   c.out.num_layers = num_layers_from(f);
@@ -344,11 +354,7 @@ int shared_intermediate(const Fields& f, int shared, int intermediate) {
 void build_deepseek(Ctx& c, bool v3) {
   MoeSpec& s = c.out.spec;
   const Fields& f = c.text;
-  s.num_experts = f.req_int("n_routed_experts");
-  s.top_k = f.req_int("num_experts_per_tok");
-  s.hidden = f.req_int("hidden_size");
-  s.intermediate = f.req_int("moe_intermediate_size");
-  s.activation = activation_from(f);
+  read_experts(s, f, "n_routed_experts", "moe_intermediate_size");
 
   std::string scoring = f.string_or("scoring_func", v3 ? "sigmoid" : "softmax");
   if (scoring == "softmax") {
@@ -404,11 +410,7 @@ void build_deepseek_v3(Ctx& c) { build_deepseek(c, true); }
 void build_glm4_moe(Ctx& c) {
   MoeSpec& s = c.out.spec;
   const Fields& f = c.text;
-  s.num_experts = f.req_int("n_routed_experts");
-  s.top_k = f.req_int("num_experts_per_tok");
-  s.hidden = f.req_int("hidden_size");
-  s.intermediate = f.req_int("moe_intermediate_size");
-  s.activation = activation_from(f);
+  read_experts(s, f, "n_routed_experts", "moe_intermediate_size");
   s.routing.scoring = Scoring::kSigmoid;
   s.routing.correction_bias = true;
   s.routing.n_group = f.int_or("n_group", 1);
@@ -463,11 +465,7 @@ void build_gpt_oss(Ctx& c) {
 void build_llama4(Ctx& c) {
   MoeSpec& s = c.out.spec;
   const Fields& f = c.text;
-  s.num_experts = f.req_int("num_local_experts");
-  s.top_k = f.req_int("num_experts_per_tok");
-  s.hidden = f.req_int("hidden_size");
-  s.intermediate = f.req_int("intermediate_size");
-  s.activation = activation_from(f);
+  read_experts(s, f, "num_local_experts", "intermediate_size");
   s.routing.scoring = Scoring::kSigmoid;
   s.routing.renormalize = false;
   s.apply_router_weight_on_input = true;
@@ -490,15 +488,12 @@ void build_llama4(Ctx& c) {
 }
 
 // Granite-MoE (modeling_granitemoe.py, GraniteMoeTopKGating): top-k of the logits, softmax over the
-// k. granitemoeshared adds one shared MLP of shared_intermediate_size (0 = none), ungated.
+// k. granitemoeshared adds one shared MLP of shared_intermediate_size (0 = none), gated like the
+// experts (its input_linear's output is chunked into gate and up).
 void build_granite(Ctx& c, bool shared) {
   MoeSpec& s = c.out.spec;
   const Fields& f = c.text;
-  s.num_experts = f.req_int("num_local_experts");
-  s.top_k = f.req_int("num_experts_per_tok");
-  s.hidden = f.req_int("hidden_size");
-  s.intermediate = f.req_int("intermediate_size");
-  s.activation = activation_from(f);
+  read_experts(s, f, "num_local_experts", "intermediate_size");
   s.routing.scoring = Scoring::kSoftmax;
   s.routing.softmax_after_topk = true;
   s.routing.renormalize = false;

@@ -599,7 +599,12 @@ class Loader {
     const bool dt_ok = std::find(dtypes.begin(), dtypes.end(), v.dtype) != dtypes.end();
     const bool sh_ok = std::find(shapes.begin(), shapes.end(), v.shape) != shapes.end();
     if (dt_ok && sh_ok) return;
-    std::string want = std::string(dtype_name(*dtypes.begin())) + " ";
+    std::string want;  // every dtype accepted ("F32|BF16|F16"): naming only the first misleads when the shape is off
+    for (DType d : dtypes) {
+      if (!want.empty()) want += '|';
+      want += dtype_name(d);
+    }
+    want += " ";
     bool first = true;
     for (const Shape& s : shapes) {
       want += (first ? "" : " or ") + s.str();

@@ -609,6 +609,18 @@ TEST(HfConfigErrors, WrongTypeNamesFieldAndExpectedType) {
   EXPECT_EQ(msg, "c: 'text_config.num_experts_per_tok' must be an integer, got boolean true");
 }
 
+// A value of the wrong type that nests deeply is named by its size (dumping it recursed once per
+// level: 100000 levels overflowed the stack), and a file nested past 64 levels is refused as it is read.
+TEST(HfConfigErrors, DeeplyNestedValuesAreRefusedNotDumped) {
+  const auto nested = [](int depth) { return std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']'); };
+  std::string msg = error_of([&] { parse_hf_config(qwen3(R"("hidden_size": )" + nested(3)), "c"); }, ErrorKind::kParse);
+  EXPECT_EQ(msg, "c: 'hidden_size' must be an integer, got array of 1 element");
+  msg = error_of([&] { parse_hf_config(qwen3(R"("quantization_config": )" + nested(100000)), "c"); }, ErrorKind::kParse);
+  EXPECT_EQ(msg, "c: nests deeper than 64 levels");
+  msg = error_of([&] { parse_hf_config(qwen3(R"("hidden_size": )" + nested(100000)), "c"); }, ErrorKind::kParse);
+  EXPECT_EQ(msg, "c: nests deeper than 64 levels");
+}
+
 TEST(HfConfigErrors, UnsupportedModelTypeListsSupported) {
   std::string msg = error_of([] { parse_hf_config(R"({"model_type": "llama", "hidden_size": 4096})", "config.json"); },
                              ErrorKind::kUnsupported);

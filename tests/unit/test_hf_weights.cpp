@@ -539,6 +539,12 @@ TEST(HfWeights, DtypeMismatchNamesTensorAndShapes) {
   g.spec.top_k = 2;
   expect_error([&] { load_hf_layer(g, open_all({dir.file("g.safetensors")})); }, ErrorKind::kFormat,
                {"expected BF16 [8, 64, 256], got BF16 [4, 64, 256] for model.layers.0.mlp.experts.gate_up_proj"});
+  // A tensor that may come in several dtypes names them all: with its dtype right and its shape off, a
+  // message naming only the first dtype sent the reader after the wrong one.
+  HfModel fewer = make_model(HfFamily::kQwenMoe, WeightFormat::kF16);
+  fewer.spec.num_experts = 2;  // (the file has 4)
+  expect_error([&] { load_hf_layer(fewer, open_all({dir.file("l.safetensors")})); }, ErrorKind::kFormat,
+               {"expected F32|BF16|F16 [2, 64], got F32 [4, 64] for model.layers.3.mlp.gate.weight"});
 }
 
 TEST(HfWeights, MissingTensorIsNamed) {
