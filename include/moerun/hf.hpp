@@ -49,6 +49,12 @@ HfModel parse_hf_config(std::string_view config_json, std::string_view origin,
 
 std::vector<std::string> supported_model_types();
 
+// The checkpoint files a path names: a file itself; a model folder's shards, those the weight_map of its
+// model.safetensors.index.json lists (each must exist), else every *.safetensors in it; sorted. Throws
+// Error{kIo} for a path that is neither, a folder with no shard, or a listed shard that is missing, and
+// Error{kParse} for an index that is not a JSON object with a "weight_map" object of strings.
+std::vector<std::string> checkpoint_files(const std::string& path);
+
 // Loads one MoE layer's tensors from checkpoint files under the model's own names, whatever the layer
 // prefix ("model.layers.N." or "language_model.model.layers.N.", ...). With several MoE layers
 // present, `layer` picks one (else Error{kInvalidArgument} lists those present). Checks names,

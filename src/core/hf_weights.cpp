@@ -23,12 +23,17 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "moerun/error.hpp"
 #include "moerun/hf.hpp"
@@ -1178,6 +1183,43 @@ void write_hf_layer(const HfModel& model, const MoeWeights& w, int layer, const 
                    {"moerun.family", std::string(to_string(model.family))},
                    {"moerun.layer", std::to_string(layer)},
                    {"moerun.weight_format", std::string(to_string(f))}});
+}
+
+std::vector<std::string> checkpoint_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return {path};
+  if (!fs::is_directory(path, ec)) throw_error(ErrorKind::kIo, "'" + path + "' is neither a file nor a model folder");
+  const fs::path dir(path), index = dir / "model.safetensors.index.json";
+  std::set<std::string> files;
+  if (fs::is_regular_file(index, ec)) {
+    std::ifstream f(index);
+    std::stringstream text;
+    text << f.rdbuf();
+    if (!f) throw_error(ErrorKind::kIo, "cannot read " + index.string());
+    // (shallow: an index is two levels deep; the guard keeps a hostile one from nesting without end)
+    const auto depth_guard = [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) { return depth <= 8; };
+    const nlohmann::json j = nlohmann::json::parse(text.str(), depth_guard, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      throw_error(ErrorKind::kParse, index.string() + ": expected a JSON object with a \"weight_map\" object");
+    for (const auto& [name, shard] : j["weight_map"].items()) {
+      if (!shard.is_string())
+        throw_error(ErrorKind::kParse, index.string() + ": weight_map[\"" + name + "\"] is not a file name");
+      const std::string file = shard.get<std::string>();
+      if (file.empty() || fs::path(file).has_parent_path())  // a shard beside the index, never elsewhere
+        throw_error(ErrorKind::kParse, index.string() + ": weight_map[\"" + name + "\"] = \"" + file +
+                                           "\" is not a file name in the folder");
+      files.insert((dir / file).string());
+    }
+    for (const std::string& f : files)
+      if (!fs::is_regular_file(f, ec))
+        throw_error(ErrorKind::kIo, index.string() + " lists " + f + ", which is missing");
+  } else {
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") files.insert(e.path().string());
+  }
+  if (files.empty()) throw_error(ErrorKind::kIo, "no .safetensors file in the folder '" + path + "'");
+  return {files.begin(), files.end()};
 }
 
 }  // namespace moerun

@@ -192,10 +192,21 @@ def main():
         cfg, tensors, x, expected = make(layer)
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f)
-        write_safetensors(os.path.join(d, "layer.safetensors"), tensors)
+        weights = os.path.join(d, "layer.safetensors")
+        if name == "deepseek_v3":  # as published: shards and a model.safetensors.index.json; --weights the folder
+            names = sorted(tensors)
+            shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+                      "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+            for shard, part in shards.items():
+                write_safetensors(os.path.join(d, shard), {n: tensors[n] for n in part})
+            with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+                json.dump({"metadata": {}, "weight_map": {n: sh for sh, part in shards.items() for n in part}}, f)
+            weights = d
+        else:
+            write_safetensors(weights, tensors)
         write_safetensors(os.path.join(d, "input.safetensors"), {"hidden_states": x})
         out = os.path.join(d, "output.safetensors")
-        cmd = [moerun, "run", "--config", os.path.join(d, "config.json"), "--weights", os.path.join(d, "layer.safetensors"),
+        cmd = [moerun, "run", "--config", os.path.join(d, "config.json"), "--weights", weights,
                "--input", os.path.join(d, "input.safetensors"), "--output", out, "--iters", "1"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -348,6 +349,30 @@ TEST_P(HfRoundTrip, WriteThenLoadIsBitExact) {
 
 INSTANTIATE_TEST_SUITE_P(AllFamilies, HfRoundTrip, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.label; });
+
+// A model folder's shards: those its model.safetensors.index.json lists (not the other .safetensors
+// beside them), or every .safetensors without an index; clear errors for a folder without shards, a
+// listed shard that is missing, and an index that names a file outside the folder.
+TEST(HfWeights, CheckpointFilesOfAModelFolder) {
+  TempDir dir;
+  const auto touch = [&](const std::string& n, const std::string& text = "x") { std::ofstream(dir.file(n)) << text; };
+  const std::string folder = dir.file("");
+  expect_error([&] { checkpoint_files(folder); }, ErrorKind::kIo, {"no .safetensors file in the folder"});
+  expect_error([&] { checkpoint_files(dir.file("nope")); }, ErrorKind::kIo, {"neither a file nor a model folder"});
+  touch("b.safetensors");
+  touch("a.safetensors");
+  touch("config.json");
+  EXPECT_EQ(checkpoint_files(folder), (std::vector<std::string>{dir.file("a.safetensors"), dir.file("b.safetensors")}));
+  EXPECT_EQ(checkpoint_files(dir.file("b.safetensors")), std::vector<std::string>{dir.file("b.safetensors")});
+  touch("model.safetensors.index.json", R"({"metadata": {}, "weight_map": {"x.weight": "b.safetensors", "y.weight": "b.safetensors"}})");
+  EXPECT_EQ(checkpoint_files(folder), std::vector<std::string>{dir.file("b.safetensors")});
+  touch("model.safetensors.index.json", R"({"weight_map": {"x.weight": "c.safetensors"}})");
+  expect_error([&] { checkpoint_files(folder); }, ErrorKind::kIo, {"lists", "c.safetensors, which is missing"});
+  touch("model.safetensors.index.json", R"({"weight_map": {"x.weight": "../a.safetensors"}})");
+  expect_error([&] { checkpoint_files(folder); }, ErrorKind::kParse, {"is not a file name in the folder"});
+  touch("model.safetensors.index.json", R"([1, 2])");
+  expect_error([&] { checkpoint_files(folder); }, ErrorKind::kParse, {"a \"weight_map\" object"});
+}
 
 // The names the file holds are the published ones, with gpt-oss fused tensors transposed.
 TEST(HfWeights, GptOssDenseIsTransposedAndInterleaved) {

@@ -95,8 +95,9 @@ void run(const RunOptions& o) {
     HfModel mm = *model;
     mm.spec = spec;
     std::vector<std::shared_ptr<SafetensorsFile>> files;
-    for (const std::string& f : o.weights) files.push_back(SafetensorsFile::open(f));
-    std::cerr << "loading layer weights from " << o.weights.size() << " file(s)...\n";
+    for (const std::string& p : o.weights)  // a file, or a model folder's shards
+      for (const std::string& f : checkpoint_files(p)) files.push_back(SafetensorsFile::open(f));
+    std::cerr << "loading layer weights from " << files.size() << " file(s)...\n";
     weights = std::make_shared<MoeWeights>(load_hf_layer(mm, files, o.layer >= 0 ? std::optional<int>(o.layer) : std::nullopt));
   } else {
     const double gib = static_cast<double>(estimate_weight_bytes(spec)) / (1ull << 30);
@@ -173,8 +174,10 @@ void add_run(CLI::App& root) {
   o->common.add_to(*app);
   const CLI::Validator not_empty([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
                                  "PATH");
-  auto* weights = app->add_option("--weights", o->weights, "safetensors file(s) holding the layer under its Hugging Face names")
-                      ->check(CLI::ExistingFile);
+  auto* weights = app->add_option("--weights", o->weights,
+                                  "safetensors file(s) holding the layer under its Hugging Face names, or a model "
+                                  "folder (its shards, by model.safetensors.index.json when present)")
+                      ->check(CLI::ExistingPath);
   app->add_option("--layer", o->layer, "which layer when the file holds several")->check(CLI::Range(0, 1 << 20))->needs(weights);
   auto* input = app->add_option("--input", o->input, "safetensors with hidden_states [M, H] (+ router_logits [M, E])")
                     ->check(CLI::ExistingFile);
