@@ -14,9 +14,10 @@ inline float act_gelu_erf(float x) noexcept { return 0.5f * x * (1.0f + std::erf
 inline float act_gelu_tanh(float x) noexcept {
   return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
 }
-inline float act_relu2(float x) noexcept { return x > 0 ? x * x : 0.0f; }
+inline float act_relu2(float x) noexcept { return x < 0 ? 0.0f : x * x; }  // NaN stays NaN, as in torch
 
 // gpt-oss: gate clamped above at limit, up clamped to [-limit, limit], out = g*sigmoid(alpha*g)*(u+1).
+// A NaN gate or up stays NaN (std::min and std::clamp return their first argument then), as in torch.
 inline float act_swiglu_oai(float gate, float up, float alpha, float limit) noexcept {
   if (limit > 0) {
     gate = std::min(gate, limit);

@@ -377,6 +377,52 @@ TEST(CudaBackend, SmallSharedExpertsGated) {
   check_case("cuda", s, 45, 11, Route::kLogits);
 }
 
+// A token whose hidden state is NaN comes out NaN on every path, as in the reference: the gpt-oss clamp
+// (fminf / fmaxf) and relu2's fmaxf used to turn a NaN gate_up sum into the limit or zero, so the
+// token's output was finite. The other tokens match the reference. M = 1 (one-token chain and the fused
+// stage), 9 (stream tiles), 300 (the wgmma engine).
+TEST(CudaBackend, SmallNaNTokensStayNaN) {
+  REQUIRE_GPU();
+  const Platform plat = sm90_platform();
+  uint64_t seed = 4100;
+  for (ActivationKind act : {ActivationKind::kSwigluOai, ActivationKind::kRelu2, ActivationKind::kSiluAndMul}) {
+    MoeSpec s = make_spec(8, 2, 256, 128, act);
+    s.validate();
+    const MoeWeights w = random_weights(s, seed++);
+    auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+    auto ref = make_reference_backend()->create_runner(s, w, plat, {});
+    for (const int64_t m : {int64_t{1}, int64_t{9}, int64_t{300}}) {
+      for (const bool fused : {false, true}) {
+        if (fused && m != 1) continue;
+        std::unique_ptr<ScopedEnv> one_token;
+        if (fused) one_token = std::make_unique<ScopedEnv>("MOERUN_CUDA_ONE_TOKEN", "1");
+        SCOPED_TRACE(s.summary() + " m=" + std::to_string(m) + " variant " + runner->variant_for(m));
+        Inputs in = make_inputs(s, m, seed++, Route::kTopkGiven);
+        const uint16_t nan = s.act_dtype == DType::kBF16 ? f32_to_bf16(NAN) : f32_to_fp16(NAN);
+        for (int64_t c = 0; c < s.hidden; ++c) in.hidden.as<uint16_t>()[c] = nan;  // token 0
+        HostTensor got(s.act_dtype, {m, s.hidden}), want(s.act_dtype, {m, s.hidden});
+        runner->forward(host_args(in, got));
+        ref->forward(host_args(in, want));
+        int64_t nan_got = 0, nan_want = 0;
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < m * s.hidden; ++i) {
+          const float g = act_at(got, i), r = act_at(want, i);
+          if (i < s.hidden) {
+            nan_got += std::isnan(g);
+            nan_want += std::isnan(r);
+            continue;
+          }
+          num += (g - r) * (g - r);
+          den += r * r;
+        }
+        EXPECT_EQ(nan_want, s.hidden) << "the reference itself";
+        EXPECT_EQ(nan_got, s.hidden) << "the NaN token's outputs that came out NaN";
+        if (m > 1) EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), tolerance_for(s).rel_l2) << "the other tokens";
+      }
+    }
+  }
+}
+
 TEST(CudaBackend, SmallRouterWeightWhenNoLogits) {
   REQUIRE_GPU();
   MoeSpec s = make_spec(8, 2, 128, 64);

@@ -1554,5 +1554,54 @@ TEST(CpuBackend, RefusesForeignLayoutTag) {
   }
 }
 
+// A token whose hidden state is NaN comes out NaN, as in the reference, at every ISA level and for the
+// decode stream and the tiled path alike: the gpt-oss clamp and relu2 used to turn a NaN gate_up sum into
+// the limit or zero (vminps / vmaxps return their second operand on NaN), a finite output.
+TEST(CpuBackend, NaNTokensStayNaN) {
+  const Platform plat = Platform::detect();
+  IsaCapGuard guard;
+  for (ActivationKind act : {ActivationKind::kSwigluOai, ActivationKind::kRelu2, ActivationKind::kSiluAndMul})
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      MoeSpec s = base_spec();
+      s.activation.kind = act;
+      s.act_dtype = dt;
+      const MoeWeights w = random_weights(s, 21);
+      for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{200}}) {
+        HostTensor hidden = random_tensor(dt, {m, s.hidden}, 22);
+        for (int64_t c = 0; c < s.hidden; ++c) {  // token 0
+          if (dt == DType::kF32) hidden.as<float>()[c] = std::numeric_limits<float>::quiet_NaN();
+          else hidden.as<uint16_t>()[c] = 0x7FC0;
+        }
+        HostTensor logits = random_tensor(DType::kF32, {m, s.num_experts}, 23, 3.0f);
+        const auto run = [&](const Backend& b) {
+          HostTensor out(dt, {m, s.hidden});
+          ForwardArgs a;
+          a.hidden = hidden.view();
+          a.router_logits = logits.view();
+          a.output = out.view();
+          b.create_runner(s, w, plat, {})->forward(a);
+          return to_f32(out);
+        };
+        const std::vector<float> want = run(*make_reference_backend());
+        for (CpuIsa isa : levels()) {
+          set_cpu_isa_cap(isa);
+          const std::vector<float> got = run(*make_cpu_backend());
+          const std::string what = std::string(to_string(act)) + " " + std::string(dtype_name(dt)) + " m=" +
+                                   std::to_string(m) + " [" + std::string(to_string(isa)) + "]";
+          int64_t nan_got = 0, nan_want = 0;
+          for (int64_t c = 0; c < s.hidden; ++c) {
+            nan_got += std::isnan(got[static_cast<size_t>(c)]);
+            nan_want += std::isnan(want[static_cast<size_t>(c)]);
+          }
+          EXPECT_EQ(nan_want, s.hidden) << what << ": the reference";
+          EXPECT_EQ(nan_got, s.hidden) << what;
+          if (m > 1)
+            expect_close(std::vector<float>(got.begin() + s.hidden, got.end()),
+                         std::vector<float>(want.begin() + s.hidden, want.end()), tolerance(s), what + ", other tokens");
+        }
+      }
+    }
+}
+
 }  // namespace
 }  // namespace moerun

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <string>
@@ -15,6 +16,7 @@
 #include "backends/cpu/prepack.hpp"
 #include "backends/cpu/q8_rows.hpp"
 #include "backends/cpu/runner.hpp"
+#include "core/activation.hpp"
 #include "moerun/error.hpp"
 #include "moerun/formats.hpp"
 
@@ -418,6 +420,58 @@ TEST(CpuKernels, DownRowsMatchTheirFormula) {
       EXPECT_TRUE(std::memcmp(out.data(), want.data(), out.size() * sizeof(float)) == 0)
           << "nl " << nl << " variant " << variant;
     }
+}
+
+// A NaN gate or up comes out NaN wherever the reference activation (core/activation.hpp) gives NaN,
+// at every vector level: the gpt-oss clamp and relu2's max used to return the limit or zero for it
+// (vminps / vmaxps return their second operand on NaN), so a NaN accumulator became a finite value.
+TEST(CpuKernels, VectorActivationsKeepNaN) {
+  if (detected_isa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
+  const bool avx512 = detected_isa() >= CpuIsa::kAvx512;
+  const float alpha = 1.702f, limit = 7.0f, nan = std::numeric_limits<float>::quiet_NaN();
+  // (gate, up) pairs: NaN in either, with the other below, inside and above the clamp.
+  std::vector<float> g, u;
+  for (float other : {-20.0f, -1.0f, 0.0f, 0.5f, 3.0f, 9.0f}) {
+    g.push_back(nan);
+    u.push_back(other);
+    g.push_back(other);
+    u.push_back(nan);
+  }
+  g.push_back(nan);
+  u.push_back(nan);
+  const int n = static_cast<int>(g.size());
+  for (kernels::Act a : {kernels::Act::kSiluMul, kernels::Act::kGeluMul, kernels::Act::kGeluTanhMul,
+                         kernels::Act::kSwigluOai, kernels::Act::kRelu2, kernels::Act::kSilu}) {
+    Activation spec_act;
+    spec_act.kind = static_cast<ActivationKind>(a);
+    spec_act.swiglu_alpha = alpha;
+    spec_act.swiglu_limit = limit;
+    std::vector<float> out(static_cast<size_t>(n));
+    kernels::act_avx2(a, g.data(), u.data(), n, alpha, limit, out.data());
+    // act_rows_avx512 reads a block's rows: gate columns 0-7 and up columns 8-15 (gated), or 16 values.
+    std::vector<float> acc, rows_out;
+    const int per_row = kernels::gated(a) ? 8 : 16;
+    const int64_t rows = (n + per_row - 1) / per_row;
+    if (avx512) {
+      acc.assign(static_cast<size_t>(rows * 16), 0.0f);
+      for (int i = 0; i < n; ++i) {
+        acc[static_cast<size_t>(i / per_row * 16 + i % per_row)] = g[static_cast<size_t>(i)];
+        if (per_row == 8) acc[static_cast<size_t>(i / 8 * 16 + 8 + i % 8)] = u[static_cast<size_t>(i)];
+      }
+      rows_out.assign(static_cast<size_t>(rows * per_row), 0.0f);
+      kernels::act_rows_avx512(a, acc.data(), rows, per_row, alpha, limit, rows_out.data(), per_row);
+    }
+    for (int i = 0; i < n; ++i) {
+      const float want = apply_activation(spec_act, g[static_cast<size_t>(i)], u[static_cast<size_t>(i)]);
+      const std::string what = "act " + std::to_string(static_cast<int>(a)) + " gate " +
+                               std::to_string(g[static_cast<size_t>(i)]) + " up " + std::to_string(u[static_cast<size_t>(i)]);
+      EXPECT_EQ(std::isnan(out[static_cast<size_t>(i)]), std::isnan(want)) << what << " (avx2) gave " << out[static_cast<size_t>(i)];
+      if (avx512)
+        EXPECT_EQ(std::isnan(rows_out[static_cast<size_t>(i)]), std::isnan(want)) << what << " (avx512) gave " << rows_out[static_cast<size_t>(i)];
+    }
+    if (a == kernels::Act::kSwigluOai || a == kernels::Act::kRelu2)  // (the cases that used to lose it)
+      EXPECT_TRUE(std::isnan(apply_activation(spec_act, nan, 1.0f)));
+  }
 }
 
 // act_rows_avx512 gives act_rows_avx2's values bit for bit (act_avx512.hpp: act16 is act8 on 16 lanes),

@@ -51,14 +51,16 @@ inline __m512 act16(Act a, __m512 g, __m512 u, float alpha, float limit) {
     }
     case Act::kSwigluOai:
       if (limit > 0.0f) {
+        // The data goes second: vminps / vmaxps return the second operand when either is NaN, and a
+        // NaN must stay NaN (the reference's std::min / std::clamp, torch.clamp).
         const __m512 l = _mm512_set1_ps(limit);
-        g = _mm512_min_ps(g, l);
-        u = _mm512_max_ps(_mm512_min_ps(u, l), _mm512_sub_ps(_mm512_setzero_ps(), l));
+        g = _mm512_min_ps(l, g);
+        u = _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), l), _mm512_min_ps(l, u));
       }
       return _mm512_mul_ps(_mm512_mul_ps(g, sigmoid16(_mm512_mul_ps(_mm512_set1_ps(alpha), g))),
                            _mm512_add_ps(u, _mm512_set1_ps(1.0f)));
     case Act::kRelu2: {
-      const __m512 r = _mm512_max_ps(g, _mm512_setzero_ps());
+      const __m512 r = _mm512_max_ps(_mm512_setzero_ps(), g);  // (NaN stays NaN)
       return _mm512_mul_ps(r, r);
     }
     case Act::kGeluMul: break;

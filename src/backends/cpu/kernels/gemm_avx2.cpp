@@ -320,14 +320,16 @@ inline __m256 act8(Act a, __m256 g, __m256 u, float alpha, float limit) {
     }
     case Act::kSwigluOai:
       if (limit > 0.0f) {
+        // vminps / vmaxps return their second operand when either is NaN: the data goes second, so
+        // that a NaN stays NaN as in the reference (std::min / std::clamp) and torch.clamp.
         const __m256 l = _mm256_set1_ps(limit);
-        g = _mm256_min_ps(g, l);
-        u = _mm256_max_ps(_mm256_min_ps(u, l), _mm256_sub_ps(_mm256_setzero_ps(), l));
+        g = _mm256_min_ps(l, g);
+        u = _mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), l), _mm256_min_ps(l, u));
       }
       return _mm256_mul_ps(_mm256_mul_ps(g, sigmoid_ps(_mm256_mul_ps(_mm256_set1_ps(alpha), g))),
                            _mm256_add_ps(u, _mm256_set1_ps(1.0f)));
     case Act::kRelu2: {
-      const __m256 r = _mm256_max_ps(g, _mm256_setzero_ps());
+      const __m256 r = _mm256_max_ps(_mm256_setzero_ps(), g);  // (NaN stays NaN: see kSwigluOai)
       return _mm256_mul_ps(r, r);
     }
     case Act::kGeluMul: break;  // scalar (erf)

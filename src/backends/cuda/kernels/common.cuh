@@ -130,13 +130,13 @@ __device__ __forceinline__ float apply_act(Act act, float gate, float up, float 
     case Act::kGeluTanhAndMul: return gelu_tanh(gate) * up;
     case Act::kSwigluOai: {
       float g = gate, u = up;
-      if (limit > 0.0f) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
+      if (limit > 0.0f) {  // by comparisons: fminf / fmaxf would turn a NaN into the limit
+        g = g > limit ? limit : g;
+        u = u > limit ? limit : (u < -limit ? -limit : u);
       }
       return g * sigmoid_fast(alpha * g) * (u + 1.0f);
     }
-    case Act::kRelu2: { const float r = fmaxf(gate, 0.0f); return r * r; }
+    case Act::kRelu2: { const float r = gate < 0.0f ? 0.0f : gate; return r * r; }  // (NaN stays NaN)
     case Act::kSilu: return silu(gate);
   }
   return 0.0f;
