@@ -186,6 +186,18 @@ void check_weights(const MoeSpec& spec, const MoeWeights& w) {
   expect_f32(w.shared_gate, {1, h}, spec.shared.gated_by_router, "shared_gate");
 }
 
+void check_weights_on_host(const MoeWeights& w, std::string_view backend) {
+  const std::pair<const ExpertMatrix*, const char*> stacks[] = {
+      {&w.w13, "w13"}, {&w.w2, "w2"}, {&w.shared_w13, "shared_w13"}, {&w.shared_w2, "shared_w2"}};
+  for (const auto& [m, name] : stacks)
+    for (const auto& [v, part] : {std::pair<const TensorView*, const char*>{&m->data, "data"},
+                                  {&m->scale, "scale"}, {&m->global_scale, "global_scale"}})
+      if (!v->empty() && v->device != DeviceKind::kCpu)
+        throw_error(ErrorKind::kInvalidArgument, std::string(backend) + " reads weights on the CPU: " + name + "." + part +
+                                                     " is on cuda:" + std::to_string(v->device_index) +
+                                                     "; give it host weights");
+}
+
 void check_lora(const MoeSpec& spec, const LoraWeights& l) {
   if (l.adapters < 1 || l.adapters > spec.lora.max_adapters)
     throw_error(ErrorKind::kInvalidArgument, "lora adapters = " + std::to_string(l.adapters) + ": must be in [1, spec.lora.max_adapters=" +

@@ -1554,6 +1554,46 @@ TEST(CpuBackend, RefusesForeignLayoutTag) {
   }
 }
 
+// create_runner called directly (without MoeLayer's check_weights) refuses what the loops would misread,
+// for the cpu and the reference backend alike: weights on a GPU (read as host memory, they segfaulted),
+// a stack of another format than the spec's (packed for one kernel set, read by another), and shared
+// stacks of the wrong width (the down pass walked w2's blocks over the shared stack's one).
+TEST(CpuBackend, RunnersRefuseWeightsTheyCannotRead) {
+  const Platform plat = Platform::detect();
+  const auto refused = [&](const Backend& b, const MoeSpec& s, const MoeWeights& w, ErrorKind kind, const std::string& part) {
+    SCOPED_TRACE(std::string(b.name()) + ": " + part);
+    try {
+      b.create_runner(s, w, plat, {});
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind) << e.what();
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  for (auto backend : {make_cpu_backend(), make_reference_backend()}) {
+    const Backend& b = *backend;
+    MoeSpec s = base_spec();
+    MoeWeights on_gpu = random_weights(s, 3);
+    on_gpu.w2.data.device = DeviceKind::kCuda;
+    refused(b, s, on_gpu, ErrorKind::kInvalidArgument, "w2.data is on cuda:0");
+
+    MoeSpec mx = base_spec();
+    mx.weight_format = WeightFormat::kMxfp4;
+    MoeSpec fp8 = mx;
+    fp8.weight_format = WeightFormat::kFp8Block;
+    refused(b, mx, random_weights(fp8, 4), ErrorKind::kFormat, "fp8");
+
+    MoeSpec sh = base_spec();
+    sh.shared.count = 1;
+    sh.shared.intermediate = 64;
+    MoeWeights narrow = random_weights(sh, 5);
+    MoeSpec other = sh;
+    other.hidden = 64;
+    narrow.shared_w2 = random_weights(other, 6).shared_w2;  // [1, 64, 64] where H = 128
+    refused(b, sh, narrow, ErrorKind::kFormat, "shared_w2");
+  }
+}
+
 // A token whose hidden state is NaN comes out NaN, as in the reference, at every ISA level and for the
 // decode stream and the tiled path alike: the gpt-oss clamp and relu2 used to turn a NaN gate_up sum into
 // the limit or zero (vminps / vmaxps return their second operand on NaN), a finite output.
@@ -1601,6 +1641,52 @@ TEST(CpuBackend, NaNTokensStayNaN) {
         }
       }
     }
+}
+
+// The e4m3 NaN codes (0x7F, 0xFF) in fp8 weights or nvfp4 scales are refused when packing, with where
+// they are: the kernels decode them as +-480, a finite weight, where the reference reads NaN.
+TEST(CpuBackend, E4m3NanCodesAreRefusedWhenPacking) {
+  const Platform plat = Platform::detect();
+  for (WeightFormat f : {WeightFormat::kFp8PerTensor, WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block}) {
+    MoeSpec s = base_spec();
+    s.weight_format = f;
+    MoeWeights w = random_weights(s, 8);
+    EXPECT_NO_THROW(make_cpu_backend()->create_runner(s, w, plat, {}));
+    static_cast<uint8_t*>(w.w2.data.data)[(1 * 128 + 2) * 96 + 3] = 0xFF;  // w2 [8, 128, 96]: expert 1, row 2, column 3
+    try {
+      make_cpu_backend()->create_runner(s, w, plat, {});
+      ADD_FAILURE() << to_string(f) << ": a NaN code was packed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kFormat);
+      EXPECT_NE(std::string(e.what()).find("NaN code at expert 1, row 2, column 3"), std::string::npos) << e.what();
+    }
+  }
+  MoeSpec s = base_spec();
+  s.weight_format = WeightFormat::kNvfp4;
+  MoeWeights w = random_weights(s, 9);
+  static_cast<uint8_t*>(w.w13.scale.data)[(2 * 192 + 5) * 8 + 7] = 0x7F;  // scales [8, 192, 128 / 16]
+  try {
+    make_cpu_backend()->create_runner(s, w, plat, {});
+    ADD_FAILURE() << "a NaN nvfp4 scale was packed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scales holds the e4m3 NaN code at expert 2, row 5, group 7"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A null data pointer with the right dtype and shape is named as such by the packer (it used to say
+// "expected BF16 [2, 16, 32], got BF16 [2, 16, 32]").
+TEST(CpuBackend, PackerNamesANullDataPointer) {
+  MoeSpec s = base_spec();
+  MoeWeights w = random_weights(s, 7);
+  w.w2.data.data = nullptr;
+  try {
+    cpu::pack_stack(w.w2, cpu::LaneMap::kPlain, cpu::kernels::CodeLayout::kVnniWords);
+    FAIL() << "packed a null stack";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kFormat);
+    EXPECT_NE(std::string(e.what()).find("has no data (a null pointer)"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

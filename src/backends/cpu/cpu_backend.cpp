@@ -88,6 +88,11 @@ Capabilities make_caps() {
   return c;
 }
 
+// The kernels run on this machine: its usable level, never above the platform the plan was made for.
+CpuIsa runner_isa(const Platform& platform) {
+  return static_cast<CpuIsa>(std::min(static_cast<int>(cpu::effective_isa()), static_cast<int>(platform.cpu.isa())));
+}
+
 class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
@@ -97,15 +102,16 @@ class CpuBackend final : public Backend {
   }
   const Capabilities& capabilities() const override { return caps_; }
   std::string variant(const MoeSpec& spec, const Platform& platform, int64_t m) const override {
-    if (platform.cpu.isa() < CpuIsa::kAvx2) return "";
-    return cpu::variant_name(spec, cpu::kernels_for_spec(spec, platform.cpu.isa()), cpu::pack_fmt_for(spec.weight_format), m);
+    // A described platform's own level (what it would run there); on this machine, the level its runner
+    // takes. CpuInfo::isa() alone can name a level whose kernels this CPU lacks an extension for (the
+    // AVX512-BF16 level also needs VBMI and VNNI: isa.cpp).
+    const CpuIsa isa = platform.cpu.vendor == "described" ? platform.cpu.isa() : runner_isa(platform);
+    if (isa < CpuIsa::kAvx2) return "";
+    return cpu::variant_name(spec, cpu::kernels_for_spec(spec, isa), cpu::pack_fmt_for(spec.weight_format), m);
   }
   std::unique_ptr<Runner> create_runner(const MoeSpec& spec, const MoeWeights& weights, const Platform& platform,
                                         const RunnerOptions& options) const override {
-    // The kernels run on this machine: its usable level, never above the platform the plan was made for.
-    const CpuIsa isa = static_cast<CpuIsa>(
-        std::min(static_cast<int>(cpu::effective_isa()), static_cast<int>(platform.cpu.isa())));
-    return std::make_unique<cpu::CpuRunner>(spec, weights, options, isa);
+    return std::make_unique<cpu::CpuRunner>(spec, weights, options, runner_isa(platform));
   }
 
  private:

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <unordered_set>
+#include <vector>
 
 #include "backends/cpu/huge_pages.hpp"
 #include "moerun/error.hpp"
@@ -44,8 +45,10 @@ void check_stack(const ExpertMatrix& m) {
                                         " of a " + std::string(to_string(m.format)) + " stack");
   };
   auto expect = [&](const TensorView& t, DType want, Shape shape, const char* what) {
-    if (t.data == nullptr && shape.numel() > 0) fail(what, want, shape, t);
     if (t.dtype != want || !(t.shape == shape)) fail(what, want, shape, t);
+    if (t.data == nullptr && shape.numel() > 0)
+      throw_error(ErrorKind::kFormat, "cpu backend: the " + std::string(what) + " of a " + std::string(to_string(m.format)) +
+                                          " stack " + shape.str() + " has no data (a null pointer)");
   };
   if (E < 0 || N < 0 || K < 0) throw_error(ErrorKind::kFormat, "cpu backend: negative stack dimensions");
   switch (m.format) {
@@ -111,6 +114,35 @@ bool is_packed_stack(const void* p) {
   return live_stacks().set.count(p) != 0;
 }
 
+// e4m3 codes 0x7F and 0xFF are NaN. The kernels decode codes by arithmetic, those two as +-480
+// (avx512_decode.hpp, dequant_avx2.hpp), so a stack holding one is refused here instead of run as a
+// finite weight (the reference reads it as NaN). `n` bytes per expert, `row_len` codes per row.
+void refuse_e4m3_nan(const ExpertMatrix& m, const uint8_t* codes, int64_t n, int64_t row_len, const char* what) {
+  std::vector<int64_t> first(static_cast<size_t>(m.experts), -1);
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t e = 0; e < m.experts; ++e) {
+    const uint8_t* p = codes + e * n;
+    constexpr int64_t kChunk = 4096;  // a vectorised any() a chunk, then the exact index
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t i1 = std::min(n, i0 + kChunk);
+      unsigned any = 0;
+      for (int64_t i = i0; i < i1; ++i) any |= (p[i] & 0x7Fu) == 0x7Fu;
+      if (!any) continue;
+      for (int64_t i = i0; i < i1 && first[static_cast<size_t>(e)] < 0; ++i)
+        if ((p[i] & 0x7F) == 0x7F) first[static_cast<size_t>(e)] = i;
+      break;
+    }
+  }
+  for (int64_t e = 0; e < m.experts; ++e) {
+    const int64_t i = first[static_cast<size_t>(e)];
+    if (i < 0) continue;
+    throw_error(ErrorKind::kFormat, "cpu backend: the " + std::string(to_string(m.format)) + " stack's " + what +
+                                        " holds the e4m3 NaN code at expert " + std::to_string(e) + ", row " +
+                                        std::to_string(i / row_len) + ", " + (std::string(what) == "weights" ? "column " : "group ") +
+                                        std::to_string(i % row_len) + ": this backend refuses NaN weights");
+  }
+}
+
 }  // namespace
 
 std::string layout_tag(LaneMap map, WeightFormat format, kernels::CodeLayout code_layout) {
@@ -139,6 +171,11 @@ std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map
     throw_error(ErrorKind::kInvalidArgument, "cpu backend: cannot pack a weight stack with layout '" + m.layout +
                                                  "' (knows 'canonical' and '" + layout_tag(map, m.format, code_layout) + "')");
   check_stack(m);
+  const bool fp8 = m.format == WeightFormat::kFp8PerTensor || m.format == WeightFormat::kFp8PerChannel ||
+                   m.format == WeightFormat::kFp8Block;
+  if (fp8) refuse_e4m3_nan(m, static_cast<const uint8_t*>(m.data.data), m.rows * m.cols, m.cols, "weights");
+  if (m.format == WeightFormat::kNvfp4)
+    refuse_e4m3_nan(m, static_cast<const uint8_t*>(m.scale.data), m.rows * (m.cols / 16), m.cols / 16, "scales");
   auto ps = new_packed_stack();
   PackedStack& p = *ps;
   p.fmt = pack_fmt_for(m.format);

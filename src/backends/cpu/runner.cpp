@@ -223,6 +223,25 @@ struct ActiveGuard {
 
 }  // namespace
 
+namespace {
+// The stacks against the spec: create_runner may be called without MoeLayer's check_weights, and a
+// stack of another format than the spec's would be packed for one kernel set and read by another.
+// Canonical stacks get check_weights in full; a stack this backend packed before carries the shapes
+// packed_of checked, and is held to the spec's dims after packing (the constructor).
+void check_stacks(const MoeSpec& spec, const MoeWeights& w) {
+  check_weights_on_host(w, "cpu backend");
+  bool canonical = true;
+  for (const ExpertMatrix* m : {&w.w13, &w.w2, &w.shared_w13, &w.shared_w2}) {
+    if (m->empty()) continue;
+    canonical = canonical && m->layout == "canonical";
+    if (m->format != spec.weight_format)
+      throw_error(ErrorKind::kFormat, "cpu backend: a " + std::string(to_string(m->format)) + " weight stack for a " +
+                                          std::string(to_string(spec.weight_format)) + " spec " + spec.summary());
+  }
+  if (canonical) check_weights(spec, w);
+}
+}  // namespace
+
 CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptions& options, CpuIsa isa)
     : spec_(spec), options_(options), ks_(kernels_for_spec(spec, isa)) {
   el_ = local_experts(spec);
@@ -234,6 +253,7 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
   // dequant_panel_avx512 on VNNI-word codes: a kernel set that pairs AMX with anything else is a bug.
   if (ks_.amx && (ks_.panel != kernels::dequant_panel_avx512 || ks_.code_layout != kernels::CodeLayout::kVnniWords))
     throw_error(ErrorKind::kInternal, "cpu backend: AMX kernel set without the AVX-512 panels panel_bf16_vnni mirrors");
+  check_stacks(spec, w);
   w13_ = packed_of(w.w13, w13_map(spec.activation), ks_.code_layout);
   w2_ = packed_of(w.w2, LaneMap::kPlain, ks_.code_layout);
   if (w13_->experts != el_ || w13_->outputs != il_ || w13_->cols != h_ || w2_->experts != el_ ||
@@ -247,6 +267,8 @@ CpuRunner::CpuRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptio
     const bool gated = w.shared_w13.rows == 2 * static_cast<int64_t>(is_);
     sw13_ = packed_of(w.shared_w13, gated ? LaneMap::kGatedSplit : LaneMap::kPlain, ks_.code_layout);
     sw2_ = packed_of(w.shared_w2, LaneMap::kPlain, ks_.code_layout);
+    if (sw13_->experts != 1 || sw13_->cols != h_ || sw13_->outputs != is_ || sw2_->experts != 1 || sw2_->rows != h_)
+      throw_error(ErrorKind::kInvalidArgument, "cpu backend: shared expert stacks do not match the spec " + spec.summary());
     shared_act_ = gated ? (spec.activation.gated() ? spec.activation.kind : ActivationKind::kSiluAndMul)
                         : spec.activation.kind;
     if (spec.shared.gated_by_router) shared_gate_ = copy_f32(w.shared_gate);

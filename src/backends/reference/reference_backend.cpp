@@ -40,7 +40,7 @@ void matvec(const float* w, int64_t rows, int64_t cols, const float* x, double* 
   }
 }
 
-// (The stacks were checked with the weights when the runner was made: check_weights.)
+// (The stacks were checked when the runner was made: check_weights.)
 std::vector<float> dequantize_expert(const ExpertMatrix& m, int64_t e) {
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
   for (int64_t n = 0; n < m.rows; ++n) dequantize_row_unchecked(m, e, n, out.data() + n * m.cols);
@@ -53,6 +53,9 @@ class ReferenceRunner final : public Runner {
     for (const ExpertMatrix* m : {&w.w13, &w.w2, &w.shared_w13, &w.shared_w2})
       if (!m->empty() && m->layout != "canonical")
         throw_error(ErrorKind::kInvalidArgument, "reference backend needs canonical weights, got layout '" + m->layout + "'");
+    // create_runner may be called without MoeLayer's check: the loops below trust every shape.
+    check_weights_on_host(w, "reference backend");
+    check_weights(spec, w);
   }
 
   void forward(const ForwardArgs& args) override {

@@ -67,7 +67,7 @@ constexpr WordTable kFp8Sub = word_table(8, [](int c) { return e4m3_mag_bf16(c);
 // e and m where bf16 keeps them, and OR-ing 0x3800 adds the exponent bias difference (127 - 7 - 8: the
 // / 256 convention) without a carry. Zero and subnormal codes (exponent field 0) come from the table by
 // one masked vpermw; the sign is OR-ed in last. Six ops, two of them on the shuffle port. The e4m3 NaN
-// (0x7F) decodes as 480 like everywhere else (quantizers never emit it).
+// (0x7F) would decode as 480, as everywhere in these kernels: pack_stack refuses stacks holding it.
 template <bool kHigh>
 [[gnu::always_inline]] inline __m512i fp8_word_bf16(__m512i w, __m512i sub) {
   const __m512i em = _mm512_set1_epi16(0x07F0), bias = _mm512_set1_epi16(0x3800);

@@ -6,7 +6,7 @@
 // NOTES: fp8 e4m3 and e2m1 are decoded through fp16 bit patterns (exact: every e4m3 and e2m1 value is
 // an fp16 value) and F16C's vcvtph2ps. e4m3 -> fp16 bits is (v << 7) with the sign moved to bit 15, which
 // is (int16)(v << 8) >> 1 with bit 14 cleared; the value comes out 2^-8 too small, so fp8 scales carry
-// a factor 256 (prepack folds it in). The e4m3 NaN (0x7F) decodes as 480: quantizers never emit it.
+// a factor 256 (prepack folds it in). The e4m3 NaN (0x7F) would decode as 480: pack_stack refuses it.
 // Measured on Zen 1 (one core, L1-resident, k pair = 32 e4m3 weights, 4 FMAs): this decoder 5.2 ns per
 // pair; e4m3 built directly as f32 bits (vpmovsxbd, << 20, & 0x87F00000) then x 2^120 6.8 ns (and e4m3
 // subnormals become f32 denormals there, which cost Zen 1 a microcode assist: 2.8x the fp16 decoder's
