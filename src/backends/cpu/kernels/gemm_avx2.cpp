@@ -426,8 +426,8 @@ void down_rows_avx2(const float* acc, int64_t m, int nl, const float* ls, const 
     float* o = out + (token ? static_cast<int64_t>(token[i]) : t0 + i) * 16;
     const float w = weight ? weight[i] : 1.0f;
     for (int l = 0; l < nl; ++l) {
-      const float y = ls && bias ? std::fma(a[l], ls[l], bias[l]) : ls ? a[l] * ls[l] : bias ? a[l] + bias[l] : a[l];
-      o[l] = std::fma(w, y, o[l]);
+      const float y = ls && bias ? __builtin_fmaf(a[l], ls[l], bias[l]) : ls ? a[l] * ls[l] : bias ? a[l] + bias[l] : a[l];
+      o[l] = __builtin_fmaf(w, y, o[l]);
     }
   }
 }
@@ -554,15 +554,18 @@ void dequant_panel_avx2_vnni(const BlockRef& b, float* panel) {
     case PackFmt::kNvfp4: return panel_vnni4<PackFmt::kNvfp4>(b, panel);
     case PackFmt::kFp8:
     case PackFmt::kFp8Block:  // never packed in VNNI words at this level: must not look valid
-      std::fill(panel, panel + b.kp * 16, __builtin_nanf(""));
+      for (int64_t i = 0; i < b.kp * 16; ++i) panel[i] = __builtin_nanf("");
       return;
     default: return dequant_panel_avx2(b, panel);
   }
 }
 
 void stream_avx2_vnni(const BlockRef& b, const float* x, int64_t ldx, int m, float* acc) {
-  if (has_code_layout(b.fmt)) std::fill(acc, acc + static_cast<int64_t>(m) * 16, __builtin_nanf(""));
-  else stream_avx2(b, x, ldx, m, acc);
+  if (has_code_layout(b.fmt)) {
+    for (int64_t i = 0; i < static_cast<int64_t>(m) * 16; ++i) acc[i] = __builtin_nanf("");
+  } else {
+    stream_avx2(b, x, ldx, m, acc);
+  }
 }
 
 void tile_avx2(const float* panel, int64_t kp, const float* x, int64_t ldx, int m, float* acc) {
@@ -697,7 +700,7 @@ void q8_avx2_any(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
     case PackFmt::kMxfp4: q8_avx2_f<PackFmt::kMxfp4, Q15>(b, x, m, acc); break;
     case PackFmt::kNvfp4: q8_avx2_f<PackFmt::kNvfp4, Q15>(b, x, m, acc); break;
     default:  // the runner calls it for q8_stream_native formats only; anything else must not look valid
-      std::fill(acc, acc + static_cast<int64_t>(m) * 16, __builtin_nanf(""));
+      for (int64_t i = 0; i < static_cast<int64_t>(m) * 16; ++i) acc[i] = __builtin_nanf("");
       break;
   }
 }

@@ -264,7 +264,7 @@ void stream_any(const BlockRef& b, const Q8Rows& x, int m, float* acc) {
     case PackFmt::kMxfp4: stream_f<PackFmt::kMxfp4, Q15>(b, x, m, acc); break;
     case PackFmt::kNvfp4: stream_f<PackFmt::kNvfp4, Q15>(b, x, m, acc); break;
     default:  // the runner calls it for q8_stream_native formats only; anything else must not look valid
-      std::fill(acc, acc + static_cast<int64_t>(m) * 16, __builtin_nanf(""));
+      for (int64_t i = 0; i < static_cast<int64_t>(m) * 16; ++i) acc[i] = __builtin_nanf("");
       break;
   }
 }

@@ -8,6 +8,12 @@
 // too, but 0 * NaN would not be). Accumulation is fp32 (bf16 products on AMX / AVX512-BF16 paths).
 //
 // No kernel allocates, throws or touches OpenMP: the runner splits work and owns the buffers.
+//
+// The helpers defined in this header are always inlined: the kernel files are compiled with different
+// -m flags, and a helper left out of line (at -O0) is a weak symbol whose copy from the widest file the
+// linker may keep for every caller, the scalar level's included. The kernel files also avoid the std
+// algorithms for the same reason (std::fill, std::fma: a loop, __builtin_fmaf). Their own helpers live
+// in unnamed namespaces (avx512_decode.hpp).
 #pragma once
 
 #include <cstddef>
@@ -43,7 +49,7 @@ enum class PackFmt : uint8_t {
 //   decode costs more than kPerK's (Zen 1, one core: 6.0 against 4.6 ns per pair in cache).
 enum class CodeLayout : uint8_t { kPerK, kVnniWords };
 inline constexpr int kVnniWordBytes = 64;
-constexpr bool has_code_layout(PackFmt f) noexcept {
+[[gnu::always_inline]] constexpr bool has_code_layout(PackFmt f) noexcept {
   return f == PackFmt::kFp8 || f == PackFmt::kFp8Block || f == PackFmt::kMxfp4 || f == PackFmt::kNvfp4;
 }
 // Where the code of (pair, lane, k parity) sits in a block: the packer writes there, and e2m1_code /
@@ -155,7 +161,7 @@ void tile_avx2(const float* panel, int64_t kp, const float* x, int64_t ldx, int 
 
 // Activations of the GEMM1 epilogue (moerun's ActivationKind, mirrored so kernels need no moerun types).
 enum class Act : uint8_t { kSiluMul, kGeluMul, kGeluTanhMul, kSwigluOai, kRelu2, kSilu };
-constexpr bool gated(Act a) noexcept { return a != Act::kRelu2 && a != Act::kSilu; }
+[[gnu::always_inline]] constexpr bool gated(Act a) noexcept { return a != Act::kRelu2 && a != Act::kSilu; }
 // out[j] = act(g[j], u[j]) (gated; swiglu-oai clamps with limit > 0 and uses alpha) or act(g[j]) (u
 // unused), j < n. silu, sigmoid and tanh use a vector exp (degree-6 polynomial after range reduction,
 // within 2e-7 relative of std::exp on [-87, 88], arguments clamped there); gelu-erf stays scalar.
@@ -298,7 +304,7 @@ struct Q8Rows {
   const int32_t* bias16 = nullptr;
   const int32_t* bias32 = nullptr;
   int64_t ld = 0;
-  Q8Rows rows_from(int64_t r) const noexcept {
+  [[gnu::always_inline]] Q8Rows rows_from(int64_t r) const noexcept {
     return {q + r * ld, scale + r * (ld / 32), bias16 + r * (ld / 16), bias32 + r * (ld / 32), ld};
   }
 };
