@@ -10,10 +10,12 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cublas/cublas_backend.hpp"
@@ -135,6 +137,126 @@ ForwardArgs host_args(const Inputs& in, HostTensor& out) {
   }
   a.output = out.view();
   return a;
+}
+
+// ---- device memory: every allocation here is freed with its scope, so that a failed assertion (which
+// returns from the test body) leaks nothing into the tests after it ----
+
+void cuda_or_throw(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// One cudaMalloc (gtest reports the exception of a failed one as the test's failure).
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) { cuda_or_throw(cudaMalloc(&p_, std::max<size_t>(bytes, 1)), "cudaMalloc"); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(o.bytes_) {}
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+  ~DeviceBuffer() { cudaFree(p_); }
+
+  // The address `offset` bytes in.
+  template <typename T = void>
+  T* get(size_t offset = 0) const { return reinterpret_cast<T*>(static_cast<char*>(p_) + offset); }
+  size_t bytes() const { return bytes_; }
+  void fill(int byte) const { cuda_or_throw(cudaMemset(p_, byte, bytes_), "cudaMemset"); }
+  // bytes from the device at `offset`, after the work queued before (a synchronous copy).
+  void read(void* dst, size_t bytes, size_t offset = 0) const {
+    cuda_or_throw(cudaMemcpy(dst, get(offset), bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// `bytes` of host memory copied to a new buffer, `offset` bytes into it (2: off a 16-byte boundary).
+DeviceBuffer to_device(const void* src, size_t bytes, size_t offset = 0) {
+  DeviceBuffer b(bytes + offset);
+  cuda_or_throw(cudaMemcpy(b.get(offset), src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+  return b;
+}
+template <typename T>
+DeviceBuffer to_device(const std::vector<T>& v) { return to_device(v.data(), v.size() * sizeof(T)); }
+
+// An Inputs on the device: the hidden states `offset` bytes into their allocation, the router logits
+// or the given top-k ids and weights, and an output of 0xFF bytes (NaN in bf16 and fp16, so that
+// unwritten elements show). args() names them as a device-tensor forward on `stream`.
+struct DeviceInputs {
+  DeviceInputs(const MoeSpec& s, const Inputs& in, size_t offset = 0)
+      : m(in.hidden.shape()[0]), spec(s), hidden_offset(offset),
+        hidden(to_device(in.hidden.data(), in.hidden.nbytes(), offset)),
+        out(in.hidden.nbytes()) {
+    if (!in.logits.empty()) logits.emplace(to_device(in.logits.data(), in.logits.nbytes()));
+    if (!in.ids.empty()) {
+      ids.emplace(to_device(in.ids.data(), in.ids.nbytes()));
+      weights.emplace(to_device(in.weights.data(), in.weights.nbytes()));
+    }
+    out.fill(0xFF);
+  }
+  ForwardArgs args(cudaStream_t stream = nullptr) const {
+    ForwardArgs a;
+    a.hidden = {hidden.get(hidden_offset), spec.act_dtype, {m, spec.hidden}, DeviceKind::kCuda, 0};
+    if (logits) a.router_logits = {logits->get(), DType::kF32, {m, spec.num_experts}, DeviceKind::kCuda, 0};
+    if (ids) {
+      a.topk_ids = {ids->get(), DType::kI32, {m, spec.top_k}, DeviceKind::kCuda, 0};
+      a.topk_weights = {weights->get(), DType::kF32, {m, spec.top_k}, DeviceKind::kCuda, 0};
+    }
+    a.output = {out.get(), spec.act_dtype, {m, spec.hidden}, DeviceKind::kCuda, 0};
+    a.stream = stream;
+    return a;
+  }
+  // The output, after the device has finished everything queued.
+  HostTensor output() const {
+    cuda_or_throw(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    HostTensor h(spec.act_dtype, {m, spec.hidden});
+    out.read(h.data(), h.nbytes());
+    return h;
+  }
+
+  int64_t m;
+  MoeSpec spec;
+  size_t hidden_offset;
+  DeviceBuffer hidden;
+  std::optional<DeviceBuffer> logits, ids, weights;
+  DeviceBuffer out;
+};
+
+// A stream, and a captured graph's exec, destroyed with their scope.
+struct Stream {
+  Stream() { cuda_or_throw(cudaStreamCreate(&s), "cudaStreamCreate"); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { cudaStreamDestroy(s); }
+  operator cudaStream_t() const { return s; }
+  cudaStream_t s = nullptr;
+};
+struct Graph {
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (g) cudaGraphDestroy(g);
+  }
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t exec = nullptr;
+};
+// Captures what `record` enqueues on `st` and instantiates it.
+template <typename F>
+void capture(Graph& graph, cudaStream_t st, F&& record) {
+  cuda_or_throw(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  try {
+    record();
+  } catch (...) {  // end the capture, so that the stream stays usable
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(st, &g);
+    if (g) cudaGraphDestroy(g);
+    throw;
+  }
+  cuda_or_throw(cudaStreamEndCapture(st, &graph.g), "cudaStreamEndCapture");
+  cuda_or_throw(cudaGraphInstantiate(&graph.exec, graph.g, 0), "cudaGraphInstantiate");
 }
 
 // ||out - ref|| / ||ref|| over finite outputs; any non-finite output fails.
@@ -329,35 +451,10 @@ TEST_P(GpuConformance, SmallDeviceHiddenOffAVectorBoundary) {
       if (c.fused && GetParam() == "cuda" && s.shared.count == 0) EXPECT_EQ(runner->variant_for(m), "fused-one-token");
       SCOPED_TRACE(s.summary() + " m=" + std::to_string(m) + " variant " + runner->variant_for(m));
       const Inputs in = make_inputs(s, m, seed++, m == 9 ? Route::kLogits : Route::kTopkGiven);
-      const size_t hb = in.hidden.nbytes();
-      char* dh = nullptr;
-      void* dout = nullptr;
-      void* dr[2] = {nullptr, nullptr};  // logits, or ids and weights
-      CK(cudaMalloc(&dh, hb + 16));
-      CK(cudaMalloc(&dout, hb));
-      CK(cudaMemcpy(dh + 2, in.hidden.data(), hb, cudaMemcpyHostToDevice));
-      ForwardArgs a;
-      a.hidden = {dh + 2, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
-      a.output = {dout, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
-      auto upload = [&](const HostTensor& t, void** d, TensorView& v) {
-        ASSERT_EQ(cudaMalloc(d, t.nbytes()), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(*d, t.data(), t.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
-        v = t.view();
-        v.data = *d;
-        v.device = DeviceKind::kCuda;
-      };
-      if (!in.logits.empty()) {
-        upload(in.logits, &dr[0], a.router_logits);
-      } else {
-        upload(in.ids, &dr[0], a.topk_ids);
-        upload(in.weights, &dr[1], a.topk_weights);
-      }
-      runner->forward(a);
-      CK(cudaDeviceSynchronize());
-      HostTensor got(s.act_dtype, {m, s.hidden}), want(s.act_dtype, {m, s.hidden});
-      CK(cudaMemcpy(got.data(), dout, hb, cudaMemcpyDeviceToHost));
-      for (void* p : {static_cast<void*>(dh), dout, dr[0], dr[1]})
-        if (p) cudaFree(p);
+      const DeviceInputs d(s, in, /*offset=*/2);
+      runner->forward(d.args());
+      const HostTensor got = d.output();
+      HostTensor want(s.act_dtype, {m, s.hidden});
       ref->forward(host_args(in, want));
       int64_t bad = 0;
       EXPECT_LT(rel_error(got, want, m * s.hidden, &bad), tolerance_for(s).rel_l2);
@@ -583,19 +680,12 @@ void check_grouped_engines(int n, int k = 72) {
   const std::vector<uint16_t> a = fill(static_cast<size_t>(alloc_rows) * k);
   const std::vector<uint16_t> b = fill(static_cast<size_t>(groups) * n * k);
   const uint16_t kSentinel = 0x7FC1;  // a bf16 NaN no GEMM produces from finite operands
-  void *da, *db, *dd, *dws;
-  int32_t* dseg;
   const size_t d_elems = static_cast<size_t>(alloc_rows) * n;
   const size_t ws = cutlass_grouped_workspace_bytes(Elem::kBF16, groups, sms);
   ASSERT_GT(ws, 0u);
-  CK(cudaMalloc(&da, a.size() * 2));
-  CK(cudaMalloc(&db, b.size() * 2));
-  CK(cudaMalloc(&dd, d_elems * 2));
-  CK(cudaMalloc(&dws, ws));
-  CK(cudaMalloc(&dseg, seg.size() * 4));
-  CK(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dseg, seg.data(), seg.size() * 4, cudaMemcpyHostToDevice));
+  const DeviceBuffer a_buf = to_device(a), b_buf = to_device(b), d_buf(d_elems * 2), ws_buf(ws), seg_buf = to_device(seg);
+  void *da = a_buf.get(), *db = b_buf.get(), *dd = d_buf.get(), *dws = ws_buf.get();
+  int32_t* dseg = seg_buf.get<int32_t>();
   const std::vector<uint16_t> sentinel(d_elems, kSentinel);
   // Row r of D against group g (or -1: must stay untouched).
   auto check = [&](const std::vector<int>& group_of_row, const char* what) {
@@ -633,23 +723,20 @@ void check_grouped_engines(int n, int k = 72) {
   std::vector<uint16_t> src = fill(static_cast<size_t>(src_rows) * k);
   for (int r = 0; r < alloc_rows; ++r)
     std::copy_n(a.begin() + static_cast<ptrdiff_t>(r) * k, k, src.begin() + static_cast<ptrdiff_t>(idx[static_cast<size_t>(r)]) * k);
-  void* dsrc;
-  int32_t* didx;
-  CK(cudaMalloc(&dsrc, src.size() * 2));
-  CK(cudaMalloc(&didx, idx.size() * 4));
-  CK(cudaMemcpy(dsrc, src.data(), src.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(didx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+  const DeviceBuffer src_buf = to_device(src), idx_buf = to_device(idx);
+  void* dsrc = src_buf.get();
+  int32_t* didx = idx_buf.get<int32_t>();
   // Engines: CUTLASS 128x256, CUTLASS swap-AB, and the own wgmma GEMM with its dynamic scheduler,
   // static striding, and 128-row tiles only (the last two: tuning modes, same results); then the wgmma
   // GEMM with A gathered (cp.async), dynamic with 64-row last tiles and static with 128-row tiles;
   // then the wgmma GEMM with K in 2 splits (k = 72: one 64-k tile each, the second mostly zero-filled).
-  int32_t* counters;
-  CK(cudaMalloc(&counters, 8));
-  CK(cudaMemset(counters, 0, 8));
+  const DeviceBuffer counters_buf(8);
+  counters_buf.fill(0);
+  int32_t* counters = counters_buf.get<int32_t>();
   const size_t split_bytes = wgmma_split_workspace_bytes(alloc_rows, groups, n, 2);
-  void* dsplit;
-  CK(cudaMalloc(&dsplit, split_bytes));
-  CK(cudaMemset(dsplit, 0, split_bytes));
+  const DeviceBuffer split_buf(split_bytes);
+  split_buf.fill(0);
+  void* dsplit = split_buf.get();
   for (int engine = 0; engine < 17; ++engine) {
     const char* names[] = {"128x256", "swap-AB", "wgmma", "wgmma static (swap-AB tails)", "wgmma 128-row tiles",
                            "wgmma gathered (swap-AB tails)",
@@ -802,14 +889,9 @@ void check_grouped_engines(int n, int k = 72) {
       set += (ws[u * kWgmmaSplitUnitBytes / 4] != 0) + (ws[u * kWgmmaSplitUnitBytes / 4 + 1] != 0);
     EXPECT_EQ(set, 0) << "split flags left set";
   }
-  cudaFree(dsplit);
-  cudaFree(counters);
-  cudaFree(dsrc);
-  cudaFree(didx);
   CutlassGroupedParams unknown;
   unknown.tile = static_cast<CutlassTile>(7);
   EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, unknown, nullptr), cudaErrorInvalidValue);
-  cudaFree(da); cudaFree(db); cudaFree(dd); cudaFree(dws); cudaFree(dseg);
 }
 // n = 136: one 256-column block of 136 (a 192-wide MMA; the second swap-AB half has 8 columns; the
 // paired mode's second weight half 8 rows);
@@ -1005,30 +1087,14 @@ TEST(CudaBackend, SmallGatherInGemmEqualsGatherPass) {
   auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
   const int64_t m = 150;
   const Inputs in = make_inputs(s, m, 1311, Route::kLogits);
-  const size_t hb = in.hidden.nbytes();
-  char* dh;
-  void *dl, *dout;
-  CK(cudaMalloc(&dh, hb + 16));
-  CK(cudaMalloc(&dl, in.logits.nbytes()));
-  CK(cudaMalloc(&dout, hb));
-  CK(cudaMemcpy(dh + 2, in.hidden.data(), hb, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dl, in.logits.data(), in.logits.nbytes(), cudaMemcpyHostToDevice));
-  CK(cudaMemset(dout, 0xFF, hb));
-  ForwardArgs a;
-  a.hidden = {dh + 2, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
-  a.router_logits = {dl, DType::kF32, {m, s.num_experts}, DeviceKind::kCuda, 0};
-  a.output = {dout, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
-  runner->forward(a);
-  CK(cudaDeviceSynchronize());
-  HostTensor got(s.act_dtype, {m, s.hidden}), want(s.act_dtype, {m, s.hidden});
-  CK(cudaMemcpy(got.data(), dout, hb, cudaMemcpyDeviceToHost));
+  const DeviceInputs d(s, in, /*offset=*/2);
+  runner->forward(d.args());
+  const HostTensor got = d.output();
+  HostTensor want(s.act_dtype, {m, s.hidden});
   make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
   int64_t bad = 0;
   EXPECT_LT(rel_error(got, want, m * s.hidden, &bad), tolerance_for(s).rel_l2) << "misaligned device hidden";
   EXPECT_EQ(bad, 0);
-  cudaFree(dh);
-  cudaFree(dl);
-  cudaFree(dout);
 }
 
 // The tokens gathered by the alignment's fill grid (launch.hpp, AlignGather; the default) against the
@@ -1073,25 +1139,9 @@ TEST(CudaBackend, FillGatherMatchesGatherPass) {
         runner->forward(host_args(in, out));
         return;
       }
-      ASSERT_TRUE(in.logits.empty());  // (the device form below passes topk)
-      char* dh = nullptr;
-      void *di = nullptr, *dw = nullptr, *dout = nullptr;
-      CK(cudaMalloc(&dh, hb + 16));
-      CK(cudaMalloc(&di, in.ids.nbytes()));
-      CK(cudaMalloc(&dw, in.weights.nbytes()));
-      CK(cudaMalloc(&dout, hb));
-      CK(cudaMemcpy(dh + 2, in.hidden.data(), hb, cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(di, in.ids.data(), in.ids.nbytes(), cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(dw, in.weights.data(), in.weights.nbytes(), cudaMemcpyHostToDevice));
-      ForwardArgs a;
-      a.hidden = {dh + 2, s.act_dtype, {c.m, s.hidden}, DeviceKind::kCuda, 0};
-      a.topk_ids = {di, DType::kI32, {c.m, s.top_k}, DeviceKind::kCuda, 0};
-      a.topk_weights = {dw, DType::kF32, {c.m, s.top_k}, DeviceKind::kCuda, 0};
-      a.output = {dout, s.act_dtype, {c.m, s.hidden}, DeviceKind::kCuda, 0};
-      runner->forward(a);
-      CK(cudaDeviceSynchronize());
-      CK(cudaMemcpy(out.data(), dout, hb, cudaMemcpyDeviceToHost));
-      for (void* p : {static_cast<void*>(dh), di, dw, dout}) cudaFree(p);
+      const DeviceInputs d(s, in, /*offset=*/2);
+      runner->forward(d.args());
+      out = d.output();
     };
     HostTensor fill(s.act_dtype, {c.m, s.hidden}), pass(s.act_dtype, {c.m, s.hidden}), want(s.act_dtype, {c.m, s.hidden});
     forward(fill);
@@ -1340,19 +1390,11 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
   const uint16_t kSentinel = 0x7FC1;  // a bf16 NaN
   const size_t d_elems = static_cast<size_t>(alloc_rows) * inter;
   const size_t ws = cutlass_grouped_workspace_bytes(Elem::kBF16, groups, sms);
-  void *da, *db, *dd, *dws;
-  float* dbias;
-  int32_t* dseg;
-  CK(cudaMalloc(&da, a.size() * 2));
-  CK(cudaMalloc(&db, b.size() * 2));
-  CK(cudaMalloc(&dd, d_elems * 2));
-  CK(cudaMalloc(&dws, ws));
-  CK(cudaMalloc(&dbias, bias.size() * 4));
-  CK(cudaMalloc(&dseg, seg.size() * 4));
-  CK(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dbias, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dseg, seg.data(), seg.size() * 4, cudaMemcpyHostToDevice));
+  const DeviceBuffer a_buf = to_device(a), b_buf = to_device(b), d_buf(d_elems * 2), ws_buf(ws),
+      bias_buf = to_device(bias), seg_buf = to_device(seg);
+  void *da = a_buf.get(), *db = b_buf.get(), *dd = d_buf.get(), *dws = ws_buf.get();
+  float* dbias = bias_buf.get<float>();
+  int32_t* dseg = seg_buf.get<int32_t>();
   const std::vector<uint16_t> sentinel(d_elems, kSentinel);
   auto host_act = [](Act act, float g, float u) {
     if (act == Act::kSwigluOai) {  // alpha 1.702, limit 7 (the params' defaults)
@@ -1398,14 +1440,14 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
   for (int g = 0; g < groups; ++g)
     for (int r = seg[static_cast<size_t>(g)]; r < seg[static_cast<size_t>(g) + 1]; ++r)
       group_of_row[static_cast<size_t>(r)] = g;
-  int32_t* counters;
-  CK(cudaMalloc(&counters, 8));
-  CK(cudaMemset(counters, 0, 8));
+  const DeviceBuffer counters_buf(8);
+  counters_buf.fill(0);
+  int32_t* counters = counters_buf.get<int32_t>();
   p.rows = alloc_rows;  // (the wgmma engine's tensor maps)
   const size_t split_bytes = wgmma_split_workspace_bytes(alloc_rows, groups, n, 2);
-  void* dsplit;
-  CK(cudaMalloc(&dsplit, split_bytes));
-  CK(cudaMemset(dsplit, 0, split_bytes));
+  const DeviceBuffer split_buf(split_bytes);
+  split_buf.fill(0);
+  void* dsplit = split_buf.get();
   // CUTLASS, wgmma, wgmma with K in 2 splits (the activation after the sum), wgmma with swap-AB tail
   // tiles of up to 48 rows (their transposed activation epilogue; off by default), wgmma paired (a
   // solo item's two CTAs each on 128 columns: 64 of the activation), wgmma in 128-column blocks.
@@ -1456,8 +1498,6 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
     if (field == 2) bad.layout = GateUpLayout::kHalves;
     EXPECT_EQ(launch_wgmma_grouped(Elem::kBF16, bad, counters, nullptr), cudaErrorInvalidValue) << label;
   }
-  cudaFree(dsplit);
-  cudaFree(counters);
   // What the fused kernel refuses: n not a multiple of 16, a non-gated activation, another layout.
   CutlassGroupedParams bad = p;
   bad.n = n - 8;
@@ -1471,7 +1511,6 @@ TEST(CudaCutlass, SmallFusedActWritesOnlyItsRows) {
   bad = p;
   bad.workspace_bytes = 64;
   EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue);
-  cudaFree(da); cudaFree(db); cudaFree(dd); cudaFree(dws); cudaFree(dbias); cudaFree(dseg);
 }
 
 // Enough tokens per expert that the backend picks the CUTLASS engine by itself.
@@ -2118,28 +2157,20 @@ TEST(CudaRouting, SmallMatchesHostExactly) {
     std::vector<int32_t> want_ids(static_cast<size_t>(m * c.k)), got_ids(want_ids.size());
     std::vector<float> want_w(want_ids.size()), got_w(want_ids.size());
     routing::topk_host(s, logits.data(), m, c.bias ? bias.data() : nullptr, want_ids.data(), want_w.data());
-    float *dl, *db, *dw;
-    int32_t* di;
-    CK(cudaMalloc(&dl, logits.size() * 4));
-    CK(cudaMalloc(&db, bias.size() * 4));
-    CK(cudaMalloc(&dw, want_w.size() * 4));
-    CK(cudaMalloc(&di, want_ids.size() * 4));
-    CK(cudaMemcpy(dl, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(db, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+    const DeviceBuffer dl = to_device(logits), db = to_device(bias), dw(want_w.size() * 4), di(want_ids.size() * 4);
     cuda_kernels::RoutingParams p;
     p.num_experts = c.e;
     p.top_k = c.k;
     p.scoring = c.sc == Scoring::kSigmoid ? 1 : 0;
     p.softmax_after_topk = c.after;
-    p.correction_bias = c.bias ? db : nullptr;
+    p.correction_bias = c.bias ? db.get<float>() : nullptr;
     p.n_group = c.ng;
     p.topk_group = c.tg;
     p.renormalize = c.renorm;
     p.scale = c.scale;
-    CK(cuda_kernels::launch_routing(p, dl, m, di, dw, nullptr));
-    CK(cudaMemcpy(got_ids.data(), di, got_ids.size() * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(got_w.data(), dw, got_w.size() * 4, cudaMemcpyDeviceToHost));
-    cudaFree(dl); cudaFree(db); cudaFree(dw); cudaFree(di);
+    CK(cuda_kernels::launch_routing(p, dl.get<float>(), m, di.get<int32_t>(), dw.get<float>(), nullptr));
+    di.read(got_ids.data(), got_ids.size() * 4);
+    dw.read(got_w.data(), got_w.size() * 4);
     int id_mismatch = 0, w_mismatch = 0;
     for (size_t i = 0; i < got_ids.size(); ++i) {
       if (got_ids[i] != want_ids[i]) ++id_mismatch;
@@ -2173,51 +2204,21 @@ TEST(CudaBackend, GraphReplayEqualsEager) {
     if (forced) EXPECT_EQ(runner->variant_for(m), forced);
     if (!forced && m >= 120) EXPECT_EQ(runner->variant_for(m), kWgmma);
     const Inputs in = make_inputs(s, m, 22, Route::kLogits);
-    void *dh, *dl, *d1, *d2;
-    const size_t hb = in.hidden.nbytes();
-    CK(cudaMalloc(&dh, hb));
-    CK(cudaMalloc(&dl, in.logits.nbytes()));
-    CK(cudaMalloc(&d1, hb));
-    CK(cudaMalloc(&d2, hb));
-    CK(cudaMemcpy(dh, in.hidden.data(), hb, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dl, in.logits.data(), in.logits.nbytes(), cudaMemcpyHostToDevice));
-    CK(cudaMemset(d1, 0xFF, hb));
-    CK(cudaMemset(d2, 0xFF, hb));
-    cudaStream_t st;
-    CK(cudaStreamCreate(&st));
-    ForwardArgs a;
-    a.hidden = {dh, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
-    a.router_logits = {dl, DType::kF32, {m, s.num_experts}, DeviceKind::kCuda, 0};
-    a.output = {d1, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
-    a.stream = st;
-    runner->forward(a);  // eager (also the warm-up that sizes the workspaces)
+    const Stream st;
+    const DeviceInputs eager(s, in), replayed(s, in);
+    runner->forward(eager.args(st));  // (also the warm-up that sizes the workspaces)
     CK(cudaStreamSynchronize(st));
-    a.output.data = d2;
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    runner->forward(a);
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaStreamSynchronize(st));
-    std::vector<uint16_t> o1(hb / 2), o2(hb / 2);
-    CK(cudaMemcpy(o1.data(), d1, hb, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(o2.data(), d2, hb, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(o1, o2) << "m=" << m;
-    HostTensor want(s.act_dtype, {m, s.hidden}), got(s.act_dtype, {m, s.hidden});
-    std::memcpy(got.data(), o2.data(), hb);
-    HostTensor ho(s.act_dtype, {m, s.hidden});
-    auto ref = make_reference_backend()->create_runner(s, w, plat, {});
-    ref->forward(host_args(in, want));
+    Graph graph;
+    capture(graph, st, [&] { runner->forward(replayed.args(st)); });
+    CK(cudaGraphLaunch(graph.exec, st));
+    CK(cudaGraphLaunch(graph.exec, st));
+    const HostTensor o1 = eager.output(), o2 = replayed.output();
+    EXPECT_EQ(std::memcmp(o1.data(), o2.data(), o1.nbytes()), 0) << "m=" << m;
+    HostTensor want(s.act_dtype, {m, s.hidden});
+    make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
     int64_t bad = 0;
-    EXPECT_LT(rel_error(got, want, m * s.hidden, &bad), tolerance_for(s).rel_l2);
+    EXPECT_LT(rel_error(o2, want, m * s.hidden, &bad), tolerance_for(s).rel_l2);
     EXPECT_EQ(bad, 0);
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    cudaStreamDestroy(st);
-    cudaFree(dh); cudaFree(dl); cudaFree(d1); cudaFree(d2);
   }
 }
 
@@ -2231,19 +2232,9 @@ TEST(CudaBackend, CaptureThatWouldAllocateIsRefused) {
   const MoeWeights w = random_weights(s, 31);
   const int64_t m = 300;  // the wgmma engine (split K applies)
   const Inputs in = make_inputs(s, m, 32, Route::kLogits);
-  void *dh, *dl, *dout;
-  CK(cudaMalloc(&dh, in.hidden.nbytes()));
-  CK(cudaMalloc(&dl, in.logits.nbytes()));
-  CK(cudaMalloc(&dout, in.hidden.nbytes()));
-  CK(cudaMemcpy(dh, in.hidden.data(), in.hidden.nbytes(), cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dl, in.logits.data(), in.logits.nbytes(), cudaMemcpyHostToDevice));
-  cudaStream_t st;
-  CK(cudaStreamCreate(&st));
-  ForwardArgs a;
-  a.hidden = {dh, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
-  a.router_logits = {dl, DType::kF32, {m, s.num_experts}, DeviceKind::kCuda, 0};
-  a.output = {dout, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
-  a.stream = st;
+  const Stream st;
+  const DeviceInputs d(s, in);
+  const ForwardArgs a = d.args(st);
   auto refused = [&](Runner& r, const char* what) {
     SCOPED_TRACE(what);
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
@@ -2276,14 +2267,9 @@ TEST(CudaBackend, CaptureThatWouldAllocateIsRefused) {
     refused(*runner, "split-K workspace");
     runner->forward(a);  // eager: grows it; a capture now succeeds
     CK(cudaStreamSynchronize(st));
-    cudaGraph_t g;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    runner->forward(a);
-    CK(cudaStreamEndCapture(st, &g));
-    cudaGraphDestroy(g);
+    Graph graph;
+    capture(graph, st, [&] { runner->forward(a); });
   }
-  cudaStreamDestroy(st);
-  cudaFree(dh); cudaFree(dl); cudaFree(dout);
 }
 
 // A graph captured at m tokens replays the same output after a larger eager forward has grown the
@@ -2299,51 +2285,17 @@ TEST(CudaBackend, GraphSurvivesALargerEagerForward) {
     const MoeWeights w = random_weights(s, 23);
     auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
     const Inputs in = make_inputs(s, m, 24, Route::kLogits), big = make_inputs(s, m_big, 25, Route::kLogits);
-    const size_t hb = in.hidden.nbytes(), bb = big.hidden.nbytes();
-    void *dh, *dl, *d1, *d2, *bh, *bl, *bo;
-    CK(cudaMalloc(&dh, hb));
-    CK(cudaMalloc(&dl, in.logits.nbytes()));
-    CK(cudaMalloc(&d1, hb));
-    CK(cudaMalloc(&d2, hb));
-    CK(cudaMalloc(&bh, bb));
-    CK(cudaMalloc(&bl, big.logits.nbytes()));
-    CK(cudaMalloc(&bo, bb));
-    CK(cudaMemcpy(dh, in.hidden.data(), hb, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dl, in.logits.data(), in.logits.nbytes(), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(bh, big.hidden.data(), bb, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(bl, big.logits.data(), big.logits.nbytes(), cudaMemcpyHostToDevice));
-    CK(cudaMemset(d2, 0xFF, hb));
-    cudaStream_t st;
-    CK(cudaStreamCreate(&st));
-    ForwardArgs a;
-    a.hidden = {dh, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
-    a.router_logits = {dl, DType::kF32, {m, s.num_experts}, DeviceKind::kCuda, 0};
-    a.output = {d1, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
-    a.stream = st;
-    runner->forward(a);
-    a.output.data = d2;
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    runner->forward(a);
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    ForwardArgs b = a;
-    b.hidden = {bh, s.act_dtype, {m_big, s.hidden}, DeviceKind::kCuda, 0};
-    b.router_logits = {bl, DType::kF32, {m_big, s.num_experts}, DeviceKind::kCuda, 0};
-    b.output = {bo, s.act_dtype, {m_big, s.hidden}, DeviceKind::kCuda, 0};
-    runner->forward(b);  // grows the workspaces
+    const Stream st;
+    const DeviceInputs eager(s, in), replayed(s, in), larger(s, big);
+    runner->forward(eager.args(st));
+    Graph graph;
+    capture(graph, st, [&] { runner->forward(replayed.args(st)); });
+    runner->forward(larger.args(st));  // grows the workspaces
     CK(cudaStreamSynchronize(st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaStreamSynchronize(st));
-    std::vector<uint16_t> o1(hb / 2), o2(hb / 2);
-    CK(cudaMemcpy(o1.data(), d1, hb, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(o2.data(), d2, hb, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(o1, o2) << "the replay after the larger forward differs from the eager output";
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    cudaStreamDestroy(st);
-    cudaFree(dh); cudaFree(dl); cudaFree(d1); cudaFree(d2); cudaFree(bh); cudaFree(bl); cudaFree(bo);
+    CK(cudaGraphLaunch(graph.exec, st));
+    const HostTensor o1 = eager.output(), o2 = replayed.output();
+    EXPECT_EQ(std::memcmp(o1.data(), o2.data(), o1.nbytes()), 0)
+        << "the replay after the larger forward differs from the eager output";
   }
 }
 
@@ -2359,66 +2311,30 @@ TEST(CudaBackend, CaptureOfFewerTokensAfterALargerEagerForward) {
   const Platform plat = sm90_platform();
   const MoeWeights w = random_weights(s, 41);
   auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
-  cudaStream_t st;
-  CK(cudaStreamCreate(&st));
-  const auto args_on = [&](const Inputs& in, int64_t m, void* dh, void* dl, void* dout) {
-    EXPECT_EQ(cudaMemcpy(dh, in.hidden.data(), in.hidden.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(dl, in.logits.data(), in.logits.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
-    ForwardArgs a;
-    a.hidden = {dh, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
-    a.router_logits = {dl, DType::kF32, {m, s.num_experts}, DeviceKind::kCuda, 0};
-    a.output = {dout, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
-    a.stream = st;
-    return a;
-  };
+  const Stream st;
   const int64_t m_big = 9000;
-  const Inputs big = make_inputs(s, m_big, 42, Route::kLogits);
-  void *bh, *bl, *bo;
-  CK(cudaMalloc(&bh, big.hidden.nbytes()));
-  CK(cudaMalloc(&bl, big.logits.nbytes()));
-  CK(cudaMalloc(&bo, big.hidden.nbytes()));
+  const DeviceInputs big(s, make_inputs(s, m_big, 42, Route::kLogits));
   ASSERT_EQ(runner->variant_for(m_big), kWgmma);
-  runner->forward(args_on(big, m_big, bh, bl, bo));
+  runner->forward(big.args(st));
   CK(cudaStreamSynchronize(st));
   for (const int64_t m : {int64_t{3000}, int64_t{40}}) {
     SCOPED_TRACE("captured at m=" + std::to_string(m) + " after an eager forward of " + std::to_string(m_big));
     const Inputs in = make_inputs(s, m, 43 + static_cast<uint32_t>(m), Route::kLogits);
-    const size_t hb = in.hidden.nbytes();
-    void *dh, *dl, *d1, *d2;
-    CK(cudaMalloc(&dh, hb));
-    CK(cudaMalloc(&dl, in.logits.nbytes()));
-    CK(cudaMalloc(&d1, hb));
-    CK(cudaMalloc(&d2, hb));
-    CK(cudaMemset(d2, 0xFF, hb));
-    ForwardArgs a = args_on(in, m, dh, dl, d2);
-    cudaGraph_t g = nullptr;
-    cudaGraphExec_t ge = nullptr;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    const DeviceInputs replayed(s, in), eager(s, in);
+    Graph graph;
     std::string refused;
     try {
-      runner->forward(a);
+      capture(graph, st, [&] { runner->forward(replayed.args(st)); });
     } catch (const Error& e) {
       refused = e.what();
     }
-    CK(cudaStreamEndCapture(st, &g));
     EXPECT_EQ(refused, "") << "the capture was refused";
-    if (refused.empty()) {
-      CK(cudaGraphInstantiate(&ge, g, 0));
-      CK(cudaGraphLaunch(ge, st));
-      a.output.data = d1;
-      runner->forward(a);
-      CK(cudaStreamSynchronize(st));
-      std::vector<uint16_t> o1(hb / 2), o2(hb / 2);
-      CK(cudaMemcpy(o1.data(), d1, hb, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(o2.data(), d2, hb, cudaMemcpyDeviceToHost));
-      EXPECT_EQ(o1, o2) << "the replay differs from the eager output";
-      cudaGraphExecDestroy(ge);
-    }
-    if (g) cudaGraphDestroy(g);
-    cudaFree(dh); cudaFree(dl); cudaFree(d1); cudaFree(d2);
+    if (!refused.empty()) continue;
+    CK(cudaGraphLaunch(graph.exec, st));
+    runner->forward(eager.args(st));
+    const HostTensor o1 = eager.output(), o2 = replayed.output();
+    EXPECT_EQ(std::memcmp(o1.data(), o2.data(), o1.nbytes()), 0) << "the replay differs from the eager output";
   }
-  cudaStreamDestroy(st);
-  cudaFree(bh); cudaFree(bl); cudaFree(bo);
 }
 
 // Device tensors on another device than the runner's are refused by name (not read over peer access, or
@@ -2429,15 +2345,9 @@ TEST(CudaBackend, TensorsOfAnotherDeviceAreRefused) {
   const MoeWeights w = random_weights(s, 51);
   auto runner = make_cuda_backend()->create_runner(s, w, sm90_platform(), {});
   const int64_t m = 4;
-  const Inputs in = make_inputs(s, m, 52, Route::kLogits);
-  void *dh, *dl, *dout;
-  CK(cudaMalloc(&dh, in.hidden.nbytes()));
-  CK(cudaMalloc(&dl, in.logits.nbytes()));
-  CK(cudaMalloc(&dout, in.hidden.nbytes()));
-  ForwardArgs a;
-  a.hidden = {dh, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
-  a.router_logits = {dl, DType::kF32, {m, s.num_experts}, DeviceKind::kCuda, 1};
-  a.output = {dout, s.act_dtype, {m, s.hidden}, DeviceKind::kCuda, 0};
+  const DeviceInputs d(s, make_inputs(s, m, 52, Route::kLogits));
+  ForwardArgs a = d.args();
+  a.router_logits.device_index = 1;
   try {
     runner->forward(a);
     ADD_FAILURE() << "a tensor of device 1 was taken";
@@ -2451,7 +2361,6 @@ TEST(CudaBackend, TensorsOfAnotherDeviceAreRefused) {
   int now = -1;
   CK(cudaGetDevice(&now));
   EXPECT_EQ(now, 0);
-  cudaFree(dh); cudaFree(dl); cudaFree(dout);
 }
 
 TEST(CudaBackend, CapabilitiesAreHonest) {
