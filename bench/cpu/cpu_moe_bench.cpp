@@ -44,15 +44,18 @@
 //
 // Per row: median time of many forwards, each with a different set of router logits so that the
 // activated experts (and their weights) change between calls and come from memory, not cache (the cpu
-// rows also rotate over copies of the weights, at least ~1 GB in all: kRotateBytes); bytes
+// rows also rotate over copies of the weights: rotate_bytes()); bytes
 // are the distinct activated experts' weight bytes (as stored) averaged over those logit sets;
 // floor = max(bytes / bandwidth, flops / peak); roofline % = floor / time. The peak is the one of the
 // instructions the row's variant runs: the AMX bf16 tile peak for "amx-bf16-*" (and for oneDNN where
-// the CPU has AMX), the AVX2 FMA peak for "avx2-*" variants, the VDPBF16PS peak for "avx512bf16-*" ones
+// the CPU has AMX), the int8 peaks for the q8 / q15 kernels ("avx512vnni-q8-*": VPDPBUSD, "avx2-q8-*":
+// the vpmaddubsw step; q15 at half, two int8 rows a token), the AVX2 FMA peak for the other "avx2-*"
+// variants, the VDPBF16PS peak for "avx512bf16-*" ones
 // (and for oneDNN's bf16 matmuls on a CPU with AVX512-BF16 but no AMX),
 // the AVX-512 FMA peak (AVX2 where the CPU has no AVX-512) otherwise. Each row records the peak it used ("peak", "peak_gflops"). The JSON is rewritten
 // after every model, so a run cut short still leaves the rows it finished.
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -74,6 +77,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arg_lists.hpp"
+#include "stats.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/huge_pages.hpp"
 #include "backends/cpu/isa.hpp"
@@ -219,6 +223,40 @@ __attribute__((target("avx2,fma"))) double fma_loop(int64_t iters) {
   return out[0];
 }
 
+// The AVX2 q8 kernels' step (gemm_avx2.cpp): two vpmaddubsw, a vpaddw, a vpmaddwd by ones and a vpaddd
+// for 64 byte products (128 operations), in independent chains. The byte operands are the chain's own
+// accumulator: with constant operands the compiler hoisted the products out of the loop.
+__attribute__((target("avx2"))) int64_t maddubs_loop(int64_t iters) {
+  constexpr int kChains = 8;
+  __m256i a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = _mm256_set1_epi32(i);
+  const __m256i s = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < kChains; ++i)
+      a[i] = _mm256_add_epi32(
+          a[i], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(a[i], s), _mm256_maddubs_epi16(s, a[i])), ones));
+  __m256i t = a[0];
+  for (int i = 1; i < kChains; ++i) t = _mm256_add_epi32(t, a[i]);
+  alignas(32) int32_t out[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), t);
+  return out[0];
+}
+
+double measure_avx2_int8_peak_gops(int threads) {
+  const int64_t iters = 5'000'000;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    int64_t sink = 0;
+    const double t0 = now_s();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    sink += maddubs_loop(iters);
+    const double dt = now_s() - t0;
+    if (sink == 12345) std::printf("?");
+    best = std::max(best, static_cast<double>(threads) * iters * 8 * 128 / dt / 1e9);
+  }
+  return best;
+}
+
 double measure_fma_peak_gflops(int threads) {
   const int64_t iters = 20'000'000;
   double best = 0;
@@ -244,6 +282,8 @@ struct Limits {
   double fma_avx2 = 0;    // fp32 GFLOP/s, 256-bit FMA
   double fma_avx512 = 0;  // fp32 GFLOP/s, 512-bit FMA
   double bf16_dot = 0;    // GFLOP/s, 512-bit VDPBF16PS
+  double int8_avx2 = 0;   // GOP/s, the AVX2 q8 step (vpmaddubsw ...)
+  double int8_vnni = 0;   // GOP/s, 512-bit VPDPBUSD
   moerun_bench::AmxPeak amx;  // bf16 GFLOP/s, tdpbf16ps
 
   json to_json() const {
@@ -252,6 +292,8 @@ struct Limits {
             {"fma_fp32_peak_gflops", fma_avx2},
             {"avx512_fma_fp32_peak_gflops", opt(fma_avx512)},
             {"avx512_bf16_dot_peak_gflops", opt(bf16_dot)},
+            {"avx2_int8_peak_gops", opt(int8_avx2)},
+            {"avx512_vnni_int8_peak_gops", opt(int8_vnni)},
             {"amx_bf16_peak_gflops", opt(amx.gflops)},
             {"amx_bf16_peak_gflops_2x2", opt(amx.gflops_2x2)},
             {"amx_bf16_peak_gflops_1x6", opt(amx.gflops_1x6)},
@@ -277,6 +319,8 @@ Limits measure_limits(int threads, bool quick) {
   l.fma_avx2 = measure_fma_peak_gflops(threads);
   if (cpu_has_avx512()) l.fma_avx512 = moerun_bench::avx512_fma_peak_gflops(threads);
   if (cpu::detected_isa() >= CpuIsa::kAvx512Bf16) l.bf16_dot = moerun_bench::avx512_bf16_dot_peak_gflops(threads);
+  if (cpu::detected_isa() >= CpuIsa::kAvx2) l.int8_avx2 = measure_avx2_int8_peak_gops(threads);
+  if (cpu::detected_features().avx512vnni && cpu_has_avx512()) l.int8_vnni = moerun_bench::avx512_vnni_dot_peak_gops(threads);
   if (cpu_has_amx()) l.amx = moerun_bench::amx_bf16_peak(threads, quick ? 0.2 : 0.3);
   return l;
 }
@@ -295,6 +339,13 @@ std::pair<std::string, double> peak_for(const Limits& l, const std::string& back
     return vec;
   }
   if (starts("amx") && l.amx.gflops > 0) return {"amx-bf16", l.amx.gflops};  // tiles and the AMX decode stream
+  // The int8 kernels (int8 activations): their instruction's peak; q15 runs two int8 rows a token, so
+  // a row's FLOPs take twice the instructions (half the peak).
+  const bool q15 = variant.find("-q15-") != std::string::npos;
+  if ((starts("avx512vnni-q8") || starts("avx512vnni-q15")) && l.int8_vnni > 0)
+    return {q15 ? "avx512-vnni-int8/2" : "avx512-vnni-int8", q15 ? l.int8_vnni / 2 : l.int8_vnni};
+  if ((starts("avx2-q8") || starts("avx2-q15")) && l.int8_avx2 > 0)
+    return {q15 ? "avx2-int8/2" : "avx2-int8", q15 ? l.int8_avx2 / 2 : l.int8_avx2};
   if (starts("avx2")) return {"avx2-fma", l.fma_avx2};
   // VDPBF16PS (bf16, fp8 and 4-bit weights with bf16 activations; the others are named avx512-stream)
   if (starts("avx512bf16") && l.bf16_dot > 0) return {"avx512-bf16-dot", l.bf16_dot};
@@ -320,13 +371,20 @@ struct Model {
   int64_t mmax = 0;
 };
 
-// Weight copies: the cpu rows rotate over enough copies of the experts that the calls of one cycle of
-// logit sets touch at least about this many bytes, whatever the format, so a 4-bit layer's weights come
-// from memory as a bf16 layer's do. (One copy of qwen3-30b-a3b's mxfp4 experts is 320 MB, of which a
-// cycle of 8 one-token logit sets touches about 130 MB: close to the Xeon's last-level cache, so one-token
-// 4-bit rows ran at up to 137% of the bandwidth floor with a single copy. bf16 is 1.2 GB per copy.)
+// Weight copies: the cpu rows rotate over enough copies of the experts that one cycle of calls at one
+// token (every copy with each of the 8 logit sets) touches at least kRotateBytes, or 4x the last-level
+// cache where that is larger, whatever the format, so a 4-bit layer's weights come from memory as a
+// bf16 layer's do. (One copy of qwen3-30b-a3b's mxfp4 experts is 320 MB, of which a cycle of 8
+// one-token logit sets touches about 130 MB: close to the Xeon's last-level cache, so one-token 4-bit
+// rows ran at up to 137% of the bandwidth floor with a single copy. Copies used to be counted from a
+// whole copy's bytes, of which a cycle at one token touches less than half.)
 constexpr double kRotateBytes = 1e9;
 constexpr int kMaxCopies = 8;
+
+double rotate_bytes() {
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);  // 0 or -1 where the system does not say
+  return std::max(kRotateBytes, 4.0 * static_cast<double>(std::max(l3, 0L)));
+}
 
 Model make_model(const std::string& preset, const std::string& note, WeightFormat fmt, int64_t mmax,
                  std::function<void(MoeSpec&)> edit = {}) {
@@ -344,12 +402,6 @@ Model make_model(const std::string& preset, const std::string& note, WeightForma
   const double t0 = now_s();
   m.w = std::make_shared<MoeWeights>(random_weights(m.spec, 1));
   m.copies = {m.w};
-  const double per_copy = static_cast<double>(m.spec.num_experts) *
-                          static_cast<double>(m.w->w13.bytes_per_expert() + m.w->w2.bytes_per_expert());
-  const int copies = std::clamp(static_cast<int>(std::ceil(kRotateBytes / per_copy)), 1, kMaxCopies);
-  for (int c = 1; c < copies; ++c) m.copies.push_back(std::make_shared<MoeWeights>(random_weights(m.spec, 1 + c)));
-  std::fprintf(stderr, "  weights %s %s: %d cop%s of %.0f MB, %.1f s\n", preset.c_str(), std::string(to_string(fmt)).c_str(),
-               copies, copies == 1 ? "y" : "ies", per_copy / 1e6, now_s() - t0);
   std::mt19937 g(3);
   std::normal_distribution<float> n(0.0f, 1.0f);
   for (int s = 0; s < 8; ++s) {
@@ -359,6 +411,23 @@ Model make_model(const std::string& preset, const std::string& note, WeightForma
   }
   m.hidden = HostTensor(DType::kBF16, {mmax, m.spec.hidden});
   for (int64_t i = 0; i < m.hidden.shape().numel(); ++i) m.hidden.as<uint16_t>()[i] = f32_to_bf16(n(g));
+  // The experts one copy's cycle of one-token calls activates (the union over the logit sets).
+  std::set<int32_t> cycle;
+  std::vector<int32_t> ids(static_cast<size_t>(m.spec.top_k));
+  std::vector<float> wts(ids.size());
+  for (const HostTensor& l : m.logits) {
+    routing::topk_host(m.spec, l.as<const float>(), 1, m.w->correction_bias.empty() ? nullptr : m.w->correction_bias.as<const float>(),
+                       ids.data(), wts.data());
+    cycle.insert(ids.begin(), ids.end());
+  }
+  const double per_expert = static_cast<double>(m.w->w13.bytes_per_expert() + m.w->w2.bytes_per_expert());
+  const double per_copy = static_cast<double>(m.spec.num_experts) * per_expert;
+  const double touched = static_cast<double>(cycle.size()) * per_expert;
+  const int copies = std::clamp(static_cast<int>(std::ceil(rotate_bytes() / touched)), 1, kMaxCopies);
+  for (int c = 1; c < copies; ++c) m.copies.push_back(std::make_shared<MoeWeights>(random_weights(m.spec, 1 + c)));
+  std::fprintf(stderr, "  weights %s %s: %d cop%s of %.0f MB (a one-token cycle touches %.0f MB of each), %.1f s\n",
+               preset.c_str(), std::string(to_string(fmt)).c_str(), copies, copies == 1 ? "y" : "ies", per_copy / 1e6,
+               touched / 1e6, now_s() - t0);
   return m;
 }
 
@@ -408,8 +477,7 @@ double time_median(const std::function<void(int)>& fn, double budget_s, int min_
     fn(i);
     t.push_back(now_s() - t0);
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return moerun_bench::median(t);
 }
 
 ForwardArgs args_for(const Model& m, int64_t M, int call, HostTensor& out) {
@@ -654,6 +722,7 @@ struct Bench {
   struct VsAlt {
     double current = 0, alternative = 0;              // median seconds over both halves
     double ratio_alt_first = 0, ratio_alt_second = 0;  // alternative / current medians of each half
+    std::string alt_variant;                           // the variant the alternative's runners take
   };
   VsAlt run_cpu_vs_alt(const Model& m, int64_t M, int th, const std::string& settings) {
     struct Saved { std::string name, value; bool was_set; };
@@ -664,6 +733,7 @@ struct Bench {
       const char* prev = std::getenv(name.c_str());
       saved.push_back({name, prev ? prev : "", prev != nullptr});
     }
+    std::string alt_variant;
     const auto alt_runners = [&] {
       std::stringstream kvs(settings);
       for (std::string kv; std::getline(kvs, kv, ',');) {
@@ -671,6 +741,7 @@ struct Bench {
         setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
       }
       auto r = cpu_runners(m, th);
+      alt_variant = r.front()->variant_for(M);  // (under its settings: a knob may switch the kernel family)
       for (const Saved& v : saved) {
         if (v.was_set) setenv(v.name.c_str(), v.value.c_str(), 1);
         else unsetenv(v.name.c_str());
@@ -679,10 +750,7 @@ struct Bench {
     };
     HostTensor out(DType::kBF16, {M, m.spec.hidden});
     std::vector<double> all_cur, all_alt;
-    const auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
+    const auto median = [](const std::vector<double>& v) { return moerun_bench::median(v); };
     VsAlt res;
     for (int half = 0; half < 2; ++half) {
       std::vector<std::unique_ptr<Runner>> ra, rc;  // (released at the end of the half)
@@ -713,13 +781,14 @@ struct Bench {
     }
     res.current = median(all_cur);
     res.alternative = median(all_alt);
+    res.alt_variant = alt_variant;
     return res;
   }
 
   double run_ref(const Model& m, int64_t M) {
     auto r = make_reference_backend()->create_runner(m.spec, *m.w, Platform::detect(), {});
     HostTensor out(DType::kBF16, {M, m.spec.hidden});
-    return time_median([&](int call) { auto a = args_for(m, M, call, out); r->forward(a); }, 0.0, 1, 1);
+    return time_median([&](int call) { auto a = args_for(m, M, call, out); r->forward(a); }, 0.0, 3, 3);  // (slow: 3 calls)
   }
 
   void model_rows(const Model& m, const std::vector<int64_t>& ms, bool with_ref, bool with_dnnl) {
@@ -751,7 +820,8 @@ struct Bench {
         t = ab.current;
         RunnerOptions ro;
         variant = make_cpu_backend()->create_runner(m.spec, *m.w, Platform::detect(), ro)->variant_for(M);
-        row(m, alt.row, M, threads, t1, alt.settings, 0, variant);
+        row(m, alt.row, M, threads, t1, alt.settings, 0, ab.alt_variant);  // (its floor from its own kernels)
+        rows.back()["alt_variant"] = ab.alt_variant;
         rows.back()[alt.key] = t1 / t;
         rows.back()["speedup_alt_created_first"] = ab.ratio_alt_first;
         rows.back()["speedup_alt_created_second"] = ab.ratio_alt_second;
@@ -833,7 +903,7 @@ struct Bench {
         const size_t f = (j + static_cast<size_t>(round)) % nf;
         const Model& m = *models[f];
         const int n = static_cast<int>(rs[f].size());
-        auto a = copy_args(m, M, round, outs[f]);
+        auto a = args_for(m, M, round, outs[f]);  // logit set round % 8 for every format (copy_args would shift it by the copies)
         const double t0 = now_s();
         rs[f][static_cast<size_t>(round % n)]->forward(a);
         const double dt = now_s() - t0;
@@ -847,18 +917,18 @@ struct Bench {
     const size_t timed = t[0].size();
     for (size_t f = 0; f < nf; ++f) {
       const Model& m = *models[f];
-      row(m, "cpu", M, threads, pct(t[f], 0.5), variants[f]);
+      row(m, "cpu", M, threads, moerun_bench::median(t[f]), variants[f]);
       json& r = rows.back();
       r["rounds"] = timed;
       r["method_note"] = "decode-ratios: formats alternated call by call";
       if (f == 0) continue;
       std::vector<double> ratio(timed);
       for (size_t i = 0; i < timed; ++i) ratio[i] = t[0][i] / t[f][i];
-      r["speedup_vs_bf16"] = pct(ratio, 0.5);
+      r["speedup_vs_bf16"] = moerun_bench::median(ratio);
       r["speedup_vs_bf16_p10"] = pct(ratio, 0.1);
       r["speedup_vs_bf16_p90"] = pct(ratio, 0.9);
       std::printf("  %-14s %.2fx faster than bf16 (median over %zu alternated rounds; 10th-90th percentile %.2f-%.2fx)\n",
-                  format_label(m.spec).c_str(), pct(ratio, 0.5), timed, pct(ratio, 0.1), pct(ratio, 0.9));
+                  format_label(m.spec).c_str(), moerun_bench::median(ratio), timed, pct(ratio, 0.1), pct(ratio, 0.9));
     }
     std::fflush(stdout);
   }
@@ -1058,6 +1128,10 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "cpu_moe_bench: %s\n", e.what());
     return 2;
   }
+  if (!b.opt.json_path.empty() && !std::ofstream(b.opt.json_path)) {  // before minutes of measuring, not after
+    std::fprintf(stderr, "--json %s: cannot write there\n", b.opt.json_path.c_str());
+    return 2;
+  }
   const double t_start = now_s();
   b.threads = b.opt.threads > 0 ? b.opt.threads : omp_get_num_procs();
   const Platform p = Platform::detect();
@@ -1070,10 +1144,12 @@ int run(int argc, char** argv) {
     return v > 0 ? std::string(buf) : std::string("absent");
   };
   std::printf("limits (%d threads / 1 thread): read bandwidth %.1f / %.1f GB/s; fp32 FMA peak AVX2 %.1f / %.1f, "
-              "AVX-512 %s / %s GFLOP/s; VDPBF16PS peak %s / %s GFLOP/s; AMX bf16 tile peak %s / %s GFLOP/s\n",
+              "AVX-512 %s / %s GFLOP/s; VDPBF16PS peak %s / %s GFLOP/s; AMX bf16 tile peak %s / %s GFLOP/s; int8 "
+              "peak AVX2 %s / %s, VPDPBUSD %s / %s GOP/s\n",
               b.threads, b.lim.bw, b.lim1.bw, b.lim.fma_avx2, b.lim1.fma_avx2, gf(b.lim.fma_avx512).c_str(),
               gf(b.lim1.fma_avx512).c_str(), gf(b.lim.bf16_dot).c_str(), gf(b.lim1.bf16_dot).c_str(),
-              gf(b.lim.amx.gflops).c_str(), gf(b.lim1.amx.gflops).c_str());
+              gf(b.lim.amx.gflops).c_str(), gf(b.lim1.amx.gflops).c_str(), gf(b.lim.int8_avx2).c_str(),
+              gf(b.lim1.int8_avx2).c_str(), gf(b.lim.int8_vnni).c_str(), gf(b.lim1.int8_vnni).c_str());
   if (b.lim.amx.gflops > 0)  // diagnostics of the tile kernels, not floors
     std::printf("amx, alternating slices (%d threads / 1 thread): 2x2 on register tiles %s / %s GFLOP/s, tiles "
                 "reloaded from L1 every step %s / %s GFLOP/s, with A rows 4160 bytes apart %s / %s GFLOP/s; "
@@ -1107,14 +1183,21 @@ int run(int argc, char** argv) {
               {"anon_huge_page_mb_max", b.huge_page_mb},
               {"method", "median of repeated forwards, router logits rotated over 8 random sets; bytes = distinct "
                          "activated experts' stored weight bytes; floor = max(bytes/bw, flops/peak), peak per row: "
-                         "amx-bf16 (tdpbf16ps) for AMX variants (tiles, decode stream) and oneDNN on AMX CPUs, avx2-fma for avx2-* "
+                         "amx-bf16 (tdpbf16ps) for AMX variants (tiles, decode stream) and oneDNN on AMX CPUs, "
+                         "avx512-vnni-int8 (vpdpbusd) / avx2-int8 (vpmaddubsw step) for the q8 kernels and half of it "
+                         "for q15 (two int8 rows a token), avx2-fma for other avx2-* "
                          "variants, avx512-bf16-dot (vdpbf16ps) for avx512bf16-* variants and oneDNN bf16 on "
                          "AVX512-BF16 CPUs without AMX, else avx512-fma (avx2-fma "
                          "without AVX-512)"},
               {"elapsed_s", now_s() - t_start},
               {"rows", b.rows}};
     if (!b.opt.sweep.empty()) j["stream_sweep"] = b.opt.sweep;
-    std::ofstream(b.opt.json_path) << j.dump(2) << "\n";
+    std::ofstream f(b.opt.json_path);
+    f << j.dump(2) << "\n";
+    if (!f) {  // (the path was writable at the start: checked after the arguments)
+      std::fprintf(stderr, "cpu_moe_bench: cannot write %s\n", b.opt.json_path.c_str());
+      std::exit(1);
+    }
   };
 
   if (b.opt.decode_ratios) {

@@ -219,6 +219,33 @@ double avx512_bf16_dot_peak_gflops(int threads) {
   return best;
 }
 
+double avx512_vnni_dot_peak_gops(int threads) {
+  const int64_t iters = 5'000'000;
+  constexpr int kChains = 16;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    int64_t sink = 0;
+    const double t0 = now_s();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    {
+      __m512i a[kChains];
+      for (int i = 0; i < kChains; ++i) a[i] = _mm512_set1_epi32(i);
+      const __m512i b = _mm512_set1_epi8(1);
+      for (int64_t it = 0; it < iters; ++it)
+        for (int i = 0; i < kChains; ++i) a[i] = _mm512_dpbusd_epi32(a[i], b, b);
+      __m512i t = a[0];
+      for (int i = 1; i < kChains; ++i) t = _mm512_add_epi32(t, a[i]);
+      alignas(64) int32_t lanes[16];
+      _mm512_store_si512(lanes, t);
+      for (int32_t v : lanes) sink += v;
+    }
+    const double dt = now_s() - t0;
+    if (sink == 12345) best += 1e-9;
+    best = std::max(best, static_cast<double>(threads) * static_cast<double>(iters) * kChains * 128 / dt / 1e9);
+  }
+  return best;
+}
+
 AmxPeak amx_bf16_peak(int threads, double seconds) {
   AmxPeak p;
   amx_run(threads, 0.02, AmxLoop::k2x2);  // wake the tile units (and the clocks) before timing

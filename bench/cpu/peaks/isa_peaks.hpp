@@ -1,6 +1,6 @@
 // bench/cpu/peaks/isa_peaks.hpp — compute peaks of ISA levels the portable bench code must not be compiled
 // for: the AVX-512 fp32 FMA peak and the AMX bf16 tile peak (tdpbf16ps). isa_peaks.cpp is compiled with
-// -mavx512f -mavx512bf16 -mamx-tile -mamx-bf16, so call these only after the CPU and the OS were found to allow them
+// -mavx512f -mavx512bw -mavx512vnni -mavx512bf16 -mamx-tile -mamx-bf16, so call these only after the CPU and the OS were found to allow them
 // (moerun::cpu::detected_features(); for AMX that call also requested the tile data permission).
 #pragma once
 
@@ -14,6 +14,9 @@ double avx512_fma_peak_gflops(int threads);
 // The same for VDPBF16PS (bf16 pairs multiplied, fp32 accumulation: 64 FLOPs an instruction); needs
 // AVX512-BF16.
 double avx512_bf16_dot_peak_gflops(int threads);
+// The same for VPDPBUSD (64 unsigned x signed byte products accumulated into int32: 128 operations an
+// instruction), the q8 / q15 kernels' instruction at the AVX-512 VNNI level; needs AVX512-VNNI.
+double avx512_vnni_dot_peak_gops(int threads);
 
 struct AmxPeak {
   double gflops = 0;       // best of the two register-resident kernels below, bf16 products accumulated in fp32
