@@ -82,8 +82,12 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   smi=$!
   log torch baseline
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/cuda/torch_baseline.py --json "$OUT/torch.json" $q ${TORCH_ARGS:-} > "$OUT/bench.log" 2>&1
+  echo "torch rc=$?" | tee -a "$OUT/summary.log"
+  # (torch_baseline.py writes its JSON after every shape; none at all: the sweep runs without it)
+  torch_arg=()
+  [ -s "$OUT/torch.json" ] && torch_arg=(--torch "$OUT/torch.json")
   log moerun bench
-  timeout 330 "$BENCH" --json "$OUT/bench.json" --torch "$OUT/torch.json" $q ${BENCH_ARGS:-} >> "$OUT/bench.log" 2>&1
+  timeout 330 "$BENCH" --json "$OUT/bench.json" "${torch_arg[@]}" $q ${BENCH_ARGS:-} >> "$OUT/bench.log" 2>&1
   echo "bench rc=$?" | tee -a "$OUT/summary.log"
   kill $smi 2> /dev/null
   cat "$OUT/bench.log"

@@ -9,7 +9,7 @@
 // is also timed after a flush that only reads, so the L2 holds clean lines: the '-readflush' rows. At
 // M = 1 a graph of --layers layers, each routed to experts no other takes, is replayed with no flush at
 // all (row cuda-graph-expert-layers, time per layer): what a decode step through a model's layers sees.
-// Bytes: the distinct activated experts' weights + activations in and out; FLOPs: 2*M*k*(R*H + H*I).
+// Bytes: the distinct activated experts' weights (the issue's method: activations are not counted); FLOPs: 2*M*k*(R*H + H*I).
 // Usage: cuda_moe_bench [--json out.json] [--torch torch.json] [--quick] [--ms 1024,8192]
 //                       [--shapes deepseek-v3,mixtral-8x7b] [--no-forced] [--read-flush-max-m 16] [--layers 8]
 #include <cublas_v2.h>
@@ -40,6 +40,7 @@
 #include "routing/topk.hpp"
 
 #include "arg_lists.hpp"
+#include "stats.hpp"
 #include "bench_util.cuh"
 #include "run_stamp.hpp"
 
@@ -96,10 +97,7 @@ struct Timer {
     CK(cudaEventElapsedTime(&ms, a, b));
     return ms;
   }
-  static double median(std::vector<float> t) {
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-  }
+  static double median(const std::vector<float>& t) { return moerun_bench::median(t); }
   template <typename F> double median_ms(F&& f, int reps, int warm = 2, Flush mode = Flush::kWrite) {
     for (int i = 0; i < warm; ++i) f();
     CK(cudaStreamSynchronize(s));
@@ -254,6 +252,13 @@ int main(int argc, char** argv) {
                    "(moerun knobs --all lists the cuda ones)\n", x.c_str(), name.c_str(), std::string(k->area).c_str());
       return 2;
     }
+    // The contender is captured on the rule's runner, so a knob read only when a runner is made would
+    // time the rule against itself too (stream_tune.hpp reads this one in the runner's constructor).
+    if (name == "MOERUN_CUDA_STREAM_TUNE") {
+      std::fprintf(stderr, "cuda_moe_bench: --ab '%s': %s is read when a runner is made, and a contender shares the "
+                   "rule's runner; compare it in two runs instead\n", x.c_str(), name.c_str());
+      return 2;
+    }
     if (!k || !moerun::knob_accepts(*k, value)) {
       std::fprintf(stderr, "cuda_moe_bench: --ab '%s': a contender is gather, ksplit=N, an engine name (+unfused), or "
                    "env:NAME=VALUE, each a knob and a value it takes (%s)\n",
@@ -265,6 +270,32 @@ int main(int argc, char** argv) {
     moerun::check_knob_environment();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_moe_bench: %s\n", e.what());
+    return 2;
+  }
+  // The torch baseline's rows (torch_baseline.py --json), read before the device is looked for: a path
+  // that is missing or a file that is not that JSON is an error, not a sweep whose vs-torch column is 0.
+  std::map<std::string, double> torch_ms;
+  if (!torch_path.empty()) {
+    std::ifstream f(torch_path);
+    const nlohmann::json tj = f ? nlohmann::json::parse(f, nullptr, false) : nlohmann::json();
+    if (!f || !tj.is_object() || !tj.contains("rows") || !tj["rows"].is_array()) {
+      std::fprintf(stderr, "cuda_moe_bench: --torch %s: %s\n", torch_path.c_str(),
+                   !f ? "cannot read it" : "not the JSON torch_baseline.py writes (an object with \"rows\")");
+      return 2;
+    }
+    for (const auto& r : tj["rows"]) {  // "shape/M", or "shape/M/read" for a row timed after a read flush
+      if (!r.is_object() || !r.contains("shape") || !r["shape"].is_string() || !r.contains("M") ||
+          !r["M"].is_number_integer() || !r.contains("ms") || !r["ms"].is_number()) {
+        std::fprintf(stderr, "cuda_moe_bench: --torch %s: a row without a string 'shape', an integer 'M' and a number "
+                     "'ms': %s\n", torch_path.c_str(), r.dump().substr(0, 120).c_str());
+        return 2;
+      }
+      torch_ms[r["shape"].get<std::string>() + "/" + std::to_string(r["M"].get<int>()) +
+               (r.value("flush", std::string("write")) == "read" ? "/read" : "")] = r["ms"].get<double>();
+    }
+  }
+  if (!json_path.empty() && !std::ofstream(json_path)) {
+    std::fprintf(stderr, "cuda_moe_bench: --json %s: cannot write there\n", json_path.c_str());
     return 2;
   }
   // The shapes and token counts, checked before the device is looked for: a typo must be an error on
@@ -349,18 +380,6 @@ int main(int argc, char** argv) {
   out["matmul_TFLOPs"] = mm_rate / 1e12;
   out["matmul_sustained_TFLOPs"] = rate_start.sustained / 1e12;
 
-  std::map<std::string, double> torch_ms;
-  if (!torch_path.empty()) {
-    std::ifstream f(torch_path);
-    if (f) {
-      nlohmann::json tj = nlohmann::json::parse(f, nullptr, false);
-      if (tj.is_object() && tj.contains("rows"))
-        for (auto& r : tj["rows"])  // "shape/M", or "shape/M/read" for a row timed after a read flush
-          torch_ms[r["shape"].get<std::string>() + "/" + std::to_string(r["M"].get<int>()) +
-                   (r.value("flush", std::string("write")) == "read" ? "/read" : "")] = r["ms"].get<double>();
-    }
-  }
-
   Platform plat;
   GpuInfo g;
   g.name = prop.name;
@@ -431,7 +450,9 @@ int main(int argc, char** argv) {
       std::vector<float> tw(ids.size());
       routing::topk_host(spec, logits.data(), M, nullptr, ids.data(), tw.data());
       const std::set<int32_t> distinct(ids.begin(), ids.end());
-      const double bytes = distinct.size() * expert_bytes + 2.0 * M * sd.h * 2;
+      // The distinct activated experts' weight bytes, as the method says (the activations in and out,
+      // 2 M H bytes each, were counted here before: up to 5.6% more TB/s on qwen3-30b-a3b at M = 8192).
+      const double bytes = distinct.size() * expert_bytes;
       const double flops = 2.0 * M * sd.k * (double(R) * sd.h + double(sd.h) * sd.i);
       void *dh, *dl, *di, *dw, *dout;
       CK(cudaMalloc(&dh, size_t(M) * sd.h * 2));
@@ -683,6 +704,13 @@ int main(int argc, char** argv) {
   out["matmul_sustained_TFLOPs_end"] = rate_end.sustained / 1e12;
   out["rows"] = rows;
   out["runners"] = runners;
-  if (!json_path.empty()) std::ofstream(json_path) << out.dump(1) << "\n";
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    f << out.dump(1) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "cuda_moe_bench: cannot write %s\n", json_path.c_str());
+      return 1;
+    }
+  }
   return 0;
 }

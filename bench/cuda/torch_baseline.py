@@ -2,7 +2,8 @@
 """The torch baseline for cuda_moe_bench: the MoE expert stage written the usual way in PyTorch.
 
 sort by expert, gather, torch._grouped_mm (gate_up), silu-and-mul, torch._grouped_mm (down),
-router-weighted scatter-add. Uniform random routing (top-k of normal logits), bf16 weights drawn
+router-weighted scatter-add; the rows per expert counted two ways (torch.bincount, which syncs with the
+host, and a scatter_add that does not), each timed, the faster kept. Uniform random routing (top-k of normal logits), bf16 weights drawn
 uniformly in +-1/sqrt(K). Median of CUDA-event intervals, each after an L2 flush: a 512 MiB zero_()
 (what torch and Triton benchmarks do; it leaves the L2 full of dirty lines) and, for M <= --read-flush-max-m,
 also a 512 MiB read (clean lines only), as cuda_moe_bench's '-readflush' rows.
@@ -15,11 +16,12 @@ import json
 import torch
 import torch.nn.functional as F
 
+COUNTINGS = ("bincount", "scatter")
 SHAPES = [("deepseek-v3", 256, 8, 7168, 2048), ("mixtral-8x7b", 8, 2, 4096, 14336),
           ("qwen3-30b-a3b", 128, 8, 2048, 768), ("gpt-oss-120b-silu", 128, 4, 2880, 2880)]
 
 
-def moe_expert_stage(x, ids, w, w13, w2):
+def moe_expert_stage(x, ids, w, w13, w2, counting="bincount"):
     m, h = x.shape
     k = ids.shape[1]
     e = w13.shape[0]
@@ -27,7 +29,10 @@ def moe_expert_stage(x, ids, w, w13, w2):
     flat = ids.reshape(-1)
     order = torch.argsort(flat, stable=True)
     tok = order // k
-    counts = torch.bincount(flat, minlength=e)
+    if counting == "bincount":  # what users write; on CUDA it reads the ids' max back to the host (a sync)
+        counts = torch.bincount(flat, minlength=e)
+    else:  # "scatter": the same counts with no host sync
+        counts = torch.zeros(e, dtype=torch.int64, device=x.device).scatter_add_(0, flat, torch.ones_like(flat))
     offs = torch.cumsum(counts, 0).to(torch.int32)
     xs = x.index_select(0, tok)
     gu = torch._grouped_mm(xs, w13.transpose(-2, -1), offs=offs)
@@ -58,7 +63,8 @@ def median_ms(fn, reps, flush, read_flush=False):
         b.synchronize()
         times.append(a.elapsed_time(b))
     times.sort()
-    return times[len(times) // 2]
+    h = len(times) // 2
+    return times[h] if len(times) % 2 else (times[h - 1] + times[h]) / 2
 
 
 def main():
@@ -70,13 +76,28 @@ def main():
     ap.add_argument("--read-flush-max-m", type=int, default=16,
                     help="also time rows up to this M after a read-only L2 flush")
     args = ap.parse_args()
-    dev = torch.device("cuda")
-    flush = torch.empty(512 << 20, dtype=torch.uint8, device=dev)
     ms_list = [1, 128] if args.quick else [1, 16, 128, 1024, 8192]
     if args.ms:
-        ms_list = [int(v) for v in args.ms.split(",")]
-    shapes = [s for s in SHAPES if not args.shapes or s[0] in args.shapes.split(",")]
+        try:
+            ms_list = [int(v) for v in args.ms.split(",")]
+        except ValueError:
+            ap.error(f"--ms {args.ms}: expected comma-separated whole numbers")
+        if any(v < 1 for v in ms_list):
+            ap.error(f"--ms {args.ms}: token counts start at 1")
+    wanted = [s for s in args.shapes.split(",") if s] if args.shapes else []
+    unknown = [s for s in wanted if s not in {d[0] for d in SHAPES}]
+    if unknown:
+        ap.error(f"--shapes: unknown {', '.join(unknown)} (known: {', '.join(d[0] for d in SHAPES)})")
+    shapes = [s for s in SHAPES if not wanted or s[0] in wanted]
+    dev = torch.device("cuda")
+    flush = torch.empty(512 << 20, dtype=torch.uint8, device=dev)
     rows = []
+
+    def write_json():  # after every shape: a run cut short by a timeout still leaves the rows it finished
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+
     for name, e, k, h, i in shapes:
         g = torch.Generator(device=dev)
         g.manual_seed(11)
@@ -89,22 +110,28 @@ def main():
             w = w / w.sum(-1, keepdim=True)
             ids = ids.to(torch.int32)
             try:
-                fn = lambda: moe_expert_stage(x, ids.long(), w, w13, w2)
-                fn()
-                ms = median_ms(fn, 10 if m >= 1024 else 30, flush)
-                rows.append({"shape": name, "M": m, "ms": ms, "flush": "write"})
-                print(f"torch {name:18s} M={m:5d} {ms:9.4f} ms", flush=True)
-                if m <= args.read_flush_max_m:
-                    ms_r = median_ms(fn, 30, flush, read_flush=True)
-                    rows.append({"shape": name, "M": m, "ms": ms_r, "flush": "read"})
-                    print(f"torch {name:18s} M={m:5d} {ms_r:9.4f} ms (read flush)", flush=True)
+                # Two ways to count the rows per expert, each timed; the row keeps the faster ("ms"), so
+                # that moerun is compared with the better of them. bincount's host sync was the faster
+                # after a memset flush and the slower after a read flush (session 42, H100).
+                fns = {c: (lambda c=c: moe_expert_stage(x, ids.long(), w, w13, w2, c)) for c in COUNTINGS}
+                for fn in fns.values():
+                    fn()
+                flushes = ["write"] + (["read"] if m <= args.read_flush_max_m else [])
+                for fl in flushes:
+                    by = {c: median_ms(fn, 10 if m >= 1024 else 30, flush, read_flush=fl == "read") for c, fn in fns.items()}
+                    best = min(by, key=by.get)
+                    row = {"shape": name, "M": m, "ms": by[best], "counting": best, "flush": fl}
+                    row.update({f"ms_{c}": v for c, v in by.items()})
+                    rows.append(row)
+                    each = ", ".join(f"{c} {v:.4f}" for c, v in by.items())
+                    print(f"torch {name:18s} M={m:5d} {by[best]:9.4f} ms ({each}{', read flush' if fl == 'read' else ''})",
+                          flush=True)
             except Exception as ex:  # noqa: BLE001 - report and go on
                 print(f"torch {name} M={m}: failed: {ex}", flush=True)
         del w13, w2
         torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+        write_json()
+    write_json()
 
 
 if __name__ == "__main__":
