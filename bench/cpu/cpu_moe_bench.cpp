@@ -84,6 +84,7 @@
 #include "backends/reference/reference_backend.hpp"
 #include "core/dequantize.hpp"
 #include "core/knobs.hpp"
+#include "cpu/peaks/best_rate.hpp"
 #include "cpu/peaks/isa_peaks.hpp"
 #include "dispatch/dispatch.hpp"
 #include "moerun/formats.hpp"
@@ -244,32 +245,12 @@ __attribute__((target("avx2"))) int64_t maddubs_loop(int64_t iters) {
 
 double measure_avx2_int8_peak_gops(int threads) {
   const int64_t iters = 5'000'000;
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    int64_t sink = 0;
-    const double t0 = now_s();
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-    sink += maddubs_loop(iters);
-    const double dt = now_s() - t0;
-    if (sink == 12345) std::printf("?");
-    best = std::max(best, static_cast<double>(threads) * iters * 8 * 128 / dt / 1e9);
-  }
-  return best;
+  return moerun_bench::best_rate(threads, static_cast<double>(iters) * 8 * 128, [&] { return maddubs_loop(iters); });
 }
 
 double measure_fma_peak_gflops(int threads) {
   const int64_t iters = 20'000'000;
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    double sink = 0;
-    const double t0 = now_s();
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-    sink += fma_loop(iters);
-    const double dt = now_s() - t0;
-    if (sink == 12345.0) std::printf("?");
-    best = std::max(best, static_cast<double>(threads) * iters * 10 * 16 / dt / 1e9);
-  }
-  return best;
+  return moerun_bench::best_rate(threads, static_cast<double>(iters) * 10 * 16, [&] { return fma_loop(iters); });
 }
 
 // The shapes this bench knows (--only names).

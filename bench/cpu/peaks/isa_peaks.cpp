@@ -2,6 +2,7 @@
 // instructions (the compiler is told so), so it holds no static initializers and no code that runs
 // before the caller checked the CPU.
 #include "cpu/peaks/isa_peaks.hpp"
+#include "cpu/peaks/best_rate.hpp"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -32,6 +33,34 @@ float fma512_loop(int64_t iters) {
   __m512 s = a[0];
   for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, a[i]);
   return _mm512_reduce_add_ps(s);
+}
+
+constexpr int kDotChains = 16;  // independent chains: enough for 2 a cycle at a latency of 8
+
+float bf16_dot_loop(int64_t iters) {
+  __m512 a[kDotChains];
+  for (int i = 0; i < kDotChains; ++i) a[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+  const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3F803F80);  // (1, 1) in bf16
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < kDotChains; ++i) a[i] = _mm512_dpbf16_ps(a[i], b, b);
+  __m512 t = a[0];
+  for (int i = 1; i < kDotChains; ++i) t = _mm512_add_ps(t, a[i]);
+  return _mm512_reduce_add_ps(t);
+}
+
+int64_t vnni_dot_loop(int64_t iters) {
+  __m512i a[kDotChains];
+  for (int i = 0; i < kDotChains; ++i) a[i] = _mm512_set1_epi32(i);
+  const __m512i b = _mm512_set1_epi8(1);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < kDotChains; ++i) a[i] = _mm512_dpbusd_epi32(a[i], b, b);
+  __m512i t = a[0];
+  for (int i = 1; i < kDotChains; ++i) t = _mm512_add_epi32(t, a[i]);
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, t);
+  int64_t sum = 0;
+  for (int32_t v : lanes) sum += v;
+  return sum;
 }
 
 using moerun::cpu::kernels::TileConfig;  // loaded with kernels::load_tile_config, never _tile_loadconfig
@@ -180,70 +209,19 @@ double amx_run(int threads, double seconds, AmxLoop loop) {
 
 double avx512_fma_peak_gflops(int threads) {
   const int64_t iters = 20'000'000;
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    float sink = 0;
-    const double t0 = now_s();
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-    sink += fma512_loop(iters);
-    const double dt = now_s() - t0;
-    if (sink == 12345.0f) best += 1e-9;
-    best = std::max(best, static_cast<double>(threads) * static_cast<double>(iters) * 12 * 32 / dt / 1e9);
-  }
-  return best;
+  return best_rate(threads, static_cast<double>(iters) * 12 * 32, [&] { return fma512_loop(iters); });
 }
 
 double avx512_bf16_dot_peak_gflops(int threads) {
   const int64_t iters = 5'000'000;
-  constexpr int kChains = 16;  // enough for 2 per cycle at a latency of 8
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    float sink = 0;
-    const double t0 = now_s();
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-    {
-      __m512 a[kChains];
-      for (int i = 0; i < kChains; ++i) a[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
-      const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3F803F80);  // (1, 1) in bf16
-      for (int64_t it = 0; it < iters; ++it)
-        for (int i = 0; i < kChains; ++i) a[i] = _mm512_dpbf16_ps(a[i], b, b);
-      __m512 t = a[0];
-      for (int i = 1; i < kChains; ++i) t = _mm512_add_ps(t, a[i]);
-      sink += _mm512_reduce_add_ps(t);
-    }
-    const double dt = now_s() - t0;
-    if (sink == 12345.0f) best += 1e-9;
-    // 16 lanes x 2 bf16 products, each a multiply and an add
-    best = std::max(best, static_cast<double>(threads) * static_cast<double>(iters) * kChains * 64 / dt / 1e9);
-  }
-  return best;
+  // 16 lanes x 2 bf16 products, each a multiply and an add
+  return best_rate(threads, static_cast<double>(iters) * kDotChains * 64, [&] { return bf16_dot_loop(iters); });
 }
 
 double avx512_vnni_dot_peak_gops(int threads) {
   const int64_t iters = 5'000'000;
-  constexpr int kChains = 16;
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    int64_t sink = 0;
-    const double t0 = now_s();
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-    {
-      __m512i a[kChains];
-      for (int i = 0; i < kChains; ++i) a[i] = _mm512_set1_epi32(i);
-      const __m512i b = _mm512_set1_epi8(1);
-      for (int64_t it = 0; it < iters; ++it)
-        for (int i = 0; i < kChains; ++i) a[i] = _mm512_dpbusd_epi32(a[i], b, b);
-      __m512i t = a[0];
-      for (int i = 1; i < kChains; ++i) t = _mm512_add_epi32(t, a[i]);
-      alignas(64) int32_t lanes[16];
-      _mm512_store_si512(lanes, t);
-      for (int32_t v : lanes) sink += v;
-    }
-    const double dt = now_s() - t0;
-    if (sink == 12345) best += 1e-9;
-    best = std::max(best, static_cast<double>(threads) * static_cast<double>(iters) * kChains * 128 / dt / 1e9);
-  }
-  return best;
+  // 64 byte products accumulated into 16 int32 lanes: a multiply and an add each
+  return best_rate(threads, static_cast<double>(iters) * kDotChains * 128, [&] { return vnni_dot_loop(iters); });
 }
 
 AmxPeak amx_bf16_peak(int threads, double seconds) {
