@@ -61,8 +61,8 @@ int64_t estimate_weight_bytes(const MoeSpec& spec) noexcept;
 // Random LoRA adapters (spec.lora.max_adapters, spec.lora.max_rank) from a seed.
 LoraWeights random_lora(const MoeSpec& spec, uint64_t seed);
 
-// This rank's shard of full-layer weights (spec.parallel = 1/1 in `full`), cut exactly from the
-// stored bytes (no requantization): experts of rank % ep, intermediate slice of rank / ep. Both specs
+// This rank's shard of full-layer weights (spec.parallel = 1/1 in `full`, in host memory: else
+// Error{kInvalidArgument}), cut exactly from the stored bytes (no requantization): experts of rank % ep, intermediate slice of rank / ep. Both specs
 // are validated, must describe the same layer but for `parallel`, and `weights` must pass
 // check_weights(full, ...): else Error{kInvalidSpec} / Error{kFormat}. Throws Error{kUnsupported}
 // when a slice would split a scale block (fp8-block needs I/tp % 128 == 0).

@@ -131,6 +131,7 @@ MoeWeights shard_weights(const MoeSpec& full, const MoeWeights& w, const MoeSpec
     throw_error(ErrorKind::kInvalidSpec, "shard_weights: rank_spec is another layer than full (only parallel may differ): " +
                                              same.summary() + " against " + full.summary());
   check_weights(full, w);
+  check_weights_on_host(w, "shard_weights");  // (it copies bytes on the host)
   const int64_t e0 = first_local_expert(rank_spec), ne = local_experts(rank_spec);
   const int64_t il = local_intermediate(rank_spec), i0 = tp_rank(rank_spec) * il, I = full.intermediate;
   std::vector<Range> rows13;

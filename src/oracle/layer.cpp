@@ -1,6 +1,7 @@
 // MoeLayer: validation at the boundary, then the plan's runner.
 #include "moerun/layer.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <new>
 
@@ -10,8 +11,9 @@
 namespace moerun {
 namespace {
 
-// The token count one call may carry: an int32 row index (and M * k * H products) must not overflow.
-constexpr int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
+// The rows one call may carry, M * top_k: the dispatch counts and indexes them in int32 (and the
+// reference its token slots), so more would wrap (M = 2^30 at top-4 wrote past the row buffers).
+constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();
 
 const char* memory_name(DeviceKind d) { return d == DeviceKind::kCpu ? "host" : "device (CUDA)"; }
 
@@ -45,9 +47,11 @@ void check_forward_args(const MoeSpec& spec, const ForwardArgs& a, DeviceKind de
   if (a.hidden.shape.rank != 2) throw_error(ErrorKind::kInvalidArgument, "hidden: expected [M, H], got " + a.hidden.shape.str());
   const int64_t m = a.hidden.shape[0];
   if (m < 0) throw_error(ErrorKind::kInvalidArgument, "hidden: negative token count");
-  if (m > kMaxTokens)
-    throw_error(ErrorKind::kInvalidArgument, "hidden: " + std::to_string(m) + " tokens; one call takes at most " +
-                                                 std::to_string(kMaxTokens));
+  const int64_t max_tokens = kMaxRows / std::max(1, spec.top_k);
+  if (m > max_tokens)
+    throw_error(ErrorKind::kInvalidArgument, "hidden: " + std::to_string(m) + " tokens; one call of top-" +
+                                                 std::to_string(spec.top_k) + " takes at most " + std::to_string(max_tokens) +
+                                                 " (2^31 - 1 token slots)");
   expect(a.hidden, "hidden", spec.act_dtype, {m, spec.hidden});
   expect(a.output, "output", spec.act_dtype, {m, spec.hidden});
   // A tensor is "given" when it has a shape (an M = 0 tensor has no data but still a shape).

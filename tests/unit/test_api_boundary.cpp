@@ -111,11 +111,14 @@ TEST(ApiBoundary, ACallsTensorsLiveInOneMemory) {
   c.router_logits = logits.view();
   c.hidden.device = c.output.device = c.router_logits.device = DeviceKind::kCuda;
   EXPECT_NE(error_of([&] { layer.forward(c); }).find("runs on the CPU (host tensors only)"), std::string::npos);
-  // A token count no int32 row index holds is refused before anything is allocated.
+  // A token count whose M * top_k rows no int32 index holds is refused before anything is allocated:
+  // M = 2^30 tokens at top-2 is 2^31 rows (the cap used to be on M alone, and M * k wrapped).
   ForwardArgs d;
   d.hidden.dtype = d.output.dtype = DType::kBF16;
-  d.hidden.shape = d.output.shape = Shape{int64_t{1} << 40, 64};
-  EXPECT_NE(error_of([&] { layer.forward(d); }).find("tokens; one call takes at most 2147483647"), std::string::npos);
+  d.hidden.shape = d.output.shape = Shape{int64_t{1} << 30, 64};
+  const std::string too_many = error_of([&] { layer.forward(d); });
+  EXPECT_NE(too_many.find("tokens; one call of top-2 takes at most 1073741823 (2^31 - 1 token slots)"), std::string::npos)
+      << too_many;
 }
 
 TEST(ApiBoundary, ABackendsFailuresAreErrorsNamingIt) {
@@ -186,6 +189,11 @@ TEST(ApiBoundary, ShardWeightsChecksItsSpecs) {
   ok.parallel.ep = 2;
   ok.parallel.rank = 1;
   EXPECT_EQ(shard_weights(full, w, ok).w13.experts, 4);
+  // Weights on a GPU are refused by name: the cut copies bytes on the host (it segfaulted).
+  MoeWeights on_gpu = random_weights(full, 6);
+  on_gpu.w13.data.device = DeviceKind::kCuda;
+  EXPECT_NE(error_of([&] { shard_weights(full, on_gpu, ok); }, &k).find("w13.data is on cuda:0"), std::string::npos);
+  EXPECT_EQ(k, ErrorKind::kInvalidArgument);
 }
 
 TEST(ApiBoundary, DequantizeRowChecksTheStack) {
