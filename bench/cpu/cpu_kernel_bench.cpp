@@ -50,9 +50,8 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "arg_lists.hpp"
+#include "llc.hpp"
 #include "backends/cpu/isa.hpp"
 #include "cpu/peaks/isa_peaks.hpp"
 #include "backends/cpu/prepack.hpp"
@@ -133,10 +132,7 @@ std::shared_ptr<uint8_t> alloc(size_t n) {
 
 // The memory-resident rows' set: 96 MiB, or 4x the last-level cache where that is larger (a Sapphire
 // Rapids of 480 MiB held the 96 MiB set in L3, and its "mem" rows measured the cache).
-size_t mem_set_bytes() {
-  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);  // 0 or -1 where the system does not say
-  return std::max<size_t>(size_t{96} << 20, 4 * static_cast<size_t>(std::max(l3, 0L)));
-}
+size_t mem_set_bytes() { return std::max<size_t>(size_t{96} << 20, 4 * moerun_bench::llc_bytes()); }
 
 Set make_set(WeightFormat f, int64_t N, int64_t K, size_t min_bytes, kernels::CodeLayout layout) {
   std::mt19937 g(11);

@@ -55,7 +55,6 @@
 // the AVX-512 FMA peak (AVX2 where the CPU has no AVX-512) otherwise. Each row records the peak it used ("peak", "peak_gflops"). The JSON is rewritten
 // after every model, so a run cut short still leaves the rows it finished.
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -77,6 +76,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arg_lists.hpp"
+#include "llc.hpp"
 #include "stats.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/huge_pages.hpp"
@@ -227,17 +227,24 @@ __attribute__((target("avx2,fma"))) double fma_loop(int64_t iters) {
 // The AVX2 q8 kernels' step (gemm_avx2.cpp): two vpmaddubsw, a vpaddw, a vpmaddwd by ones and a vpaddd
 // for 64 byte products (128 operations), in independent chains. The byte operands are the chain's own
 // accumulator: with constant operands the compiler hoisted the products out of the loop.
+// (8 chains in named variables: an array of them was copied between registers every iteration.)
 __attribute__((target("avx2"))) int64_t maddubs_loop(int64_t iters) {
-  constexpr int kChains = 8;
-  __m256i a[kChains];
-  for (int i = 0; i < kChains; ++i) a[i] = _mm256_set1_epi32(i);
+#define MOERUN_CHAINS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define DECL(i) __m256i a##i = _mm256_set1_epi32(i);
+  MOERUN_CHAINS8(DECL)
+#undef DECL
   const __m256i s = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
-  for (int64_t it = 0; it < iters; ++it)
-    for (int i = 0; i < kChains; ++i)
-      a[i] = _mm256_add_epi32(
-          a[i], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(a[i], s), _mm256_maddubs_epi16(s, a[i])), ones));
-  __m256i t = a[0];
-  for (int i = 1; i < kChains; ++i) t = _mm256_add_epi32(t, a[i]);
+  for (int64_t it = 0; it < iters; ++it) {
+#define STEP(i) \
+  a##i = _mm256_add_epi32(a##i, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(a##i, s), _mm256_maddubs_epi16(s, a##i)), ones));
+    MOERUN_CHAINS8(STEP)
+#undef STEP
+  }
+  __m256i t = _mm256_setzero_si256();
+#define SUM(i) t = _mm256_add_epi32(t, a##i);
+  MOERUN_CHAINS8(SUM)
+#undef SUM
+#undef MOERUN_CHAINS8
   alignas(32) int32_t out[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(out), t);
   return out[0];
@@ -362,10 +369,7 @@ struct Model {
 constexpr double kRotateBytes = 1e9;
 constexpr int kMaxCopies = 8;
 
-double rotate_bytes() {
-  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);  // 0 or -1 where the system does not say
-  return std::max(kRotateBytes, 4.0 * static_cast<double>(std::max(l3, 0L)));
-}
+double rotate_bytes() { return std::max(kRotateBytes, 4.0 * static_cast<double>(moerun_bench::llc_bytes())); }
 
 Model make_model(const std::string& preset, const std::string& note, WeightFormat fmt, int64_t mmax,
                  std::function<void(MoeSpec&)> edit = {}) {
@@ -861,8 +865,10 @@ struct Bench {
   }
 
   // --decode-ratios: models[0] is bf16, the rest the formats compared with it, all of one shape. Each
-  // round runs one forward of every model at M on the same logit set (the copies rotate as in run_cpu),
-  // in an order rotated by one each round, so no format always follows the same one.
+  // round runs one forward of every model at M on the same logit set, round % 8, in an order rotated by
+  // one each round, so no format always follows the same one. A format's copy changes every 8 rounds
+  // ((round / 8) % copies), so each copy meets every logit set: with round % copies, 8 copies met one
+  // set each, and a cycle touched an eighth of the bytes the copy count was sized for.
   void decode_ratios(const std::vector<const Model*>& models, int64_t M, double budget) {
     const size_t nf = models.size();
     std::vector<std::vector<std::unique_ptr<Runner>>> rs;
@@ -873,10 +879,10 @@ struct Bench {
     }
     std::vector<HostTensor> outs;
     for (const Model* m : models) outs.emplace_back(DType::kBF16, Shape{M, m->spec.hidden});
-    // Every runner's first call is untimed (as in run_cpu): the first `warm` rounds, warm being the
-    // most copies of any format, so that sample i of every format comes from the same round.
+    // Every runner's first call is untimed (as in run_cpu): copy c first runs in round 8c, so the first
+    // 8 x (most copies) rounds are, and sample i of every format comes from the same round.
     size_t warm = 0;
-    for (const auto& r : rs) warm = std::max(warm, r.size());
+    for (const auto& r : rs) warm = std::max(warm, 8 * (r.size() - 1) + 1);
     std::vector<std::vector<double>> t(nf);
     const double start = now_s();
     for (int round = 0; (t[0].size() < 8 || now_s() - start < budget) && t[0].size() < 20000; ++round) {
@@ -884,9 +890,9 @@ struct Bench {
         const size_t f = (j + static_cast<size_t>(round)) % nf;
         const Model& m = *models[f];
         const int n = static_cast<int>(rs[f].size());
-        auto a = args_for(m, M, round, outs[f]);  // logit set round % 8 for every format (copy_args would shift it by the copies)
+        auto a = args_for(m, M, round, outs[f]);  // logit set round % 8, the same for every format
         const double t0 = now_s();
-        rs[f][static_cast<size_t>(round % n)]->forward(a);
+        rs[f][static_cast<size_t>((round / 8) % n)]->forward(a);
         const double dt = now_s() - t0;
         if (static_cast<size_t>(round) >= warm) t[f].push_back(dt);
       }
@@ -1162,6 +1168,7 @@ int run(int argc, char** argv) {
 #endif
               {"limits", limits},
               {"anon_huge_page_mb_max", b.huge_page_mb},
+              {"llc_bytes", moerun_bench::llc_bytes()},
               {"method", "median of repeated forwards, router logits rotated over 8 random sets; bytes = distinct "
                          "activated experts' stored weight bytes; floor = max(bytes/bw, flops/peak), peak per row: "
                          "amx-bf16 (tdpbf16ps) for AMX variants (tiles, decode stream) and oneDNN on AMX CPUs, "

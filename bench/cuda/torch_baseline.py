@@ -111,8 +111,9 @@ def main():
             ids = ids.to(torch.int32)
             try:
                 # Two ways to count the rows per expert, each timed; the row keeps the faster ("ms"), so
-                # that moerun is compared with the better of them. bincount's host sync was the faster
-                # after a memset flush and the slower after a read flush (session 42, H100).
+                # that moerun is compared with the better of them. The no-sync count won 25 of 28 rows
+                # in one run (session 42, H100), but in an earlier run its memset-flush one-token rows
+                # were the slower: launch-bound rows move with the host.
                 fns = {c: (lambda c=c: moe_expert_stage(x, ids.long(), w, w13, w2, c)) for c in COUNTINGS}
                 for fn in fns.values():
                     fn()

@@ -12,8 +12,9 @@
 // The helpers defined in this header are always inlined: the kernel files are compiled with different
 // -m flags, and a helper left out of line (at -O0) is a weak symbol whose copy from the widest file the
 // linker may keep for every caller, the scalar level's included. The kernel files also avoid the std
-// algorithms for the same reason (std::fill, std::fma: a loop, __builtin_fmaf). Their own helpers live
-// in unnamed namespaces (avx512_decode.hpp).
+// algorithms with floating-point bodies for the same reason (std::fill of floats, std::fma: a loop,
+// __builtin_fmaf; integer ones such as std::min<long> compile to no vector instruction). Their own
+// helpers live in unnamed namespaces (avx512_decode.hpp).
 #pragma once
 
 #include <cstddef>
