@@ -71,6 +71,9 @@ MoeWeights shard_weights(const MoeSpec& full, const MoeWeights& weights, const M
 // Checks every tensor against the spec: shapes, dtypes, presence of optional tensors. Throws
 // Error{kFormat} "expected F32 [128, 2048], got F32 [64, 2048] for router_weight".
 void check_weights(const MoeSpec& spec, const MoeWeights& w);
+// The part of check_weights that is not the four expert stacks (biases, router tensors, shared gate):
+// for a backend given stacks it prepared itself, whose layout check_weights does not know.
+void check_weight_tensors(const MoeSpec& spec, const MoeWeights& w);
 // For backends that read the weights on the CPU: throws Error{kInvalidArgument} naming the first expert
 // stack part that is not in host memory ("cpu backend reads weights on the CPU: w13.data is on cuda:0").
 void check_weights_on_host(const MoeWeights& w, std::string_view backend);

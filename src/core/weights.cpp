@@ -168,14 +168,9 @@ LoraWeights random_lora(const MoeSpec& spec, uint64_t seed) {
 
 void check_weights(const MoeSpec& spec, const MoeWeights& w) {
   const int64_t el = local_experts(spec), il = local_intermediate(spec), h = spec.hidden;
-  const int64_t r = spec.w13_rows() / spec.parallel.tp, e = spec.num_experts;
+  const int64_t r = spec.w13_rows() / spec.parallel.tp;
   expect_dims(w.w13, el, r, h, spec.weight_format, "w13");
   expect_dims(w.w2, el, h, il, spec.weight_format, "w2");
-  expect_f32(w.w13_bias, {el, r}, spec.expert_bias, "w13_bias");
-  expect_f32(w.w2_bias, {el, h}, spec.expert_bias, "w2_bias");
-  if (!w.router_weight.empty()) expect_f32(w.router_weight, {e, h}, true, "router_weight");
-  expect_f32(w.router_bias, {e}, spec.router_bias, "router_bias");
-  expect_f32(w.correction_bias, {e}, spec.routing.correction_bias, "correction_bias");
   if (spec.shared.count > 0) {
     const int64_t is = spec.shared.intermediate / spec.parallel.tp;
     expect_dims(w.shared_w13, 1, 2 * is, h, spec.weight_format, "shared_w13");
@@ -183,6 +178,17 @@ void check_weights(const MoeSpec& spec, const MoeWeights& w) {
   } else if (!w.shared_w13.empty() || !w.shared_w2.empty()) {
     throw_error(ErrorKind::kFormat, "unexpected shared expert weights: spec.shared.count = 0");
   }
+  check_weight_tensors(spec, w);
+}
+
+void check_weight_tensors(const MoeSpec& spec, const MoeWeights& w) {
+  const int64_t el = local_experts(spec), h = spec.hidden;
+  const int64_t r = spec.w13_rows() / spec.parallel.tp, e = spec.num_experts;
+  expect_f32(w.w13_bias, {el, r}, spec.expert_bias, "w13_bias");
+  expect_f32(w.w2_bias, {el, h}, spec.expert_bias, "w2_bias");
+  if (!w.router_weight.empty()) expect_f32(w.router_weight, {e, h}, true, "router_weight");
+  expect_f32(w.router_bias, {e}, spec.router_bias, "router_bias");
+  expect_f32(w.correction_bias, {e}, spec.routing.correction_bias, "correction_bias");
   expect_f32(w.shared_gate, {1, h}, spec.shared.gated_by_router, "shared_gate");
 }
 

@@ -1674,6 +1674,58 @@ TEST(CpuBackend, E4m3NanCodesAreRefusedWhenPacking) {
   }
 }
 
+// Stacks this backend prepared before (prepared_matrix) skip check_weights' layout table, so the
+// runner holds them to the spec after packing, and still checks the other tensors: a prepared shared
+// w2 of another hidden size, or a router of E - 1 rows beside prepared stacks (the routing reads E x H), is
+// refused; prepared stacks of the right shapes run and match the canonical ones bit for bit.
+TEST(CpuBackend, PreparedStacksAreHeldToTheSpec) {
+  const Platform plat = Platform::detect();
+  MoeSpec s = base_spec();
+  s.shared.count = 1;
+  s.shared.intermediate = 64;
+  const MoeWeights w = random_weights(s, 31);
+  const auto code = cpu::kernels_for_spec(s, cpu::effective_isa()).code_layout;
+  const auto prepare = [&](const ExpertMatrix& m, cpu::LaneMap map) {
+    return cpu::prepared_matrix(cpu::pack_stack(m, map, code), m);
+  };
+  MoeWeights prepared = random_weights(s, 31);
+  prepared.w13 = prepare(w.w13, cpu::LaneMap::kGatedSplit);
+  prepared.w2 = prepare(w.w2, cpu::LaneMap::kPlain);
+  prepared.shared_w13 = prepare(w.shared_w13, cpu::LaneMap::kGatedSplit);
+  prepared.shared_w2 = prepare(w.shared_w2, cpu::LaneMap::kPlain);
+  Case c;
+  c.spec = s;
+  c.m = 7;
+  const Result a = run_backend(*make_cpu_backend(), c, w, nullptr), b = run_backend(*make_cpu_backend(), c, prepared, nullptr);
+  EXPECT_EQ(a.out, b.out) << "prepared stacks differ from the canonical ones";
+
+  const auto refused = [&](const MoeWeights& bad, const std::string& part) {
+    try {
+      make_cpu_backend()->create_runner(s, bad, plat, {});
+      ADD_FAILURE() << part << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  MoeSpec narrow = s;
+  narrow.hidden = 64;
+  MoeWeights other_shared = random_weights(s, 31);
+  other_shared.w13 = prepared.w13;
+  other_shared.w2 = prepared.w2;
+  other_shared.shared_w13 = prepared.shared_w13;
+  other_shared.shared_w2 = prepare(random_weights(narrow, 32).shared_w2, cpu::LaneMap::kPlain);  // [1, 64, 64], H = 128
+  refused(other_shared, "shared expert stacks do not match the spec");
+  MoeWeights short_router = random_weights(s, 31);
+  short_router.w13 = prepared.w13;
+  short_router.w2 = prepared.w2;
+  short_router.shared_w13 = prepared.shared_w13;
+  short_router.shared_w2 = prepared.shared_w2;
+  MoeSpec fewer = s;
+  fewer.num_experts = 7;
+  short_router.router_weight = std::move(random_weights(fewer, 33).router_weight);  // [7, H]
+  refused(short_router, "router_weight");
+}
+
 // A null data pointer with the right dtype and shape is named as such by the packer (it used to say
 // "expected BF16 [2, 16, 32], got BF16 [2, 16, 32]").
 TEST(CpuBackend, PackerNamesANullDataPointer) {

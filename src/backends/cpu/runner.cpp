@@ -227,7 +227,8 @@ namespace {
 // The stacks against the spec: create_runner may be called without MoeLayer's check_weights, and a
 // stack of another format than the spec's would be packed for one kernel set and read by another.
 // Canonical stacks get check_weights in full; a stack this backend packed before carries the shapes
-// packed_of checked, and is held to the spec's dims after packing (the constructor).
+// packed_of checked, and is held to the spec's dims after packing (the constructor), and the other
+// tensors (biases, router) are checked either way: the forward reads them by the spec's sizes.
 void check_stacks(const MoeSpec& spec, const MoeWeights& w) {
   check_weights_on_host(w, "cpu backend");
   bool canonical = true;
@@ -239,6 +240,7 @@ void check_stacks(const MoeSpec& spec, const MoeWeights& w) {
                                           std::string(to_string(spec.weight_format)) + " spec " + spec.summary());
   }
   if (canonical) check_weights(spec, w);
+  else check_weight_tensors(spec, w);
 }
 }  // namespace
 
