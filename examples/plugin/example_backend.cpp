@@ -171,7 +171,7 @@ int create(const char* spec_json, const moerun_weights* weights, int32_t, void**
   }
 }
 
-int forward(void* handle, const moerun_forward_args* a, char* err, size_t len) {
+int forward_unguarded(void* handle, const moerun_forward_args* a, char* err, size_t len) {
   const Runner& r = *static_cast<const Runner*>(handle);
   const int64_t M = a->hidden.dims[0], H = r.hidden, K = r.top_k;
   if (a->hidden.device != 0) return fail(err, len, "example-scalar runs on host memory only");
@@ -203,6 +203,16 @@ int forward(void* handle, const moerun_forward_args* a, char* err, size_t len) {
   return 0;
 }
 
+// No exception may leave a C entry point (the host is not bound to catch it): std::bad_alloc from the
+// scratch vectors becomes an error return.
+int forward(void* handle, const moerun_forward_args* a, char* err, size_t len) {
+  try {
+    return forward_unguarded(handle, a, err, len);
+  } catch (const std::exception& e) {
+    return fail(err, len, std::string("forward failed: ") + e.what());
+  }
+}
+
 void destroy(void* handle) { delete static_cast<Runner*>(handle); }
 
 const char* kCapabilities = R"({
@@ -232,9 +242,9 @@ extern "C" __attribute__((visibility("default"))) int moerun_plugin_init(uint32_
 #ifdef EXAMPLE_INIT_THROWS  // (testing: a C++ plugin that lets an exception out of its C entry point)
   throw std::runtime_error(EXAMPLE_INIT_THROWS);
 #endif
-  out->abi_version = EXAMPLE_ABI_VERSION;
+  out->abi_version = EXAMPLE_ABI_VERSION;  // (alone, first: a host of another version may have a smaller *out)
+  if (host_abi_version != EXAMPLE_ABI_VERSION) return fail(err, err_len, "built for another moerun ABI version");
   out->num_backends = 1;
   out->backends = kBackends;
-  if (host_abi_version != EXAMPLE_ABI_VERSION) return fail(err, err_len, "built for another moerun ABI version");
   return 0;
 }

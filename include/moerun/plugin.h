@@ -6,11 +6,17 @@
  *                          char* err, size_t err_len);
  *
  * The host passes MOERUN_PLUGIN_ABI_VERSION; the plugin fills *out (including the ABI version it was
- * built against) and returns 0, or returns non-zero with a message in err. The host refuses a plugin
- * whose out->abi_version differs from its own, whose symbol is missing, or whose init fails, and says
- * which. Everything crosses as C types: the spec and the capabilities as JSON text (the same schema
- * `moerun explain --json` and `moerun backends --json` print), tensors as moerun_tensor. All pointers
- * the plugin returns must stay valid until the library is unloaded (moerun never unloads it).
+ * built against) and returns 0, or returns non-zero with a message in err. When host_abi_version is
+ * not the version the plugin was built for, the plugin writes out->abi_version alone (the first field,
+ * placed alike in every version: the host's *out may be smaller than the plugin's) and returns
+ * non-zero. The host refuses a plugin whose out->abi_version differs from its own, whose symbol is
+ * missing, or whose init fails or throws, and says which. Everything crosses as C types: the spec and
+ * the capabilities as JSON text (the same schema `moerun explain --json` and `moerun backends --json`
+ * print), tensors as moerun_tensor; a plugin whose capabilities say "device": "cpu" is given host
+ * tensors only. A library is unloaded when its init fails or what init returned is refused (bad
+ * capabilities, a name already registered), so init must leave nothing behind that points into it
+ * (no thread, no callback) until it returns 0 with backends the host accepts; a library whose
+ * backends were registered is never unloaded, and all pointers it returned must stay valid.
  */
 #ifndef MOERUN_PLUGIN_H_
 #define MOERUN_PLUGIN_H_

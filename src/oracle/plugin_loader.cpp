@@ -10,6 +10,7 @@
 #include "moerun/error.hpp"
 #include "moerun/plugin.h"
 #include "moerun/registry.hpp"
+#include "moerun/weights.hpp"
 #include "oracle/json_io.hpp"
 #include "routing/topk.hpp"
 
@@ -112,6 +113,9 @@ class PluginBackend final : public Backend {
   std::string_view description() const override { return description_; }
   const Capabilities& capabilities() const override { return caps_; }
   std::unique_ptr<Runner> create_runner(const MoeSpec& spec, const MoeWeights& w, const Platform&, const RunnerOptions& o) const override {
+    // A CPU plugin reads the weights on the host, like the built-in cpu backends (the example kept the
+    // pointers and segfaulted on device ones); a GPU plugin is given whatever it was handed.
+    if (caps_.device == DeviceKind::kCpu) check_weights_on_host(w, "plugin backend '" + name_ + "'");
     moerun_weights cw{};
     cw.w13 = to_c(w.w13);
     cw.w2 = to_c(w.w2);
