@@ -50,64 +50,69 @@ LaunchMatrixResult run_launch_matrix(const Registry& registry, const LaunchMatri
       const Platform platform = Platform::describe(pd);
       for (int tp : o.parallel_sizes)
         for (int ep : o.parallel_sizes) {
-          MoeSpec spec = preset.model.spec;
-          spec.parallel.tp = tp;
-          spec.parallel.ep = ep;
-          spec.parallel.rank = tp * ep - 1;  // the last rank: non-zero expert offset and tp slice
-          for (const Policy& policy : policies) {
-            ++combos;
-            const std::string where = pn + " on " + pd + " tp=" + std::to_string(tp) + " ep=" + std::to_string(ep) + " policy " + policy.str();
-            Selection sel;
-            try {
-              sel = select(spec, platform, policy, registry);
-            } catch (const Error& e) {
-              if (e.kind() == ErrorKind::kUnsupported || e.kind() == ErrorKind::kInvalidSpec) {
-                ++r.refused;
+          // The last rank (a non-zero expert offset and tp slice) and, when sharded, rank 0 too: only
+          // rank 0 of a tp group adds the w2 bias, and only ranks with rank % ep == 0 the shared expert.
+          for (const int rank : tp * ep > 1 ? std::vector<int>{tp * ep - 1, 0} : std::vector<int>{0}) {
+            MoeSpec spec = preset.model.spec;
+            spec.parallel.tp = tp;
+            spec.parallel.ep = ep;
+            spec.parallel.rank = rank;
+            for (const Policy& policy : policies) {
+              ++combos;
+              const std::string where = pn + " on " + pd + " tp=" + std::to_string(tp) + " ep=" + std::to_string(ep) +
+                                        " rank " + std::to_string(rank) + " policy " + policy.str();
+              Selection sel;
+              try {
+                sel = select(spec, platform, policy, registry);
+              } catch (const Error& e) {
+                if (e.kind() == ErrorKind::kUnsupported || e.kind() == ErrorKind::kInvalidSpec) {
+                  ++r.refused;
+                  continue;
+                }
+                ++r.crashed;
+                r.failures.push_back("crash planning " + where + ": " + e.what());
+                continue;
+              } catch (const std::exception& e) {
+                ++r.crashed;
+                r.failures.push_back("crash planning " + where + ": " + e.what());
                 continue;
               }
-              ++r.crashed;
-              r.failures.push_back("crash planning " + where + ": " + e.what());
-              continue;
-            } catch (const std::exception& e) {
-              ++r.crashed;
-              r.failures.push_back("crash planning " + where + ": " + e.what());
-              continue;
-            }
-            ++r.planned;
-            if (!o.run_here) continue;
-            MoeSpec small;
-            try {
-              small = scaled_for_check(spec);
-              small.validate();
-            } catch (const Error& e) {
-              ++r.crashed;
-              r.failures.push_back("cannot scale down " + where + ": " + e.what());
-              continue;
-            }
-            if (!supports(*sel.chosen, small, here).ok()) {
-              ++r.not_runnable_here;
-              continue;
-            }
-            const std::string key = sel.backend + "|" + json_io::to_json(small).dump();
-            auto it = runs.find(key);
-            if (it == runs.end()) {
-              VerifyCase c;
-              c.spec = small;
-              c.tokens = o.tokens;
-              c.seed = o.seed + runs.size();
-              c.with_lora = small.lora.max_adapters > 0;
-              it = runs.emplace(key, verify_case(*sel.chosen, here, c)).first;
-              if (o.progress && runs.size() % 25 == 0)
-                o.progress("check: " + std::to_string(combos) + " combinations, " + std::to_string(runs.size()) + " forwards run");
-            }
-            const VerifyResult& v = it->second;
-            if (v.passed) continue;
-            if (v.message.rfind("threw", 0) == 0) {
-              ++r.crashed;
-              r.failures.push_back("crash running " + where + " with " + sel.backend + ": " + v.message);
-            } else {
-              ++r.mismatched;
-              r.failures.push_back("mismatch running " + where + " with " + sel.backend + ": " + v.message);
+              ++r.planned;
+              if (!o.run_here) continue;
+              MoeSpec small;
+              try {
+                small = scaled_for_check(spec);
+                small.validate();
+              } catch (const Error& e) {
+                ++r.crashed;
+                r.failures.push_back("cannot scale down " + where + ": " + e.what());
+                continue;
+              }
+              if (!supports(*sel.chosen, small, here).ok()) {
+                ++r.not_runnable_here;
+                continue;
+              }
+              const std::string key = sel.backend + "|" + json_io::to_json(small).dump();
+              auto it = runs.find(key);
+              if (it == runs.end()) {
+                VerifyCase c;
+                c.spec = small;
+                c.tokens = o.tokens;
+                c.seed = o.seed + runs.size();
+                c.with_lora = small.lora.max_adapters > 0;
+                it = runs.emplace(key, verify_case(*sel.chosen, here, c)).first;
+                if (o.progress && runs.size() % 25 == 0)
+                  o.progress("check: " + std::to_string(combos) + " combinations, " + std::to_string(runs.size()) + " forwards run");
+              }
+              const VerifyResult& v = it->second;
+              if (v.passed) continue;
+              if (v.message.rfind("threw", 0) == 0) {
+                ++r.crashed;
+                r.failures.push_back("crash running " + where + " with " + sel.backend + ": " + v.message);
+              } else {
+                ++r.mismatched;
+                r.failures.push_back("mismatch running " + where + " with " + sel.backend + ": " + v.message);
+              }
             }
           }
         }

@@ -1,6 +1,7 @@
 // oracle/launch_matrix.hpp — the launch matrix behind `moerun check`: every preset x platform
-// description x parallel config x policy either plans or is refused with a reason, and every plan that
-// can run on this machine runs a scaled-down forward that must match the reference.
+// description x parallel config (its last rank, and rank 0 when sharded) x policy either plans or is
+// refused with a reason, and every plan that can run on this machine runs a scaled-down forward that
+// must match the reference.
 #pragma once
 
 #include <functional>
