@@ -476,48 +476,57 @@ TEST(CudaBackend, SmallSharedExpertsGated) {
 
 // A token whose hidden state is NaN comes out NaN on every path, as in the reference: the gpt-oss clamp
 // (fminf / fmaxf) and relu2's fmaxf used to turn a NaN gate_up sum into the limit or zero, so the
-// token's output was finite. The other tokens match the reference. M = 1 (one-token chain and the fused
-// stage), 9 (stream tiles), 300 (the wgmma engine).
+// token's output was finite. The other tokens match the reference. Each case asserts the path it
+// means: the stream tiles at M = 1 and 9, the wgmma engine at 300, and for the gated activations the
+// fused one-token stage (MOERUN_CUDA_ONE_TOKEN=1 on the qwen3 row shape, which it fits).
 TEST(CudaBackend, SmallNaNTokensStayNaN) {
   REQUIRE_GPU();
   const Platform plat = sm90_platform();
+  struct Case {
+    int e, k, h, i;
+    int64_t m;
+    bool fused;
+    const char* variant;
+  };
+  const Case cases[] = {{8, 2, 256, 128, 1, false, "mma-stream-m16-n32"},
+                        {8, 2, 256, 128, 9, false, "mma-stream-m16-n32"},
+                        {8, 2, 256, 128, 300, false, kWgmma},
+                        {12, 8, 2048, 768, 1, true, "fused-one-token"}};
   uint64_t seed = 4100;
-  for (ActivationKind act : {ActivationKind::kSwigluOai, ActivationKind::kRelu2, ActivationKind::kSiluAndMul}) {
-    MoeSpec s = make_spec(8, 2, 256, 128, act);
-    s.validate();
-    const MoeWeights w = random_weights(s, seed++);
-    auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
-    auto ref = make_reference_backend()->create_runner(s, w, plat, {});
-    for (const int64_t m : {int64_t{1}, int64_t{9}, int64_t{300}}) {
-      for (const bool fused : {false, true}) {
-        if (fused && m != 1) continue;
-        std::unique_ptr<ScopedEnv> one_token;
-        if (fused) one_token = std::make_unique<ScopedEnv>("MOERUN_CUDA_ONE_TOKEN", "1");
-        SCOPED_TRACE(s.summary() + " m=" + std::to_string(m) + " variant " + runner->variant_for(m));
-        Inputs in = make_inputs(s, m, seed++, Route::kTopkGiven);
-        const uint16_t nan = s.act_dtype == DType::kBF16 ? f32_to_bf16(NAN) : f32_to_fp16(NAN);
-        for (int64_t c = 0; c < s.hidden; ++c) in.hidden.as<uint16_t>()[c] = nan;  // token 0
-        HostTensor got(s.act_dtype, {m, s.hidden}), want(s.act_dtype, {m, s.hidden});
-        runner->forward(host_args(in, got));
-        ref->forward(host_args(in, want));
-        int64_t nan_got = 0, nan_want = 0;
-        double num = 0, den = 0;
-        for (int64_t i = 0; i < m * s.hidden; ++i) {
-          const float g = act_at(got, i), r = act_at(want, i);
-          if (i < s.hidden) {
-            nan_got += std::isnan(g);
-            nan_want += std::isnan(r);
-            continue;
-          }
-          num += (g - r) * (g - r);
-          den += r * r;
+  for (ActivationKind act : {ActivationKind::kSwigluOai, ActivationKind::kRelu2, ActivationKind::kSiluAndMul})
+    for (const Case& c : cases) {
+      MoeSpec s = make_spec(c.e, c.k, c.h, c.i, act);
+      s.validate();
+      if (c.fused && !s.activation.gated()) continue;  // (the fused stage is built for gated layers)
+      const MoeWeights w = random_weights(s, seed++);
+      std::unique_ptr<ScopedEnv> one_token;
+      if (c.fused) one_token = std::make_unique<ScopedEnv>("MOERUN_CUDA_ONE_TOKEN", "1");
+      auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+      const int64_t m = c.m;
+      SCOPED_TRACE(s.summary() + " m=" + std::to_string(m) + " variant " + runner->variant_for(m));
+      EXPECT_EQ(runner->variant_for(m), c.variant);
+      Inputs in = make_inputs(s, m, seed++, Route::kTopkGiven);
+      const uint16_t nan = s.act_dtype == DType::kBF16 ? f32_to_bf16(NAN) : f32_to_fp16(NAN);
+      for (int64_t col = 0; col < s.hidden; ++col) in.hidden.as<uint16_t>()[col] = nan;  // token 0
+      HostTensor got(s.act_dtype, {m, s.hidden}), want(s.act_dtype, {m, s.hidden});
+      runner->forward(host_args(in, got));
+      make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
+      int64_t nan_got = 0, nan_want = 0;
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < m * s.hidden; ++i) {
+        const float g = act_at(got, i), r = act_at(want, i);
+        if (i < s.hidden) {
+          nan_got += std::isnan(g);
+          nan_want += std::isnan(r);
+          continue;
         }
-        EXPECT_EQ(nan_want, s.hidden) << "the reference itself";
-        EXPECT_EQ(nan_got, s.hidden) << "the NaN token's outputs that came out NaN";
-        if (m > 1) EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), tolerance_for(s).rel_l2) << "the other tokens";
+        num += (g - r) * (g - r);
+        den += r * r;
       }
+      EXPECT_EQ(nan_want, s.hidden) << "the reference itself";
+      EXPECT_EQ(nan_got, s.hidden) << "the NaN token's outputs that came out NaN";
+      if (m > 1) EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), tolerance_for(s).rel_l2) << "the other tokens";
     }
-  }
 }
 
 TEST(CudaBackend, SmallRouterWeightWhenNoLogits) {
@@ -2335,6 +2344,41 @@ TEST(CudaBackend, CaptureOfFewerTokensAfterALargerEagerForward) {
     const HostTensor o1 = eager.output(), o2 = replayed.output();
     EXPECT_EQ(std::memcmp(o1.data(), o2.data(), o1.nbytes()), 0) << "the replay differs from the eager output";
   }
+}
+
+// A cublas forward captured into a graph is refused with the reason (its group sizes go through the
+// host), before anything is queued: the capture ends cleanly, and eager forwards go on matching the
+// reference. (The stream synchronize used to fail with a raw capture error.)
+TEST(CublasBackend, CaptureIsRefusedWithTheReason) {
+  REQUIRE_GPU();
+  const MoeSpec s = make_spec(8, 2, 256, 128);
+  const MoeWeights w = random_weights(s, 61);
+  const Platform plat = sm90_platform();
+  auto runner = make_cublas_backend()->create_runner(s, w, plat, {});
+  const Inputs in = make_inputs(s, 40, 62, Route::kLogits);
+  const Stream st;
+  const DeviceInputs d(s, in);
+  runner->forward(d.args(st));
+  CK(cudaStreamSynchronize(st));
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  std::string msg;
+  try {
+    runner->forward(d.args(st));
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    msg = e.what();
+  }
+  cudaGraph_t g = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess) << "the refused forward broke the capture";
+  if (g) cudaGraphDestroy(g);
+  EXPECT_NE(msg.find("cannot be captured in a CUDA graph"), std::string::npos) << msg;
+  runner->forward(d.args(st));
+  const HostTensor got = d.output();
+  HostTensor want(s.act_dtype, {in.hidden.shape()[0], s.hidden});
+  make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
+  int64_t bad = 0;
+  EXPECT_LT(rel_error(got, want, in.hidden.shape()[0] * s.hidden, &bad), tolerance_for(s).rel_l2);
+  EXPECT_EQ(bad, 0);
 }
 
 // Device tensors on another device than the runner's are refused by name (not read over peer access, or

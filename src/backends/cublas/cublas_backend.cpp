@@ -34,7 +34,11 @@ class CublasRunner final : public Runner {
       : d_(spec, w, o.device_index, false, cuda_detail::spec_gate_up_layout(spec)) {  // w13 as given
     const cuda_detail::DeviceScope scope(d_.device());  // (the handle binds to the current device)
     MOERUN_CUBLAS_CHECK(cublasCreate(&handle_));
-    MOERUN_CUDA_CHECK(cudaMallocHost(&host_seg_, sizeof(int32_t) * (spec.num_experts + 1)));
+    const cudaError_t e = cudaMallocHost(&host_seg_, sizeof(int32_t) * (spec.num_experts + 1));
+    if (e != cudaSuccess) {  // (the destructor of a constructor that throws does not run)
+      cublasDestroy(handle_);
+      MOERUN_CUDA_CHECK(e);
+    }
   }
   ~CublasRunner() override {
     if (handle_) cublasDestroy(handle_);
@@ -46,6 +50,16 @@ class CublasRunner final : public Runner {
     const int64_t m = args.hidden.shape.rank > 0 ? args.hidden.shape[0] : 0;
     if (m == 0) return;
     const cuda_detail::DeviceScope scope(d_.device());
+    // Its group sizes go through the host (a stream synchronize), which a capture cannot hold: refused
+    // before anything is queued, with the reason, instead of the synchronize's raw capture error (which
+    // also left the device workspaces marked as captured, kept back at every later growth).
+    if (args.hidden.device == DeviceKind::kCuda) {
+      cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+      MOERUN_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(args.stream), &st));
+      if (st != cudaStreamCaptureStatusNone)
+        throw_error(ErrorKind::kUnsupported, "cublas: a forward cannot be captured in a CUDA graph (cuBLAS's grouped GEMM "
+                                             "takes its group sizes on the host; its capabilities say cuda_graph_safe: false)");
+    }
     const int E = d_.experts(), K = d_.top_k(), H = d_.hidden(), I = d_.inter(), R = d_.w13_rows();
     const int64_t rows = m * K;
     const Elem el = d_.elem();

@@ -239,8 +239,11 @@ void DeviceMoe::reserve(int64_t m, cudaStream_t s, size_t scratch_bytes, bool ro
   if (m <= cap_m_ && scratch_bytes <= cap_scratch_ && (!rows_f32 || m <= cap_rows_m_)) return;
   refuse_if_capturing(s, "the workspace of a forward of " + std::to_string(m) + " tokens");
   MOERUN_CUDA_CHECK(cudaDeviceSynchronize());  // old workspaces may still be in use
-  const int64_t cm = std::max<int64_t>(m, cap_m_);
-  const size_t cs = std::max(scratch_bytes, cap_scratch_);
+  // After a capture every growth keeps the old buffers (a graph may point into them): growing by at
+  // least half each time bounds what is kept to about twice the final size, where growing to exactly m
+  // kept a full set per new maximum (eager calls of 1, 2, 3, ... tokens: quadratic).
+  const int64_t cm = std::max<int64_t>(m, captured_ ? cap_m_ + cap_m_ / 2 : cap_m_);
+  const size_t cs = std::max(scratch_bytes, captured_ ? cap_scratch_ + cap_scratch_ / 2 : cap_scratch_);
   // The f32 rows for the calls of up to cm tokens whose path reads them (below rows_f32_max_m_ by the
   // rule), and for this one where it does (a forced variant).
   const int64_t rm = std::max({cap_rows_m_, std::min(cm, rows_f32_max_m_), rows_f32 ? m : int64_t{0}});
