@@ -115,10 +115,14 @@ class Runner {
   // Computes output = this rank's share of the MoE layer. Inputs were validated by the caller
   // (MoeLayer::forward); a runner may still throw Error for states it detects itself.
   // One forward at a time per runner. The cpu runner serializes calls made from several threads (its
-  // workspaces are borrowed from a pool the process shares, so different runners may run at once). A CUDA runner's calls must not overlap, on the host (its workspace growth
-  // is not locked) or on the GPU: device-tensor calls on one stream, or on streams ordered with
-  // events; a host-tensor call runs on the runner's own stream and returns synchronized, so a
-  // device-tensor call still in flight must be finished (synchronized) before one.
+  // workspaces are borrowed from a pool the process shares, so different runners may run at once).
+  // A CUDA runner's calls must not overlap, on the host (its workspace growth is not locked) or on
+  // the GPU: device-tensor calls on one stream, or on streams ordered with events; a host-tensor call
+  // runs on the runner's own stream and returns synchronized, so a device-tensor call still in flight
+  // must be finished (synchronized) before one. Different CUDA runners may run on different threads,
+  // but a forward that grows its workspaces allocates and synchronizes the device, which a capture in
+  // cudaStreamCaptureModeGlobal on another thread forbids (the capture is invalidated): capture in
+  // cudaStreamCaptureModeThreadLocal there, or warm every runner up before any capture starts.
   virtual void forward(const ForwardArgs& args) = 0;
   // The kernel variant a call with m tokens takes ("" when the backend has one path).
   virtual std::string variant_for(int64_t m) const { (void)m; return ""; }
