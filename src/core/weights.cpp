@@ -56,9 +56,18 @@ ExpertMatrix random_stack(WeightFormat format, int64_t experts, int64_t rows, in
   std::exception_ptr failure;
 #pragma omp parallel
   {
-    std::vector<float> buf(static_cast<size_t>(rows * cols));
+    // No exception may leave the parallel region (std::terminate): a failed allocation of the
+    // per-thread buffer is recorded like any other and rethrown after it.
+    std::vector<float> buf;
+    try {
+      buf.resize(static_cast<size_t>(rows * cols));
+    } catch (...) {
+#pragma omp critical
+      failure = std::current_exception();
+    }
 #pragma omp for schedule(dynamic)
     for (int64_t e = 0; e < experts; ++e) {
+      if (buf.empty() && rows * cols > 0) continue;  // (this thread's buffer failed: recorded above)
       try {
         fill_uniform(buf.data(), rows * cols, cols, derive_seed(seed, static_cast<uint64_t>(e)));
         parts[static_cast<size_t>(e)] = quantize_experts(format, buf.data(), 1, rows, cols);

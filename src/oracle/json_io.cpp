@@ -40,9 +40,13 @@ class Reader {
       }
     }
     const json& v = j_.at(key);
-    fail(origin_, where_ + "." + key + " must be " + type + (v.is_number() ? ", got " + v.dump() + " (out of range" +
-                                                                  (std::is_integral_v<T> ? " or not whole)" : ")")
-                                                            : ""));
+    // ("out of range" only where a number was wanted: a string or boolean field holding 5 is the wrong type)
+    const bool numeric = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
+    fail(origin_, where_ + "." + key + " must be " + type +
+                      (v.is_number() ? ", got " + v.dump() +
+                                           (numeric ? (std::is_integral_v<T> ? " (out of range or not whole)" : " (out of range)")
+                                                    : " (a number)")
+                                     : ""));
   }
   const json* sub(const char* key) {
     seen_.insert(key);

@@ -204,7 +204,8 @@ std::string explain_json(const MoeSpec& spec, const Platform& platform, const Se
     t.push_back({{"name", c.name}, {"origin", c.origin}, {"capable", c.capable}, {"reasons", c.reasons}, {"priority", c.priority},
                  {"priority_reason", c.priority_reason}, {"variant", c.variant}, {"chosen", c.chosen}});
   j["candidates"] = t;
-  return j.dump(2);
+  // (A description is a platform file's path, which need not be UTF-8: replaced, not a type_error.)
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace moerun

@@ -175,7 +175,8 @@ T get_field(const nlohmann::json& j, const char* key, std::string_view origin, c
     }
   }
   const nlohmann::json& v = j.at(key);
-  const std::string why = std::is_integral_v<T> ? " (out of range or not whole)" : " (out of range)";
+  const bool numeric = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;  // (a string or boolean field: the wrong type)
+  const std::string why = !numeric ? " (a number)" : std::is_integral_v<T> ? " (out of range or not whole)" : " (out of range)";
   throw_error(ErrorKind::kParse, std::string(origin) + ": '" + at + key + "' must be " + type + (v.is_number() ? ", got " + v.dump() + why : ""));
 }
 

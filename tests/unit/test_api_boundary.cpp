@@ -3,6 +3,8 @@
 // names the problem, or well-defined behaviour.
 #include <gtest/gtest.h>
 
+#include <new>
+
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -194,6 +196,16 @@ TEST(ApiBoundary, ShardWeightsChecksItsSpecs) {
   on_gpu.w13.data.device = DeviceKind::kCuda;
   EXPECT_NE(error_of([&] { shard_weights(full, on_gpu, ok); }, &k).find("w13.data is on cuda:0"), std::string::npos);
   EXPECT_EQ(k, ErrorKind::kInvalidArgument);
+}
+
+// Random weights too large for memory throw std::bad_alloc (the CLI's "out of memory", exit 2): the
+// allocation inside the generator's OpenMP region used to escape it, and std::terminate aborted.
+TEST(ApiBoundary, RandomWeightsTooLargeForMemoryThrowBadAlloc) {
+  MoeSpec huge = small();
+  huge.hidden = 262144;
+  huge.intermediate = 262144;  // a 2 x 262144 x 262144 fp32 buffer per thread: 512 GiB
+  huge.validate();
+  EXPECT_THROW(random_weights(huge, 1), std::bad_alloc);
 }
 
 TEST(ApiBoundary, DequantizeRowChecksTheStack) {

@@ -208,8 +208,12 @@ Platform CommonOptions::resolve_platform_to_run(std::string_view command) const 
   const Platform here = Platform::detect();
   const std::string more = beyond_this_machine(p, here);
   if (more.empty()) return p;
-  // A CPU level above MOERUN_CPU_ISA's cap may be one the machine has: then the cap is the reason.
-  const bool capped = !(p.has_gpu() && more.rfind("the CPU level", 0) != 0) && p.cpu.isa() > cpu_isa_cap();
+  // A CPU level above MOERUN_CPU_ISA's cap may be one the machine has: then the cap is the reason (not
+  // where the machine lacks the level anyway: its uncapped level decides).
+  CpuInfo uncapped = here.cpu;
+  uncapped.vendor = "described";  // (isa() applies MOERUN_CPU_ISA to a detected CPU only)
+  const bool capped = !(p.has_gpu() && more.rfind("the CPU level", 0) != 0) && p.cpu.isa() > cpu_isa_cap() &&
+                      p.cpu.isa() <= uncapped.isa();
   throw_error(ErrorKind::kInvalidArgument,
               "--platform " + platform + " has " + more + ", which " +
                   (capped ? "MOERUN_CPU_ISA=" + std::string(to_string(cpu_isa_cap())) + " keeps this machine from"
@@ -265,6 +269,27 @@ int report(const std::exception& e) {
   return 70;
 }
 
+// Integer options read as decimal. CLI11 2.1 converts with base 0, so "--hidden 0256" was octal 174
+// and "--seed 09" failed after seed_value had accepted it; leading zeros are dropped before the
+// conversion (and before the options' own checks), and a 0x or 0 prefix's other digits are refused.
+void decimal_integers(CLI::App& app) {
+  const CLI::Validator decimal(
+      [](std::string& v) {
+        const size_t i = !v.empty() && (v[0] == '-' || v[0] == '+') ? 1 : 0;
+        if (i == v.size() || v.find_first_not_of("0123456789", i) != std::string::npos)
+          return "'" + v + "' is not a decimal integer";
+        const size_t nz = v.find_first_not_of('0', i);
+        v = v.substr(0, i) + (nz == std::string::npos ? "0" : v.substr(nz));
+        return std::string();
+      },
+      "");
+  for (CLI::Option* o : app.get_options()) {
+    const std::string t = o->get_type_name();
+    if (t.rfind("INT", 0) == 0 || t.rfind("UINT", 0) == 0) o->transform(decimal);  // ("INT:INT in [0 - 64]" with a check)
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) decimal_integers(*sub);
+}
+
 }  // namespace moerun::cli
 
 int main(int argc, char** argv) {
@@ -278,6 +303,7 @@ int main(int argc, char** argv) {
   moerun::cli::add_knobs(app);
   moerun::cli::add_verify(app);
   moerun::cli::add_check(app);
+  moerun::cli::decimal_integers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

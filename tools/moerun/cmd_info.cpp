@@ -30,7 +30,7 @@ void explain(const ExplainOptions& o) {
     if (o.json) {
       nlohmann::json j = nlohmann::json::parse(explain_json(spec, platform, s));
       if (!caveats.empty()) j["caveats"] = caveats;
-      std::cout << j.dump(2) << "\n";
+      std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
       std::cout << explain_text(spec, platform, s);
       for (const std::string& c : caveats) std::cout << "caveat:    " << c << "\n";
@@ -45,7 +45,7 @@ void explain(const ExplainOptions& o) {
       j["policy"] = o.common.backend;
       j["refused"] = e.what();
       if (!caveats.empty()) j["caveats"] = caveats;
-      std::cout << j.dump(2) << "\n";
+      std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
       std::cout << "spec:      " << spec.name << ": " << spec.summary() << "\nplatform:  " << platform.summary()
                 << "\nrefused:   " << e.what() << "\n";

@@ -1,7 +1,10 @@
 // moerun run — one MoE layer: plan, weights (random or a checkpoint), inputs, forward, timing, verify.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 
@@ -41,6 +44,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 void run(const RunOptions& o) {
+  if (!o.output.empty()) {  // before the weights and the forwards, not after them
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::absolute(o.output, ec).parent_path();
+    if (ec || !std::filesystem::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
+      throw_error(ErrorKind::kIo, "--output " + o.output + ": cannot write in " + dir.string());
+  }
   const MoeSpec spec = o.spec.resolve();
   const Platform platform = o.common.resolve_platform_to_run("run");
   Registry& registry = o.common.registry();
@@ -150,9 +159,12 @@ void run(const RunOptions& o) {
       reference.forward(ra);
       const double ref_time = seconds_since(t1);
       const VerifyResult v = compare_outputs(out.view(), expect.view(), tolerance_for(spec));
-      std::cout << fmt::format("verify:    {} vs reference: normalized max error {:.2e}, relative L2 {:.2e} {}; reference took {:.3f} s ({:.0f}x slower)\n",
-                               plan.backend, v.error, v.rel_l2, v.passed ? "OK" : "MISMATCH: " + v.message, ref_time,
-                               med > 0 ? ref_time / med : 0.0);
+      const double ratio = med > 0 && ref_time > 0 ? ref_time / med : 0.0;
+      const std::string speed = ratio >= 1.0   ? fmt::format("{:.1f}x slower", ratio)
+                                : ratio > 0.0 ? fmt::format("{:.1f}x faster", 1.0 / ratio)
+                                              : std::string("not timed");
+      std::cout << fmt::format("verify:    {} vs reference: normalized max error {:.2e}, relative L2 {:.2e} {}; reference took {:.3f} s ({})\n",
+                               plan.backend, v.error, v.rel_l2, v.passed ? "OK" : "MISMATCH: " + v.message, ref_time, speed);
       mismatch = !v.passed;
     }
   }
