@@ -66,9 +66,14 @@ void backends(const BackendsOptions& o) {
   nlohmann::json all = nlohmann::json::array();
   for (const BackendEntry& e : registry.entries()) {
     const Capabilities& c = e.backend->capabilities();
+    // The device rules of supports() (a spec that needs nothing else: its device reasons alone).
+    const std::vector<std::string> why_not = device_reasons(*e.backend, platform);
     if (o.json) {
       all.push_back({{"name", e.backend->name()}, {"origin", e.origin}, {"description", e.backend->description()},
-                     {"capabilities", json_io::to_json(c)}});
+                     {"capabilities", json_io::to_json(c)},
+                     {"platform", platform.description},
+                     {"runs_on_platform", why_not.empty()},
+                     {"cannot_run_because", why_not}});
       continue;
     }
     std::string formats;
@@ -76,8 +81,7 @@ void backends(const BackendsOptions& o) {
       formats += (formats.empty() ? "" : " ") + std::string(to_string(f.weights)) + (f.act_quant != ActQuant::kNone ? "+" + std::string(to_string(f.act_quant)) : "");
     std::string variants;
     for (const KernelVariant& v : c.variants) variants += (variants.empty() ? "" : ", ") + v.name;
-    // The device rules of supports() (a spec that needs nothing else: its device reasons alone).
-    const bool runs_here = device_reasons(*e.backend, platform).empty();
+    const bool runs_here = why_not.empty();
     std::cout << fmt::format("{:<12} {} [{}]\n", e.backend->name(), e.backend->description(), e.origin);
     std::cout << fmt::format("             device {}{}; {} on {}\n", c.device == DeviceKind::kCpu ? "cpu" : "cuda",
                              c.device == DeviceKind::kCpu ? " (min isa " + std::string(to_string(c.min_cpu_isa)) + ")"
