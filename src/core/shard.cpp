@@ -123,7 +123,7 @@ MoeWeights shard_weights(const MoeSpec& full, const MoeWeights& w, const MoeSpec
   rank_spec.validate();  // rank in [0, tp * ep), E % ep, I % tp: what the cuts below index by
   MoeSpec same = rank_spec;
   same.parallel = full.parallel;
-  // (summary() leaves out a few fields that change what the weights are)
+  // (summary() does not name the activation's constants, which change what the weights compute)
   if (same.summary() != full.summary() || same.router_bias != full.router_bias ||
       same.shared.gated_by_router != full.shared.gated_by_router ||
       same.activation.swiglu_alpha != full.activation.swiglu_alpha ||

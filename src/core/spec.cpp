@@ -197,7 +197,8 @@ std::string MoeSpec::summary() const {
   if (routing.n_group > 1) os << " groups=" << routing.n_group << "/" << routing.topk_group;
   if (routing.renormalize) os << " renorm";
   if (routing.routed_scaling_factor != 1.0f) os << " scale=" << routing.routed_scaling_factor;
-  if (shared.count) os << " shared=" << shared.count << "x" << shared.intermediate;
+  if (shared.count) os << " shared=" << shared.count << "x" << shared.intermediate << (shared.gated_by_router ? "(gated)" : "");
+  if (router_bias) os << " router-bias";
   if (expert_bias) os << " expert-bias";
   if (apply_router_weight_on_input) os << " weight-on-input";
   if (parallel.tp > 1 || parallel.ep > 1) os << " tp=" << parallel.tp << " ep=" << parallel.ep << " rank=" << parallel.rank;

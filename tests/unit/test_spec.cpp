@@ -81,6 +81,23 @@ TEST(Spec, Int8ActQuantNeeds4BitWeights) {
   EXPECT_NE(s.summary().find("+int8-token-group"), std::string::npos) << s.summary();
 }
 
+// The one-line summary names every routing and shared-expert feature, so that `verify -v` case labels
+// and `explain`'s spec line tell apart layers that differ only in them (a router bias and a
+// router-gated shared expert were left out).
+TEST(Spec, SummaryNamesRouterBiasAndAGatedSharedExpert) {
+  MoeSpec s = small();
+  const std::string plain = s.summary();
+  s.router_bias = true;
+  EXPECT_NE(s.summary().find(" router-bias"), std::string::npos) << s.summary();
+  s.shared.count = 1;
+  s.shared.intermediate = 64;
+  const std::string ungated = s.summary();
+  s.shared.gated_by_router = true;
+  EXPECT_NE(s.summary().find("shared=1x64(gated)"), std::string::npos) << s.summary();
+  EXPECT_NE(s.summary(), ungated);
+  EXPECT_EQ(plain.find("router-bias"), std::string::npos);
+}
+
 TEST(Spec, ParallelRules) {
   MoeSpec s = small();
   s.parallel.ep = 3;
