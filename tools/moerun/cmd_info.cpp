@@ -44,6 +44,15 @@ void explain(const ExplainOptions& o) {
       j["platform"] = json_io::to_json(platform);
       j["policy"] = o.common.backend;
       j["refused"] = e.what();
+      // The same candidates array as a plan's (each backend, whether it is capable, and why not), so a
+      // refusal reads as one: the message alone holds the reasons as one multi-line string.
+      nlohmann::json t = nlohmann::json::array();
+      for (const BackendEntry& b : registry.entries()) {
+        const Support sup = supports(*b.backend, spec, platform);
+        t.push_back({{"name", b.backend->name()}, {"origin", b.origin}, {"capable", sup.ok()}, {"reasons", sup.reasons},
+                     {"chosen", false}});
+      }
+      j["candidates"] = t;
       if (!caveats.empty()) j["caveats"] = caveats;
       std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
