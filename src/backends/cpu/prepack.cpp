@@ -116,8 +116,10 @@ bool is_packed_stack(const void* p) {
 
 // e4m3 codes 0x7F and 0xFF are NaN. The kernels decode codes by arithmetic, those two as +-480
 // (avx512_decode.hpp, dequant_avx2.hpp), so a stack holding one is refused here instead of run as a
-// finite weight (the reference reads it as NaN). `n` bytes per expert, `row_len` codes per row.
-void refuse_e4m3_nan(const ExpertMatrix& m, const uint8_t* codes, int64_t n, int64_t row_len, const char* what) {
+// finite weight (the reference reads it as NaN). `n` bytes per expert, `row_len` codes per row, each
+// code a `unit` of its row (a column, or a scale group).
+void refuse_e4m3_nan(const ExpertMatrix& m, const uint8_t* codes, int64_t n, int64_t row_len, const char* what,
+                     const char* unit) {
   std::vector<int64_t> first(static_cast<size_t>(m.experts), -1);
 #pragma omp parallel for schedule(dynamic)
   for (int64_t e = 0; e < m.experts; ++e) {
@@ -138,8 +140,8 @@ void refuse_e4m3_nan(const ExpertMatrix& m, const uint8_t* codes, int64_t n, int
     if (i < 0) continue;
     throw_error(ErrorKind::kFormat, "cpu backend: the " + std::string(to_string(m.format)) + " stack's " + what +
                                         " holds the e4m3 NaN code at expert " + std::to_string(e) + ", row " +
-                                        std::to_string(i / row_len) + ", " + (std::string(what) == "weights" ? "column " : "group ") +
-                                        std::to_string(i % row_len) + ": this backend refuses NaN weights");
+                                        std::to_string(i / row_len) + ", " + unit + " " + std::to_string(i % row_len) +
+                                        ": this backend refuses NaN weights");
   }
 }
 
@@ -173,9 +175,9 @@ std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map
   check_stack(m);
   const bool fp8 = m.format == WeightFormat::kFp8PerTensor || m.format == WeightFormat::kFp8PerChannel ||
                    m.format == WeightFormat::kFp8Block;
-  if (fp8) refuse_e4m3_nan(m, static_cast<const uint8_t*>(m.data.data), m.rows * m.cols, m.cols, "weights");
+  if (fp8) refuse_e4m3_nan(m, static_cast<const uint8_t*>(m.data.data), m.rows * m.cols, m.cols, "weights", "column");
   if (m.format == WeightFormat::kNvfp4)
-    refuse_e4m3_nan(m, static_cast<const uint8_t*>(m.scale.data), m.rows * (m.cols / 16), m.cols / 16, "scales");
+    refuse_e4m3_nan(m, static_cast<const uint8_t*>(m.scale.data), m.rows * (m.cols / 16), m.cols / 16, "scales", "group");
   auto ps = new_packed_stack();
   PackedStack& p = *ps;
   p.fmt = pack_fmt_for(m.format);

@@ -221,9 +221,6 @@ struct ActiveGuard {
   ~ActiveGuard() { --g_active_forwards; }
 };
 
-}  // namespace
-
-namespace {
 // The stacks against the spec: create_runner may be called without MoeLayer's check_weights, and a
 // stack of another format than the spec's would be packed for one kernel set and read by another.
 // Canonical stacks get check_weights in full; a stack this backend packed before carries the shapes
