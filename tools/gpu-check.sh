@@ -4,7 +4,8 @@
 # $OUT (default ./out).
 # Knobs: GPU_CHECK_QUICK=1 short benchmark; GPU_CHECK_SKIP_BENCH=1 no benchmark; GPU_CHECK_SKIP_CPU=1
 # no CPU suite; GPU_CHECK_SKIP_XEON=1 no CPU benchmark on the host's Xeon (tools/xeon-bench.sh); GPU_CHECK_PREBUILT=<dir> use moerun_gpu_tests, cuda_moe_bench (and moerun_tests) from
-# <dir> when they run on this machine (built elsewhere for sm_90a), else build; BENCH_ARGS / TORCH_ARGS extra
+# <dir> when they run on this machine (built elsewhere for sm_90a; <dir> may be a folder packed by
+# tools/prebuilt.sh), else build; BENCH_ARGS / TORCH_ARGS extra
 # arguments for cuda_moe_bench / torch_baseline.py (e.g. "--ms 1024,8192"); GPU_CHECK_SANITIZERS
 # the compute-sanitizer runs (default "memcheck racecheck racecheck-m64"); GPU_CHECK_PACK=0 leaves every
 # output file loose instead of packing them into $OUT/gpu-check.tgz.
@@ -18,6 +19,10 @@ log() { echo "== $* ($(date +%T))" | tee -a "$OUT/summary.log"; }
 TESTS=$B/tests/moerun_gpu_tests
 BENCH=$B/bench/cuda_moe_bench
 pre=${GPU_CHECK_PREBUILT:-}
+if [ -n "$pre" ] && ls "$pre"/*.xz > /dev/null 2>&1; then  # a folder packed by tools/prebuilt.sh
+  bash tools/prebuilt.sh unpack "$pre" /tmp/gpu-check-prebuilt && pre=/tmp/gpu-check-prebuilt
+  [ -f "$pre/COMMIT" ] && echo "prebuilt: $(cat "$pre/COMMIT")" >> "$OUT/summary.log"
+fi
 if [ -n "$pre" ] && "$pre/moerun_gpu_tests" --gtest_list_tests > /dev/null 2>&1 &&
    ! ldd "$pre/cuda_moe_bench" 2>&1 | grep -q "not found"; then
   log "using prebuilt binaries from $pre"

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Binaries built here for a device call, carried to the GPU machine in a packed folder.
+#
+#   tools/prebuilt.sh pack [BUILD_DIR] [DIR]   build moerun_gpu_tests, cuda_moe_bench, moerun_tests and
+#                                              moerun in BUILD_DIR (default build), strip and xz each into DIR
+#                                              (default build-prebuilt, git-ignored) with a COMMIT stamp
+#   tools/prebuilt.sh unpack DIR DEST          the binaries of DIR, runnable, in DEST
+#
+# WHY: the device tool carries at most 64 MiB with the working tree (about 19 MiB of it tracked files),
+# and the four binaries are about 250 MiB unstripped. Stripped and xz-compressed they fit. Unpacking
+# uses python's lzma: the GPU machine's image has python3 but not always the xz tool. tools/gpu-check.sh
+# unpacks such a folder itself when GPU_CHECK_PREBUILT names one, so a call is
+#   GPU_CHECK_PREBUILT=build-prebuilt tools/gpu-check.sh        (carry ["build-prebuilt"])
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bins=(tests/moerun_gpu_tests bench/cuda_moe_bench tests/moerun_tests moerun)
+usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+
+case "${1:-}" in
+  pack)
+    build=${2:-build}
+    dir=${3:-build-prebuilt}
+    # Built first, so that the binaries are the tree's and the stamp below is theirs.
+    cmake --build "$build" --target moerun_gpu_tests cuda_moe_bench moerun_tests moerun_cli > /dev/null ||
+      { echo "prebuilt: building in $build failed (cmake --build $build)" >&2; exit 1; }
+    for b in "${bins[@]}"; do
+      [ -x "$build/$b" ] || { echo "prebuilt: $build/$b is missing (a build without CUDA?)" >&2; exit 1; }
+    done
+    mkdir -p "$dir"
+    rm -f "$dir"/*.xz
+    for b in "${bins[@]}"; do
+      name=$(basename "$b")
+      strip -o "$dir/$name" "$build/$b"
+      xz -T2 -6 -f "$dir/$name"
+    done
+    # The commit the last build saw (git describe --dirty, written at every build of the bench drivers);
+    # the tree's own state now may differ from what was built.
+    stamp=$(sed -n 's/^#define MOERUN_BUILD_COMMIT "\(.*\)"$/\1/p' "$build/bench_stamp/build_stamp.hpp" 2> /dev/null || true)
+    [ -n "$stamp" ] || stamp="unknown (no $build/bench_stamp/build_stamp.hpp)"
+    echo "built from $stamp, packed $(date -u +%FT%TZ)" > "$dir/COMMIT"
+    du -ch "$dir"/*.xz | tail -1 | sed "s|total|in $dir ($stamp)|"
+    ;;
+  unpack)
+    [ $# -eq 3 ] || usage
+    dir=$2
+    dest=$3
+    ls "$dir"/*.xz > /dev/null 2>&1 || { echo "prebuilt: no .xz binaries in $dir" >&2; exit 1; }
+    mkdir -p "$dest"
+    python3 - "$dir" "$dest" << 'EOF'
+import lzma, pathlib, sys
+src, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+for f in sorted(src.glob("*.xz")):
+    out = dest / f.stem
+    out.write_bytes(lzma.decompress(f.read_bytes()))
+    out.chmod(0o755)
+EOF
+    [ -f "$dir/COMMIT" ] && cp "$dir/COMMIT" "$dest/"
+    ;;
+  *) usage ;;
+esac
