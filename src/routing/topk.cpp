@@ -108,10 +108,11 @@ void topk_host(const MoeSpec& spec, const float* logits, int64_t m, const float*
         scores[static_cast<size_t>(i)] =
             nan_logit[static_cast<size_t>(i)] ? 0.0f : 1.0f / (1.0f + std::exp(-finite_or_clamp(x[i])));
     }
-    // Sigmoid scores without a bias rank as their logits do (Llama-4 takes the top-k of the logits, then
-    // the sigmoid): the f32 sigmoid rounds to 1 from a logit of about 17 and to one value for logits
-    // 1e-3 apart near 10, which would turn different logits into ties the lower id wins.
-    const bool rank_logits = r.softmax_after_topk || (r.scoring == Scoring::kSigmoid && !r.correction_bias);
+    // Scores without a bias rank as their logits do (Llama-4 takes the top-k of the logits, then the
+    // sigmoid): the f32 sigmoid rounds to 1 from a logit of about 17 and to one value for logits 1e-3
+    // apart near 10, and f32 softmax probabilities of logits an ulp apart can round equal, which would
+    // turn different logits into ties the lower id wins.
+    const bool rank_logits = r.softmax_after_topk || !r.correction_bias;
     for (int i = 0; i < e; ++i) {
       float c = rank_logits ? finite_or_clamp(x[i]) : scores[static_cast<size_t>(i)];
       if (r.correction_bias && correction_bias) c += correction_bias[i];

@@ -2,16 +2,17 @@
 //
 // Host implementation (the reference semantics every backend matches). Exact rules:
 //   scores  = softmax(logits) | sigmoid(logits)                     (Routing::scoring)
-//   choice  = scores (+ correction bias when Routing::correction_bias), or the logits where the order is
-//             the same and the f32 scores would round apart logits into ties (sigmoid without a bias,
-//             as Llama-4 ranks; softmax_after_topk); grouped top-k masks all but the topk_group best
+//   choice  = scores + correction bias when Routing::correction_bias; without a bias the logits, whose
+//             order the scores keep but where f32 scores would round apart logits into ties (sigmoid
+//             from about 17, as Llama-4 ranks; softmax between logits an ulp apart; softmax_after_topk);
+//             grouped top-k masks all but the topk_group best
 //             groups first (group score: sum of the top-2 biased scores with a correction bias, else
 //             the group max); ties go to the lower expert id.
 //   weights = scores at the chosen ids (never the biased ones); softmax_after_topk instead takes the
 //             top-k logits and softmaxes over those k; renormalize divides by their sum; finally
 //             multiply by routed_scaling_factor.
 // NaN logits are treated as -inf for choosing (so k distinct in-range ids always come back) and give
-// weight 0 unless every candidate is NaN, in which case the k weights are 1/k. A group with a single
+// weight 0 unless every candidate is NaN, in which case the k weights are routed_scaling_factor / k. A group with a single
 // non-NaN expert ranks below every group with two and above the all-NaN groups.
 #pragma once
 

@@ -94,7 +94,8 @@ struct Inputs {
   HostTensor hidden, logits, ids, weights;
 };
 
-enum class Route { kLogits, kTopkGiven, kHotExpert };
+// kFromWeights: neither logits nor top-k; the runner computes the logits from the router weight.
+enum class Route { kLogits, kTopkGiven, kHotExpert, kFromWeights };
 
 Inputs make_inputs(const MoeSpec& s, int64_t m, uint64_t seed, Route route, float nan_rate = 0.0f) {
   std::mt19937 rng(static_cast<uint32_t>(seed));
@@ -106,7 +107,7 @@ Inputs make_inputs(const MoeSpec& s, int64_t m, uint64_t seed, Route route, floa
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     for (int64_t i = 0; i < m * s.num_experts; ++i)
       in.logits.as<float>()[i] = u(rng) < nan_rate ? NAN : nd(rng);
-  } else {
+  } else if (route != Route::kFromWeights) {
     in.ids = HostTensor(DType::kI32, {m, s.top_k});
     in.weights = HostTensor(DType::kF32, {m, s.top_k});
     std::uniform_real_distribution<float> u(0.1f, 1.0f);
@@ -393,6 +394,21 @@ TEST_P(GpuConformance, SmallGroupedSigmoidBiasScaling) {
   s.routing.routed_scaling_factor = 2.5f;
   check_case(GetParam(), s, 77, 5, Route::kLogits);
   check_case(GetParam(), s, 19, 6, Route::kLogits, 0.2f);  // NaN logits
+}
+
+// The router linear (router_weight, router_bias) on the device: the path of `moerun run --input` without
+// router_logits, and of every forward given hidden states alone.
+TEST_P(GpuConformance, SmallRouterFromWeights) {
+  REQUIRE_GPU();
+  MoeSpec s = make_spec(24, 3, 136, 64);
+  s.router_bias = true;
+  for (int64_t m : {1, 37, 300}) check_case(GetParam(), s, m, 21 + static_cast<uint64_t>(m), Route::kFromWeights);
+  MoeSpec g = make_spec(32, 4, 256, 64);  // grouped sigmoid with a correction bias, no router bias
+  g.routing.scoring = Scoring::kSigmoid;
+  g.routing.correction_bias = true;
+  g.routing.n_group = 4;
+  g.routing.topk_group = 2;
+  check_case(GetParam(), g, 65, 23, Route::kFromWeights);
 }
 
 TEST_P(GpuConformance, SmallGptOssStyle) {
@@ -2130,7 +2146,16 @@ TEST(CudaLaunch, DownPrefetchOnlyWhereTheWholeSetFitsHalfTheL2) {
 TEST(CudaRouting, SmallMatchesHostExactly) {
   REQUIRE_GPU();
   std::mt19937 rng(42);
-  struct R { int e, k, ng, tg; Scoring sc; bool bias, after, renorm; float scale; float nan; bool ties; float amp = 2.0f; };
+  struct R {
+    int e, k, ng, tg;
+    Scoring sc;
+    bool bias, after, renorm;
+    float scale;
+    float nan;
+    bool ties;
+    float amp = 2.0f;
+    float bias_nan = 0.0f;  // share of NaN correction biases (a checkpoint's; they rank their expert last)
+  };
   const R cases[] = {
       {8, 2, 1, 1, Scoring::kSoftmax, false, false, true, 1.0f, 0.0f, false},
       {256, 8, 8, 4, Scoring::kSigmoid, true, false, true, 2.5f, 0.0f, false},
@@ -2142,6 +2167,10 @@ TEST(CudaRouting, SmallMatchesHostExactly) {
       {64, 6, 8, 3, Scoring::kSoftmax, false, false, true, 1.0f, 0.0f, true},
       {64, 4, 1, 1, Scoring::kSigmoid, false, false, false, 1.0f, 0.0f, false, 12.0f},  // saturated sigmoids
       {256, 8, 8, 4, Scoring::kSigmoid, true, false, true, 2.5f, 0.95f, false},  // groups of one valid expert
+      {256, 8, 8, 4, Scoring::kSigmoid, true, false, true, 2.5f, 0.0f, false, 2.0f, 0.5f},  // NaN biases
+      {256, 8, 8, 4, Scoring::kSigmoid, true, false, true, 2.5f, 0.0f, false, 2.0f, 1.0f},  // every bias NaN
+      {2, 2, 1, 1, Scoring::kSigmoid, true, false, true, 1.0f, 0.0f, false, 2.0f, 0.5f},
+      {3, 3, 1, 1, Scoring::kSoftmax, false, false, true, 2.5f, 1.0f, false},  // all NaN: scale / k
   };
   for (const R& c : cases) {
     MoeSpec s = make_spec(c.e, c.k, 64, 64);
@@ -2163,6 +2192,8 @@ TEST(CudaRouting, SmallMatchesHostExactly) {
       if (u(rng) < 0.01f) v = u(rng) < 0.5f ? INFINITY : -INFINITY;
     }
     for (auto& b : bias) b = c.ties ? 0.0f : nd(rng) * 0.01f;
+    for (auto& b : bias)
+      if (u(rng) < c.bias_nan) b = NAN;
     std::vector<int32_t> want_ids(static_cast<size_t>(m * c.k)), got_ids(want_ids.size());
     std::vector<float> want_w(want_ids.size()), got_w(want_ids.size());
     routing::topk_host(s, logits.data(), m, c.bias ? bias.data() : nullptr, want_ids.data(), want_w.data());
@@ -2182,12 +2213,30 @@ TEST(CudaRouting, SmallMatchesHostExactly) {
     dw.read(got_w.data(), got_w.size() * 4);
     int id_mismatch = 0, w_mismatch = 0;
     for (size_t i = 0; i < got_ids.size(); ++i) {
+      ASSERT_TRUE(got_ids[i] >= 0 && got_ids[i] < c.e) << "id " << got_ids[i] << " at " << i << ", E=" << c.e;
       if (got_ids[i] != want_ids[i]) ++id_mismatch;
       if (!(std::fabs(got_w[i] - want_w[i]) <= 2e-6f * std::max(1.0f, std::fabs(want_w[i])))) ++w_mismatch;
     }
     EXPECT_EQ(id_mismatch, 0) << "E=" << c.e << " k=" << c.k << " groups=" << c.ng;
     EXPECT_EQ(w_mismatch, 0) << "E=" << c.e << " k=" << c.k << " groups=" << c.ng;
   }
+}
+
+// The routing launcher refuses what MoeSpec::validate refuses (it can be called without a spec): a token
+// with fewer than k candidates would choose id INT_MAX. Returns before touching the device.
+TEST(CudaRouting, LaunchRefusesParamsWithoutKCandidates) {
+  auto params = [](int e, int k, int ng, int tg) {
+    cuda_kernels::RoutingParams p;
+    p.num_experts = e;
+    p.top_k = k;
+    p.n_group = ng;
+    p.topk_group = tg;
+    return p;
+  };
+  for (const auto& p : {params(4, 5, 1, 1), params(8, 4, 4, 1), params(10, 2, 4, 2), params(8, 2, 4, 5),
+                        params(8, 2, 4, 0), params(8, 0, 1, 1), params(0, 1, 1, 1)})
+    EXPECT_EQ(cuda_kernels::launch_routing(p, nullptr, 3, nullptr, nullptr, nullptr), cudaErrorInvalidValue)
+        << "E=" << p.num_experts << " k=" << p.top_k << " groups=" << p.n_group << "/" << p.topk_group;
 }
 
 // Device tensors on a stream: graph capture + replay equals the eager forward bit for bit.

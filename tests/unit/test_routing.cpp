@@ -139,6 +139,18 @@ TEST(Routing, SigmoidWithoutBiasRanksTheLogits) {
   EXPECT_EQ(ids[1], 1);
 }
 
+// Softmax ranks as its logits do too: probabilities of logits an ulp apart round to the same f32, which
+// would hand the choice to the lower id.
+TEST(Routing, SoftmaxRanksTheLogits) {
+  MoeSpec s = spec(2, 1);
+  const float logits[] = {0.1f, std::nextafter(0.1f, 1.0f)};
+  int32_t id = -1;
+  float w = 0.0f;
+  routing::topk_host(s, logits, 1, nullptr, &id, &w);
+  EXPECT_EQ(id, 1);
+  EXPECT_FLOAT_EQ(w, 1.0f);
+}
+
 // A group with one non-NaN expert beats the all-NaN groups (which tie with it at -inf on the top-2
 // sum): the valid expert is chosen and carries the weight.
 TEST(Routing, GroupedTopkKeepsAGroupWithOneValidExpert) {

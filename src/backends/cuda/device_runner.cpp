@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "moerun/weights.hpp"
+
 namespace moerun::cuda_detail {
 
 using cuda_kernels::Act;
@@ -170,6 +172,9 @@ DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index,
   H_ = spec.hidden;
   I_ = spec.intermediate;
   R_ = spec.w13_rows();
+  // The small tensors' shapes (the kernels read E, E x H, H floats from them): create_runner can be
+  // called without MoeLayer's check_weights.
+  check_weight_tensors(spec, w);
   check_matrix(w.w13, spec.weight_format, "w13");
   check_matrix(w.w2, spec.weight_format, "w2");
   if (w.w13.experts != E_ || w.w13.rows != R_ || w.w13.cols != H_ || w.w2.rows != H_ || w.w2.cols != I_)

@@ -55,8 +55,10 @@ struct AlignOutput {
   int32_t* tile_expert = nullptr;   // [max_tiles(m*k, E, block_m)]
   int32_t* tile_row0 = nullptr;     // [max_tiles]: first row of the tile inside its expert's segment
   int32_t* num_tiles = nullptr;     // [1]
-  // Scratch of the multi-block path: align_workspace_bytes(rows, E) bytes, zero when first used
-  // (every call leaves it zero again). Null is fine when that size is 0.
+  // Scratch of the multi-block path: align_workspace_bytes(rows, E) bytes, zero when first used. Every
+  // call leaves the expert totals and the finished-block counter zero again; the per-block run bases
+  // keep stale values, which every count pass rewrites before the fill reads them. Null is fine when
+  // that size is 0.
   int32_t* workspace = nullptr;
 };
 
@@ -540,7 +542,7 @@ cudaError_t launch_combine(const float* rows, int64_t m, int top_k, int h, const
 cudaError_t launch_gather_rows(Elem elem, const void* src, int h, const int32_t* token_of_row,
                                const int32_t* total_rows, int64_t rows_bound, void* dst,
                                cudaStream_t stream);
-// act: inter[r, j] = act(gate_up[r, :]) (+ bias of the row's expert), for r < *total_rows.
+// act: inter[r, j] = act(gate_up[r, :] + bias of the row's expert), for r < *total_rows.
 cudaError_t launch_activation(Elem elem, const void* gate_up, int64_t n, const int32_t* expert_of_row,
                               const float* bias, Act act, float alpha, float limit, bool interleaved,
                               const int32_t* total_rows, int64_t rows_bound, void* inter,

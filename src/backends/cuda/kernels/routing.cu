@@ -3,8 +3,11 @@
 //
 // NOTES:
 //   Routing runs one warp per token with the token's scores in shared memory. Choices follow
-//   routing::topk_host exactly: NaN logits choose as -inf and weigh 0 (1/k each when every logit of
-//   the token is NaN); ties go to the lower expert id (and the lower group id).
+//   routing::topk_host's rules: NaN logits (and NaN biased choices) choose as -inf and weigh 0
+//   (scale / k each when every logit of the token is NaN); ties go to the lower expert id (and the
+//   lower group id). The scores themselves may differ from the host's by an ulp or two (expf, and
+//   the softmax denominator summed in float here, in double there), so two logits within that of
+//   each other can rank the other way round.
 //   Alignment of a small call runs in one block: histogram, warp scan, tile table, then a fill with
 //   per-expert cursors. Above kAlignSingleBlockRows rows one block cannot keep up (65536 rows took
 //   270 us of a 1.6 ms forward on the H200), so a grid counts (block histograms reserving runs of
@@ -12,11 +15,16 @@
 //   With an AlignGather the second grid also copies the tokens into their sorted rows (one block a
 //   row): one kernel fewer than a gather pass after the fill, which measured as fast at 512 and 1024
 //   tokens and 0.2-1.3% faster at 8192 (H200, bench/results/2026-12-04_s26_h200/NOTES.md).
-//   Rows inside an expert's segment are in no particular order; every row's result depends
-//   on its own data only and is written to its (token, slot) place, so outputs are deterministic.
+//   Rows inside an expert's segment are in no particular order (the fill's atomics place them). A
+//   row's result is written to its (token, slot) place, and in the GEMMs it depends on its own data
+//   only, except under the wgmma engine's tail split (MOERUN_CUDA_KSPLIT=tail, the default): there
+//   the output tiles of the last wave sum their K runs in another order than whole tiles, so a row
+//   that lands in such a tile on one call and in a whole tile on the next can differ by an ulp.
+//   Outputs are bitwise reproducible from call to call with MOERUN_CUDA_KSPLIT=1.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -91,9 +99,12 @@ __global__ void routing_kernel(RoutingParams p, const float* __restrict__ logits
     } else {
       if (p.scoring == 0) s = p.softmax_after_topk ? l : expf(l - mx) / sum;
       else s = 1.0f / (1.0f + expf(-l));
-      // sigmoid without a bias ranks the logits (routing/topk.cpp: the f32 sigmoid saturates)
-      c = p.scoring != 0 && !p.correction_bias ? l : s;
+      // without a bias the logits rank (routing/topk.cpp: f32 scores round apart logits into ties)
+      c = p.correction_bias ? s : l;
       if (p.correction_bias) c += p.correction_bias[e];
+      // A NaN bias (a checkpoint's, not checked) ranks its expert last, as the host's NaN choice does:
+      // NaN here means "not a candidate", and a token left with fewer than k candidates chose id INT_MAX.
+      if (isnan(c)) c = -INFINITY;
     }
     score[e] = s;
     choice[e] = c;
@@ -146,8 +157,10 @@ __global__ void routing_kernel(RoutingParams p, const float* __restrict__ logits
   // Phase 5: weights (lane 0; k <= 32), sums in double as the host does.
   if (lane == 0) {
     float w[kMaxRoutingTopK];
-    if (valid == 0) {
-      for (int j = 0; j < K; ++j) w[j] = 1.0f / static_cast<float>(K);
+    float scale = p.scale;
+    if (valid == 0) {  // scale / k, rounded once as the host does
+      for (int j = 0; j < K; ++j) w[j] = p.scale / static_cast<float>(K);
+      scale = 1.0f;
     } else if (p.softmax_after_topk) {
       float m2 = -INFINITY;
       for (int j = 0; j < K; ++j) {
@@ -169,7 +182,7 @@ __global__ void routing_kernel(RoutingParams p, const float* __restrict__ logits
     }
     for (int j = 0; j < K; ++j) {
       ids[t * K + j] = sel[j];
-      weights[t * K + j] = w[j] * p.scale;
+      weights[t * K + j] = w[j] * scale;
     }
   }
 }
@@ -180,7 +193,7 @@ __global__ void router_linear_kernel(const T* __restrict__ hidden, int64_t m, in
                                      int e, float* __restrict__ logits) {
   pdl_wait();
   pdl_trigger();
-  const int64_t gw = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t gw = ((static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (gw >= m * e) return;
   const int64_t t = gw / e;
@@ -194,6 +207,9 @@ __global__ void router_linear_kernel(const T* __restrict__ hidden, int64_t m, in
 constexpr int kAlignThreads = 1024;                                   // the one-block kernel
 constexpr int kAlignBlockThreads = static_cast<int>(kAlignRowsPerBlock);  // the two multi-block kernels: a row each
 
+// ceil(count / block_m) without the overflow of count + block_m - 1 (a count may be near INT32_MAX).
+__device__ __forceinline__ int tiles_of(int count, int block_m) { return count / block_m + (count % block_m != 0); }
+
 // From the per-expert row counts (shared memory, E entries): the exclusive scans of rows and tiles
 // (warp 0, each lane a contiguous run of experts), then seg_offsets, the tile table and num_tiles.
 // offset / tile_off: shared arrays of E + 1 entries. Called by every thread of one block.
@@ -204,7 +220,7 @@ __device__ void write_alignment_tables(const int* count, int E, int block_m, int
     const int per = (E + 31) / 32;
     const int lo = min(E, lane * per), hi = min(E, lo + per);
     int rs = 0, ts = 0;
-    for (int e = lo; e < hi; ++e) { rs += count[e]; ts += (count[e] + block_m - 1) / block_m; }
+    for (int e = lo; e < hi; ++e) { rs += count[e]; ts += tiles_of(count[e], block_m); }
     int ri = rs, ti = ts;  // inclusive warp scan
     for (int off = 1; off < 32; off <<= 1) {
       const int a = __shfl_up_sync(0xffffffffu, ri, off), b = __shfl_up_sync(0xffffffffu, ti, off);
@@ -215,14 +231,14 @@ __device__ void write_alignment_tables(const int* count, int E, int block_m, int
       offset[e] = r0;
       tile_off[e] = t0;
       r0 += count[e];
-      t0 += (count[e] + block_m - 1) / block_m;
+      t0 += tiles_of(count[e], block_m);
     }
     if (lane == 31) { offset[E] = ri; tile_off[E] = ti; *out.num_tiles = ti; }
   }
   __syncthreads();
   for (int e = threadIdx.x; e <= E; e += blockDim.x) out.seg_offsets[e] = offset[e];
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    const int n = (count[e] + block_m - 1) / block_m;
+    const int n = tiles_of(count[e], block_m);
     for (int j = 0; j < n; ++j) {
       out.tile_expert[tile_off[e] + j] = e;
       out.tile_row0[tile_off[e] + j] = j * block_m;
@@ -265,7 +281,7 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* __r
 // Large calls, pass 1 of 2 (one block per kAlignRowsPerBlock rows): a block histogram, whose counts
 // each reserve a run inside the expert's global count (atomicAdd returns the run's start, kept in
 // base[block][e]); the last block to finish scans the totals into the tables and zeroes the counters
-// for the next call. ws = [E] counts | [1] finished blocks | [blocks * E] bases, zero on entry.
+// for the next call. ws = [E] counts | [1] finished blocks | [blocks * E] bases (the counts and the finished count zero on entry; the bases are written here before any fill reads them).
 __global__ void __launch_bounds__(kAlignBlockThreads) align_count_kernel(const int32_t* __restrict__ ids, int64_t rows,
                                                                     int E, int block_m, int32_t* ws,
                                                                     AlignOutput out) {
@@ -476,7 +492,11 @@ cudaError_t by_elem(Elem e, F&& f) {
 cudaError_t launch_routing(const RoutingParams& p, const float* logits, int64_t m, int32_t* ids,
                            float* weights, cudaStream_t stream) {
   if (m == 0) return cudaSuccess;
-  if (p.num_experts > kMaxRoutingExperts || p.top_k > kMaxRoutingTopK || p.n_group > 32)
+  // What MoeSpec::validate holds, checked again for callers that launch this directly (tests, probes):
+  // a token with fewer than top_k candidates would choose id INT_MAX.
+  const int E = p.num_experts, K = p.top_k, G = p.n_group;
+  if (E < 1 || E > kMaxRoutingExperts || K < 1 || K > kMaxRoutingTopK || K > E || G < 1 || G > 32 ||
+      E % G != 0 || (G > 1 && (p.topk_group < 1 || p.topk_group > G || K > p.topk_group * (E / G))))
     return cudaErrorInvalidValue;
   const size_t smem = kRoutingWarps * (2 * p.num_experts + kMaxRoutingTopK) * sizeof(float);
   const int64_t blocks = (m + kRoutingWarps - 1) / kRoutingWarps;
@@ -487,11 +507,14 @@ cudaError_t launch_routing(const RoutingParams& p, const float* logits, int64_t 
 cudaError_t launch_router_linear(Elem elem, const void* hidden, int64_t m, int h, const float* w,
                                  const float* bias, int e, float* logits, cudaStream_t stream) {
   if (m == 0) return cudaSuccess;
-  const int64_t warps = m * e;
-  const unsigned blocks = static_cast<unsigned>((warps * 32 + 255) / 256);
+  // A warp a logit, 8 a block, on a 2-D grid: m * e blocks of 8 can pass gridDim.x's 2^31 - 1.
+  const int64_t blocks = (m * e + 7) / 8;
+  constexpr int64_t kRowBlocks = 1 << 16;
+  if ((blocks + kRowBlocks - 1) / kRowBlocks > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(std::min(blocks, kRowBlocks)), static_cast<unsigned>((blocks + kRowBlocks - 1) / kRowBlocks));
   return by_elem(elem, [&](auto tag) {
     using T = decltype(tag);
-    return launch_pdl(router_linear_kernel<T>, dim3(blocks), dim3(256), 0, stream, static_cast<const T*>(hidden), m, h,
+    return launch_pdl(router_linear_kernel<T>, grid, dim3(256), 0, stream, static_cast<const T*>(hidden), m, h,
                       w, bias, e, logits);
   });
 }
