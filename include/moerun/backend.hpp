@@ -74,7 +74,8 @@ struct Capabilities {
 // Shorthands for capability records of backends that cover everything: every weight format (and the
 // fp8 formats with fp8-token-group activations, mxfp4 and nvfp4 with int8-token-group ones), every
 // activation kind. A backend that lists a pair must compute with the quantized activations: the
-// conformance tolerances are tighter than what skipping the quantization costs.
+// conformance tolerances of f32 activations are tighter than what skipping the quantization costs
+// (verify.cpp says why bf16 and f16 ones cannot be).
 std::vector<FormatSupport> every_format();
 std::vector<ActivationKind> every_activation();
 

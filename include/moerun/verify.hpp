@@ -23,6 +23,7 @@ enum class RoutingPattern {
   kSparse,        // only a few experts ever get tokens: the rest are empty
   kNanRows,       // some rows of logits are all NaN, some partly NaN
   kGivenTopk,     // top-k ids/weights given directly (routing skipped)
+  kFromWeights,   // neither: the backend computes the logits with the router weight (and bias)
 };
 
 struct VerifyCase {
@@ -66,9 +67,15 @@ MoeSpec random_spec(uint64_t seed, const std::vector<WeightFormat>& formats = {}
 // The standard case list: random specs from `seed`, M in {1, 0, 3, 33, ...} (the first case computes),
 // every routing pattern.
 std::vector<VerifyCase> standard_cases(uint64_t seed, int count);
+// The same, each case's spec drawn until `accept` takes it (up to 1000 draws; then the last one is
+// kept, and verify_case skips it): for a backend that supports a narrow part of the specs
+// (`moerun verify` passes supports(backend, spec, platform).ok()).
+std::vector<VerifyCase> standard_cases(uint64_t seed, int count, const std::function<bool(const MoeSpec&)>& accept);
 
 // Runs one case: random weights and inputs from the case's seed, the backend and the reference. A
-// spec the backend does not support (on `platform`) gives skipped = true with the reasons.
+// spec the backend does not support (on `platform`) gives skipped = true with the reasons. The
+// backend's runner runs the case, then a call of another size, then the case again: both of the
+// case's outputs must match the reference, and no call may write into its inputs.
 VerifyResult verify_case(const Backend& backend, const Platform& platform, const VerifyCase& c,
                          const RunnerOptions& options = {});
 

@@ -1,0 +1,156 @@
+// The conformance harness itself (verify.hpp): it must fail backends that are wrong in the ways a real
+// one can be, not only ones whose first call on fresh inputs is off. Each test wraps the reference
+// backend with one defect and runs it through verify_case.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "backends/reference/reference_backend.hpp"
+#include "moerun/presets.hpp"
+#include "moerun/verify.hpp"
+
+namespace moerun {
+namespace {
+
+enum class Defect {
+  kNone,
+  kStaleAfterAnotherSize,  // correct until a call of another M, then its output is off
+  kWritesItsInputs,        // scribbles on the hidden states after computing
+  kIgnoresRouterWeight,    // without logits or top-k, routes as if every logit were 0
+  kSkipsActQuant,          // computes as if act_quant were none
+};
+
+class DefectiveRunner final : public Runner {
+ public:
+  DefectiveRunner(std::unique_ptr<Runner> inner, const MoeSpec& spec, Defect d)
+      : inner_(std::move(inner)), spec_(spec), defect_(d) {}
+  void forward(const ForwardArgs& args) override {
+    const int64_t m = args.hidden.shape[0];
+    if (defect_ == Defect::kIgnoresRouterWeight && args.router_logits.empty() && args.topk_ids.empty()) {
+      zeros_.assign(static_cast<size_t>(m * spec_.num_experts), 0.0f);
+      ForwardArgs a = args;
+      a.router_logits = TensorView{zeros_.data(), DType::kF32, {m, spec_.num_experts}, DeviceKind::kCpu, 0};
+      inner_->forward(a);
+      return;
+    }
+    inner_->forward(args);
+    if (defect_ == Defect::kStaleAfterAnotherSize) {
+      if (first_m_ < 0) first_m_ = m;
+      if (m != first_m_) saw_other_ = true;
+      if (saw_other_ && m == first_m_ && m > 0) std::memset(args.output.data, 0, static_cast<size_t>(args.output.nbytes()));
+    }
+    if (defect_ == Defect::kWritesItsInputs && m > 0) std::memset(args.hidden.data, 0, 2);
+  }
+
+ private:
+  std::unique_ptr<Runner> inner_;
+  MoeSpec spec_;
+  Defect defect_;
+  int64_t first_m_ = -1;
+  bool saw_other_ = false;
+  std::vector<float> zeros_;
+};
+
+class DefectiveBackend final : public Backend {
+ public:
+  explicit DefectiveBackend(Defect d) : inner_(make_reference_backend()), defect_(d) {}
+  std::string_view name() const override { return "defective"; }
+  std::string_view description() const override { return "the reference with one defect"; }
+  const Capabilities& capabilities() const override { return inner_->capabilities(); }
+  std::unique_ptr<Runner> create_runner(const MoeSpec& spec, const MoeWeights& w, const Platform& p,
+                                        const RunnerOptions& o) const override {
+    MoeSpec s = spec;
+    if (defect_ == Defect::kSkipsActQuant) s.act_quant = ActQuant::kNone;
+    return std::make_unique<DefectiveRunner>(inner_->create_runner(s, w, p, o), spec, defect_);
+  }
+
+ private:
+  std::shared_ptr<const Backend> inner_;
+  Defect defect_;
+};
+
+VerifyCase case_of(const MoeSpec& spec, int64_t m, RoutingPattern routing, uint64_t seed = 7) {
+  VerifyCase c;
+  c.spec = spec;
+  c.tokens = m;
+  c.seed = seed;
+  c.routing = routing;
+  return c;
+}
+
+MoeSpec small_spec(DType act = DType::kF32) {
+  MoeSpec s = scaled_down(find_preset("qwen3-30b-a3b").model.spec);
+  s.act_dtype = act;
+  s.weight_format = WeightFormat::kBF16;
+  return s;
+}
+
+const Platform& here() {
+  static const Platform p = Platform::detect();
+  return p;
+}
+
+TEST(VerifyHarness, TheReferenceItselfPasses) {
+  const DefectiveBackend b(Defect::kNone);
+  for (RoutingPattern r : {RoutingPattern::kRandom, RoutingPattern::kGivenTopk, RoutingPattern::kFromWeights}) {
+    const VerifyResult res = verify_case(b, here(), case_of(small_spec(), 9, r));
+    EXPECT_TRUE(res.passed && !res.skipped) << res.message;
+  }
+}
+
+TEST(VerifyHarness, StateKeptFromAnotherCallFails) {
+  const VerifyResult r = verify_case(DefectiveBackend(Defect::kStaleAfterAnotherSize), here(),
+                                     case_of(small_spec(), 9, RoutingPattern::kRandom));
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("after a call of another size"), std::string::npos) << r.message;
+}
+
+TEST(VerifyHarness, WritingIntoTheInputsFails) {
+  const VerifyResult r = verify_case(DefectiveBackend(Defect::kWritesItsInputs), here(),
+                                     case_of(small_spec(), 9, RoutingPattern::kRandom));
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("wrote into its inputs"), std::string::npos) << r.message;
+}
+
+TEST(VerifyHarness, RoutingWithoutTheRouterWeightFails) {
+  const DefectiveBackend b(Defect::kIgnoresRouterWeight);
+  EXPECT_TRUE(verify_case(b, here(), case_of(small_spec(), 9, RoutingPattern::kRandom)).passed);
+  EXPECT_FALSE(verify_case(b, here(), case_of(small_spec(), 9, RoutingPattern::kFromWeights)).passed);
+}
+
+// With f32 activations the tolerance is below what skipping int8 or fp8 activation quantization costs
+// (verify.cpp); with bf16 it cannot be, and the f32 cases are the ones that catch it.
+TEST(VerifyHarness, SkippingActivationQuantizationFailsAtF32) {
+  const DefectiveBackend b(Defect::kSkipsActQuant);
+  MoeSpec s = small_spec();
+  for (auto [format, quant] : {std::pair{WeightFormat::kMxfp4, ActQuant::kInt8PerTokenGroup},
+                               std::pair{WeightFormat::kFp8Block, ActQuant::kFp8PerTokenGroup}}) {
+    s.weight_format = format;
+    s.act_quant = quant;
+    int failed = 0;
+    for (uint64_t seed = 1; seed <= 4; ++seed)
+      failed += !verify_case(b, here(), case_of(s, 16, RoutingPattern::kRandom, seed)).passed;
+    EXPECT_EQ(failed, 4) << to_string(format);
+  }
+}
+
+TEST(VerifyHarness, CasesAreDrawnFromWhatTheBackendAccepts) {
+  int calls = 0;
+  const auto only_f16 = [&](const MoeSpec& s) {
+    ++calls;
+    return s.act_dtype == DType::kF16 && s.weight_format == WeightFormat::kF16;
+  };
+  const std::vector<VerifyCase> cases = standard_cases(5, 40, only_f16);
+  ASSERT_EQ(cases.size(), 40u);
+  for (const VerifyCase& c : cases) EXPECT_TRUE(c.spec.act_dtype == DType::kF16 && c.spec.weight_format == WeightFormat::kF16);
+  EXPECT_GT(calls, 40);
+  // Every routing pattern comes up, the router weight's too.
+  bool from_weights = false;
+  for (const VerifyCase& c : standard_cases(5, 60)) from_weights |= c.routing == RoutingPattern::kFromWeights;
+  EXPECT_TRUE(from_weights);
+}
+
+}  // namespace
+}  // namespace moerun
