@@ -80,7 +80,9 @@ struct ExpertMatrix {
 
 // Quantizes E dense fp32 [N, K] matrices (row-major, contiguous) into `format`, computing scales the
 // way the reference quantizers of each format do (absmax / format max; e8m0 rounds its scale up).
-// Throws Error{kInvalidArgument} when K is not a multiple of the format's group (32 mxfp4, 16 nvfp4).
+// Throws Error{kInvalidArgument} when K is not a multiple of the format's group (32 mxfp4, 16 nvfp4), for
+// a non-finite weight in a scaled format, and for a finite weight past f16's range in f16 (NaN and inf
+// pass through into f32, f16 and bf16 as they are).
 ExpertMatrix quantize_experts(WeightFormat format, const float* w, int64_t experts, int64_t rows,
                               int64_t cols);
 

@@ -20,7 +20,7 @@ const std::vector<Preset>& presets();
 const Preset& find_preset(std::string_view name);
 
 // A copy of the spec shrunk for fast tests (fewer experts, smaller H and I, same structure and
-// format constraints); used by `moerun check` and the conformance suite.
+// format constraints), unsharded (parallel 1/1); used by `moerun check` and the conformance suite.
 MoeSpec scaled_down(const MoeSpec& spec);
 
 }  // namespace moerun

@@ -50,7 +50,7 @@ int first_local_expert(const MoeSpec& spec) noexcept;  // (rank % ep) * E / ep
 int local_intermediate(const MoeSpec& spec) noexcept;  // I / tp
 int tp_rank(const MoeSpec& spec) noexcept;             // rank / ep
 
-// Random weights for a validated spec from a fixed seed: N(0, 1/sqrt(K)) values quantized into the
+// Random weights for a validated spec from a fixed seed: values uniform with variance 1/K quantized into the
 // spec's format, biases and router tensors where the spec has them. Deterministic across machines.
 MoeWeights random_weights(const MoeSpec& spec, uint64_t seed);
 

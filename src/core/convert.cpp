@@ -30,8 +30,19 @@ void convert_from_f32(const float* src, const TensorView& dst) {
   const int64_t n = dst.numel();
   switch (dst.dtype) {
     case DType::kF32: if (n) std::memcpy(dst.data, src, static_cast<size_t>(n) * 4); return;
-    case DType::kF16: for (int64_t i = 0; i < n; ++i) dst.as<uint16_t>()[i] = f32_to_fp16(src[i]); return;
-    case DType::kBF16: for (int64_t i = 0; i < n; ++i) dst.as<uint16_t>()[i] = f32_to_bf16(src[i]); return;
+    // (stores through memcpy, as the reads above: an output view may sit at any byte address)
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t v = f32_to_fp16(src[i]);
+        std::memcpy(static_cast<char*>(dst.data) + 2 * i, &v, 2);
+      }
+      return;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t v = f32_to_bf16(src[i]);
+        std::memcpy(static_cast<char*>(dst.data) + 2 * i, &v, 2);
+      }
+      return;
     default: throw_error(ErrorKind::kInvalidArgument, "cannot write " + std::string(dtype_name(dst.dtype)) + " activations (F32, F16, BF16)");
   }
 }

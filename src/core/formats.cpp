@@ -275,9 +275,10 @@ void check_part(const TensorView& v, const Part& part, WeightFormat f, const std
   if (v.empty() && part.shape.numel() > 0)
     throw_error(ErrorKind::kFormat, "missing " + name + " (" + std::string(to_string(f)) + " needs " +
                                         std::string(dtype_name(part.dtype)) + " " + part.symbolic + ")");
-  // mxfp4 scales are e8m0 bytes; checkpoints store them as U8 or F8_E8M0.
+  // mxfp4 scales are e8m0 bytes; checkpoints store them as U8 or F8_E8M0 (the scales only: the packed
+  // codes are U8).
   const bool dtype_ok = v.dtype == part.dtype || (f == WeightFormat::kMxfp4 && part.dtype == DType::kU8 &&
-                                                  v.dtype == DType::kF8E8M0);
+                                                  v.dtype == DType::kF8E8M0 && name.ends_with(".scale"));
   if (!dtype_ok || !(v.shape == part.shape))
     throw_error(ErrorKind::kFormat, "expected " + expected + ", got " + std::string(dtype_name(v.dtype)) +
                                         " " + v.shape.str() + " for " + name);
@@ -336,6 +337,15 @@ ExpertMatrix quantize_experts(WeightFormat format, const float* w, int64_t exper
       case WeightFormat::kF16: {
         uint16_t* d = static_cast<uint16_t*>(data) + e * per_expert;
         for (int64_t i = 0; i < per_expert; ++i) d[i] = codec::f32_to_fp16(we[i]);
+        // A finite weight past f16's range would become inf (and every output it reaches NaN or inf):
+        // refused, as the scaled formats refuse what they cannot hold. NaN and inf pass through as
+        // they would in f32 and bf16.
+        for (int64_t i = 0; i < per_expert; ++i)
+          if ((d[i] & 0x7FFFu) == 0x7C00u && std::isfinite(we[i]))
+            throw_error(ErrorKind::kInvalidArgument,
+                        "cannot store weight " + std::to_string(we[i]) + " as f16 (largest 65504) at expert " +
+                            std::to_string(e) + ", row " + std::to_string(i / cols) + ", column " +
+                            std::to_string(i % cols));
         break;
       }
       case WeightFormat::kBF16: {

@@ -195,6 +195,9 @@ MoeSpec scaled_down(const MoeSpec& spec) {
   constexpr int kMaxExperts = 16, kHidden = 256, kIntermediate = 128;
   MoeSpec s = spec;
   s.name = spec.name + "-small";
+  // The shrunk layer is unsharded: a split of the full layer's experts (ep = 32 of 256) would not
+  // divide its 16, and the caller that shards it again chooses sizes that split (scaled_for_check).
+  s.parallel = Parallel{};
   s.hidden = kHidden;
   s.intermediate = kIntermediate;
 

@@ -86,7 +86,7 @@ std::string allowed_weight_formats() { return join_names(kFormats); }
 std::string allowed_act_quants() { return join_names(kActQuants); }
 
 void MoeSpec::validate() const {
-  // Caps keep every size product far from overflow (E*2I*H < 2^47) and reject typos like hidden=7168000.
+  // Caps keep every size product far from overflow (E*2I*H < 2^49) and reject typos like hidden=7168000.
   constexpr int kMaxExperts = 4096, kMaxDim = 1 << 18;
   if (num_experts < 1 || num_experts > kMaxExperts)
     bad("num_experts", std::to_string(num_experts), "must be in [1, " + std::to_string(kMaxExperts) + "]");

@@ -779,6 +779,9 @@ TEST(Formats, CheckExpertMatrixMessages) {
   ExpertMatrix mx = quantize_experts(WeightFormat::kMxfp4, w.data(), 8, 200, 256);
   mx.scale.dtype = DType::kF8E8M0;
   EXPECT_NO_THROW(check_expert_matrix(mx, "w13"));
+  mx.data.dtype = DType::kF8E8M0;  // the codes are U8: the allowance is the scales' alone
+  expect_error([&] { check_expert_matrix(mx, "w13"); }, ErrorKind::kFormat, "expected U8 [8, 200, 128], got F8_E8M0 [8, 200, 128] for w13.data");
+  mx.data.dtype = DType::kU8;
   mx.cols = 250;
   expect_error([&] { check_expert_matrix(mx, "w13"); }, ErrorKind::kFormat,
                "w13: mxfp4 needs K (columns) to be a multiple of its scale group of 32 along K; got K = 250");
@@ -792,6 +795,18 @@ TEST(Formats, KNotMultipleOfGroupThrows) {
                "nvfp4 needs K (columns) to be a multiple of its scale group of 16 along K; got K = 40");
   EXPECT_NO_THROW(quantize_experts(WeightFormat::kNvfp4, w.data(), 2, 3, 48));
   EXPECT_NO_THROW(quantize_experts(WeightFormat::kFp8Block, w.data(), 2, 3, 48));
+}
+
+// A finite weight f16 cannot hold would become inf; NaN and inf pass through, as in f32 and bf16.
+TEST(Formats, F16RefusesWeightsPastItsRange) {
+  std::vector<float> w(2 * 3 * 16, 0.5f);
+  w[static_cast<size_t>((1 * 3 + 2) * 16 + 7)] = 70000.0f;
+  expect_error([&] { quantize_experts(WeightFormat::kF16, w.data(), 2, 3, 16); }, ErrorKind::kInvalidArgument,
+               "cannot store weight 70000.000000 as f16 (largest 65504) at expert 1, row 2, column 7");
+  w[static_cast<size_t>((1 * 3 + 2) * 16 + 7)] = 65504.0f;
+  w[3] = std::numeric_limits<float>::infinity();
+  EXPECT_NO_THROW(quantize_experts(WeightFormat::kF16, w.data(), 2, 3, 16));
+  EXPECT_NO_THROW(quantize_experts(WeightFormat::kBF16, w.data(), 2, 3, 16));
 }
 
 TEST(Formats, QuantizeRejectsNonFiniteWeights) {

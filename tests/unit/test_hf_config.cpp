@@ -821,6 +821,12 @@ TEST(Presets, ScaledDownGroupEdgeCases) {
   small = scaled_down(s);
   EXPECT_EQ(small.num_experts, 48);
   EXPECT_EQ(small.top_k, 6);
+  s.parallel.ep = 32;  // 160 experts split 32 ways; the 48 of the small layer would not split
+  s.parallel.rank = 5;
+  small = scaled_down(s);
+  EXPECT_EQ(small.parallel.ep, 1);
+  EXPECT_EQ(small.parallel.rank, 0);
+  EXPECT_NO_THROW(small.validate());
 }
 
 }  // namespace

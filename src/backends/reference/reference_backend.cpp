@@ -92,6 +92,9 @@ class ReferenceRunner final : public Runner {
         matvec(w13.data(), rows13, h, xin.data(), h1.data());
         if (spec_.expert_bias)
           for (int n = 0; n < rows13; ++n) h1[static_cast<size_t>(n)] += w_.w13_bias.as<const float>()[e * rows13 + n];
+        // LoRA reads the activations the base GEMM reads, after the dynamic quantization: one definition
+        // for every backend (an engine that feeds LoRA the unquantized activations differs from this by
+        // the quantization's error on the LoRA term alone).
         const int adapter = lora_adapter(args, t);
         if (adapter >= 0) add_lora(*args.lora->weights, adapter, e, true, xin.data(), h, h1.data(), rows13);
         for (int i = 0; i < units; ++i) {
