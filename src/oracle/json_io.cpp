@@ -314,6 +314,25 @@ Capabilities capabilities_from_json(const json& j, std::string_view origin) {
   }
   r.finish();
   if (c.formats.empty()) fail(origin, "capabilities.formats is empty: the backend would support nothing");
+  // Limits a record can state but no spec could meet: refused here, where the plugin's author reads
+  // them, rather than as a misleading reason on every spec later ("top_k 8 > max -1").
+  for (const auto& [key, empty] : {std::pair{"act_dtypes", c.act_dtypes.empty()},
+                                   std::pair{"activations", c.activations.empty()},
+                                   std::pair{"scorings", c.scorings.empty()}})
+    if (empty) fail(origin, std::string("capabilities.") + key + " is empty or missing: the backend would support nothing");
+  for (const auto& [key, v] : {std::pair{"min_sm", c.min_sm}, std::pair{"max_sm", c.max_sm},
+                               std::pair{"max_top_k", c.max_top_k}, std::pair{"max_experts", c.max_experts},
+                               std::pair{"max_lora_rank", c.max_lora_rank}})
+    if (v < 0) fail(origin, std::string("capabilities.") + key + " " + std::to_string(v) + ": must be >= 0 (0: no limit)");
+  if (c.max_sm != 0 && c.max_sm < c.min_sm)
+    fail(origin, "capabilities.max_sm " + std::to_string(c.max_sm) + " < min_sm " + std::to_string(c.min_sm) +
+                     ": no GPU would do");
+  for (const KernelVariant& kv : c.variants)
+    if (kv.min_tokens_per_expert < 0 || kv.max_tokens_per_expert < 0 ||
+        (kv.max_tokens_per_expert > 0 && kv.max_tokens_per_expert <= kv.min_tokens_per_expert))  // (min exclusive)
+      fail(origin, "capabilities.variants[] '" + kv.name + "': tokens per expert from " +
+                       json(kv.min_tokens_per_expert).dump() + " to " + json(kv.max_tokens_per_expert).dump() +
+                       " is an empty range");
   return c;
 }
 

@@ -1,4 +1,7 @@
 // Registry, platform descriptions and oracle decisions, on described platforms (no hardware needed).
+
+#include <functional>
+
 #include <gtest/gtest.h>
 
 #include "backends/reference/reference_backend.hpp"
@@ -309,6 +312,26 @@ TEST(JsonIo, NumbersOutsideTheFieldTypeAreRefused) {
   auto c = json_io::to_json(make_reference_backend()->capabilities());
   c["min_sm"] = -1e30;
   EXPECT_NE(error_of([&] { json_io::capabilities_from_json(c, "caps"); }).find("min_sm must be an integer"), std::string::npos);
+}
+
+// Limits no spec could meet are refused when the record is read, not reported on every spec later.
+TEST(JsonIo, CapabilitiesThatSupportNothingAreRefused) {
+  const auto caps_error = [](const std::function<void(nlohmann::json&)>& edit) {
+    auto c = json_io::to_json(make_reference_backend()->capabilities());
+    edit(c);
+    return error_of([&] { json_io::capabilities_from_json(c, "caps"); });
+  };
+  EXPECT_NE(caps_error([](auto& c) { c["max_top_k"] = -1; }).find("max_top_k -1: must be >= 0"), std::string::npos);
+  EXPECT_NE(caps_error([](auto& c) { c["max_lora_rank"] = -3; }).find("max_lora_rank -3"), std::string::npos);
+  EXPECT_NE(caps_error([](auto& c) { c["min_sm"] = 100; c["max_sm"] = 90; }).find("max_sm 90 < min_sm 100"),
+            std::string::npos);
+  EXPECT_NE(caps_error([](auto& c) { c["scorings"] = nlohmann::json::array(); }).find("scorings is empty"),
+            std::string::npos);
+  EXPECT_NE(caps_error([](auto& c) { c.erase("act_dtypes"); }).find("act_dtypes is empty or missing"), std::string::npos);
+  EXPECT_NE(caps_error([](auto& c) {
+              c["variants"] = nlohmann::json::array({{{"name", "v"}, {"min_tokens_per_expert", 8}, {"max_tokens_per_expert", 8}}});
+            }).find("'v': tokens per expert from 8.0 to 8.0 is an empty range"),
+            std::string::npos);
 }
 
 }  // namespace
