@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The card's state while each cuda_moe_bench row was timed: SM clock and power from the nvidia-smi
 samples tools/gpu-check.sh takes (smi.csv), over the interval between a row's end and the previous
-row's end (bench.json's unix_s; nvidia-smi's timestamps are read as UTC, the device's clock).
+row's end (bench.json's unix_s; nvidia-smi's timestamps are read as UTC: gpu-check runs it with
+TZ=UTC). A row whose interval holds no sample (a short one, under the sampling period) says so; the
+sample count shows how much each row's numbers rest on.
 
 usage: clocks.py bench.json smi.csv [variant-prefix ...]   (default: cuda-graph-expert forced:cutlass)
 """
@@ -35,8 +37,8 @@ def main():
     prefixes = sys.argv[3:] or ["cuda-graph-expert", "forced:cutlass"]
     rows = bench["rows"]
     prev = None
-    print("| shape | M | variant | ms | % roofline | SM MHz (min-median-max) | W (median) | throttle reasons |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| shape | M | variant | ms | % roofline | samples | SM MHz (min-median-max) | W (median) | throttle reasons |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         start, end = prev, r.get("unix_s")
         prev = end
@@ -44,11 +46,13 @@ def main():
             continue
         win = [s for s in smi if start <= s[0] <= end]
         if not win:
+            print(f"| {r['shape']} | {r['M']} | {r['variant']} | {r['ms']:.3f} | {r['pct_roofline']:.0f}% | 0 | "
+                  "no sample in its interval | | |")
             continue
         mhz = [s[1] for s in win]
         watts = statistics.median(s[2] for s in win)
         reasons = sorted({s[3] for s in win})
-        print(f"| {r['shape']} | {r['M']} | {r['variant']} | {r['ms']:.3f} | {r['pct_roofline']:.0f}% | "
+        print(f"| {r['shape']} | {r['M']} | {r['variant']} | {r['ms']:.3f} | {r['pct_roofline']:.0f}% | {len(win)} | "
               f"{min(mhz):.0f}-{statistics.median(mhz):.0f}-{max(mhz):.0f} | {watts:.0f} | {' '.join(reasons)} |")
 
 

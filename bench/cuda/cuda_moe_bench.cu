@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -35,6 +36,7 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/kernels/launch.hpp"
 #include "core/knobs.hpp"
+#include "core/random.hpp"
 #include "moerun/backend.hpp"
 #include "moerun/weights.hpp"
 #include "routing/topk.hpp"
@@ -275,6 +277,8 @@ int main(int argc, char** argv) {
   // The torch baseline's rows (torch_baseline.py --json), read before the device is looked for: a path
   // that is missing or a file that is not that JSON is an error, not a sweep whose vs-torch column is 0.
   std::map<std::string, double> torch_ms;
+  std::string torch_device;  // the card torch_baseline.py ran on (compared with this one's below)
+  std::map<std::string, int> torch_distinct;  // "shape/M": the experts torch's routing activated
   if (!torch_path.empty()) {
     std::ifstream f(torch_path);
     const nlohmann::json tj = f ? nlohmann::json::parse(f, nullptr, false) : nlohmann::json();
@@ -283,6 +287,7 @@ int main(int argc, char** argv) {
                    !f ? "cannot read it" : "not the JSON torch_baseline.py writes (an object with \"rows\")");
       return 2;
     }
+    if (tj.contains("device") && tj["device"].is_string()) torch_device = tj["device"].get<std::string>();
     for (const auto& r : tj["rows"]) {  // "shape/M", or "shape/M/read" for a row timed after a read flush
       if (!r.is_object() || !r.contains("shape") || !r["shape"].is_string() || !r.contains("M") ||
           !r["M"].is_number_integer() || !r.contains("ms") || !r["ms"].is_number()) {
@@ -290,13 +295,22 @@ int main(int argc, char** argv) {
                      "'ms': %s\n", torch_path.c_str(), r.dump().substr(0, 120).c_str());
         return 2;
       }
-      torch_ms[r["shape"].get<std::string>() + "/" + std::to_string(r["M"].get<int>()) +
-               (r.value("flush", std::string("write")) == "read" ? "/read" : "")] = r["ms"].get<double>();
+      const std::string key = r["shape"].get<std::string>() + "/" + std::to_string(r["M"].get<int>());
+      torch_ms[key + (r.value("flush", std::string("write")) == "read" ? "/read" : "")] = r["ms"].get<double>();
+      if (r.contains("distinct_experts") && r["distinct_experts"].is_number_integer())
+        torch_distinct[key] = r["distinct_experts"].get<int>();
     }
   }
-  if (!json_path.empty() && !std::ofstream(json_path)) {
-    std::fprintf(stderr, "cuda_moe_bench: --json %s: cannot write there\n", json_path.c_str());
-    return 2;
+  // (opened to append, and a file the check created removed again: an earlier result at that path
+  // stays until this run has rows to write)
+  if (!json_path.empty()) {
+    std::error_code ec;
+    const bool existed = std::filesystem::exists(json_path, ec);
+    if (!std::ofstream(json_path, std::ios::app)) {
+      std::fprintf(stderr, "cuda_moe_bench: --json %s: cannot write there\n", json_path.c_str());
+      return 2;
+    }
+    if (!existed) std::filesystem::remove(json_path, ec);
   }
   // The shapes and token counts, checked before the device is looked for: a typo must be an error on
   // any machine, not a run that times nothing.
@@ -338,7 +352,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { std::puts("no CUDA device"); return 0; }
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {  // nothing measured: not a success
+    std::fprintf(stderr, "cuda_moe_bench: no CUDA device\n");
+    return 1;
+  }
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   cudaStream_t s;
@@ -348,6 +365,9 @@ int main(int argc, char** argv) {
   out["commit"] = moerun::bench::build_commit();  // (run_stamp.hpp)
   out["started_utc"] = moerun::bench::utc_now();
   out["device"] = prop.name;
+  if (!torch_device.empty() && torch_device != prop.name)
+    std::fprintf(stderr, "cuda_moe_bench: warning: --torch %s was timed on %s, this card is %s: the vs-torch column "
+                 "compares two cards\n", torch_path.c_str(), torch_device.c_str(), prop.name);
   out["sms"] = prop.multiProcessorCount;
   {
     int clusters = 0;
@@ -388,6 +408,17 @@ int main(int argc, char** argv) {
   g.multiprocessors = prop.multiProcessorCount;
   plat.gpus.push_back(g);
   nlohmann::json rows = nlohmann::json::array(), runners = nlohmann::json::array();
+  // Written after every shape (a run cut short by a timeout still leaves the rows it finished) and at
+  // the end, with the limits measured after the sweep.
+  const auto write_json = [&]() {
+    if (json_path.empty()) return true;
+    out["rows"] = rows;
+    out["runners"] = runners;
+    std::ofstream f(json_path);
+    f << out.dump(1) << "\n";
+    if (!f) std::fprintf(stderr, "cuda_moe_bench: cannot write %s\n", json_path.c_str());
+    return static_cast<bool>(f);
+  };
   std::printf("%-18s %5s %-22s %-16s %9s %8s %6s %8s %6s %6s %7s\n", "shape", "M", "variant", "kernel", "ms", "TB/s",
               "%bw", "TFLOP/s", "%mm", "%roof", "vs-torch");
 
@@ -442,10 +473,13 @@ int main(int argc, char** argv) {
     const double expert_bytes = (double(R) * sd.h + double(sd.h) * sd.i) * 2.0;
 
     for (int M : ms_list) {
-      std::mt19937 rng(1234 + M);
-      std::normal_distribution<float> nd(0.0f, 1.0f);
+      // Uniform random routing from portable logits: torch_baseline.py draws the same SplitMix64 stream
+      // (core/random.hpp), so both time the same experts (std::normal_distribution's stream is the
+      // standard library's own). At 16 tokens the distinct experts' count varies by 4-5% from draw to
+      // draw, and those rows are bound by their bytes.
+      moerun::SplitMix64 rng(1234 + static_cast<uint64_t>(M));
       std::vector<float> logits(size_t(M) * sd.e);
-      for (auto& v : logits) v = nd(rng);
+      for (auto& v : logits) v = rng.uniform_pm1();
       std::vector<int32_t> ids(size_t(M) * sd.k);
       std::vector<float> tw(ids.size());
       routing::topk_host(spec, logits.data(), M, nullptr, ids.data(), tw.data());
@@ -518,7 +552,8 @@ int main(int argc, char** argv) {
         stack_layers = std::min(layer_stack, sd.e / sd.k);
         std::vector<int32_t> perm(sd.e);
         std::iota(perm.begin(), perm.end(), 0);
-        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int j = sd.e - 1; j > 0; --j)  // Fisher-Yates on the same portable stream
+          std::swap(perm[j], perm[rng.below(static_cast<uint32_t>(j + 1))]);
         std::vector<void*> bufs;
         std::vector<ForwardArgs> stack(stack_layers, expert);
         for (int l = 0; l < stack_layers; ++l) {
@@ -648,6 +683,9 @@ int main(int argc, char** argv) {
       }
       vs.push_back({"cublas-full", timer.median_ms([&] { cublas_runner->forward(full); }, reps)});
       const std::string key = sd.name + "/" + std::to_string(M);
+      if (torch_distinct.count(key) && torch_distinct[key] != static_cast<int>(distinct.size()))
+        std::fprintf(stderr, "cuda_moe_bench: warning: %s M=%d: torch's routing activated %d experts, this one %zu "
+                     "(a torch.json of another routing?)\n", sd.name.c_str(), M, torch_distinct[key], distinct.size());
       const double tms = torch_ms.count(key) ? torch_ms[key] : 0.0;
       const double tms_read = torch_ms.count(key + "/read") ? torch_ms[key + "/read"] : 0.0;
       if (tms > 0) vs.push_back({"torch-expert", tms});
@@ -660,7 +698,7 @@ int main(int argc, char** argv) {
         const bool read_row = v.name.size() > 10 && v.name.compare(v.name.size() - 10, 10, "-readflush") == 0;
         const bool stack_row = v.name == "cuda-graph-expert-layers";
         const double ref_ms = stack_row ? 0.0 : read_row ? tms_read : tms;  // like against like (torch has no stack)
-        const double speed = ref_ms > 0 ? ref_ms / v.ms : 0.0;
+        const double speed = ref_ms > 0 ? ref_ms / v.ms : 0.0;  // 0: no torch row (printed "-", null in the JSON)
         const std::string kern = v.name.rfind("forced:", 0) == 0 ? v.name.substr(7)
                                  : v.name.rfind("ab:rule-vs-", 0) == 0 || v.name.rfind("cuda", 0) == 0 ? cuda_runner->variant_for(M)
                                  : v.name == "ab:gather" ? cuda_runner->variant_for(M) + "+gather"
@@ -668,9 +706,11 @@ int main(int argc, char** argv) {
                                  : v.name.rfind("ab:env:", 0) == 0 ? cuda_runner->variant_for(M) + "+" + v.name.substr(7)
                                  : v.name.rfind("ab:", 0) == 0 ? v.name.substr(3)
                                  : v.name.rfind("cublas", 0) == 0 ? "cublas-grouped" : "torch._grouped_mm";
-        std::printf("%-18s %5d %-22s %-16s %9.4f %8.2f %5.1f%% %8.1f %5.1f%% %5.1f%% %6.2fx\n", sd.name.c_str(), M,
+        char speed_text[16] = "      -";
+        if (speed > 0) std::snprintf(speed_text, sizeof speed_text, "%6.2fx", speed);
+        std::printf("%-18s %5d %-22s %-16s %9.4f %8.2f %5.1f%% %8.1f %5.1f%% %5.1f%% %s\n", sd.name.c_str(), M,
                     v.name.c_str(), kern.c_str(), v.ms, tbps, 100.0 * tbps * 1e12 / copy_bw, tfl,
-                    100.0 * tfl * 1e12 / mm_rate, 100.0 * floor_s / sec, speed);
+                    100.0 * tfl * 1e12 / mm_rate, 100.0 * floor_s / sec, speed_text);
         nlohmann::json extra = nlohmann::json::object();
         if (v.name == "cuda-graph-expert" && local_rate > 0) {
           std::printf("%-18s %5d %-22s matmul alternated with it: %.1f TFLOP/s; %% of that roofline %.1f%%\n",
@@ -682,7 +722,7 @@ int main(int argc, char** argv) {
                         {"distinct_experts", distinct.size()}, {"bytes", bytes}, {"flops", flops},
                         {"TBps", tbps}, {"pct_copy_bw", 100.0 * tbps * 1e12 / copy_bw}, {"TFLOPs", tfl},
                         {"pct_matmul", 100.0 * tfl * 1e12 / mm_rate}, {"pct_roofline", 100.0 * floor_s / sec},
-                        {"speedup_vs_torch", speed}, {"flush", stack_row ? "none" : read_row ? "read" : "write"},
+                        {"speedup_vs_torch", speed > 0 ? nlohmann::json(speed) : nlohmann::json(nullptr)}, {"flush", stack_row ? "none" : read_row ? "read" : "write"},
                         {"unix_s", v.unix_s},
                         {"cutlass_vs_m64_rel_diff", cross},
                         {"swapab_vs_m64_rel_diff", cross_swap}});
@@ -695,6 +735,7 @@ int main(int argc, char** argv) {
     cuda_runner.reset();
     cublas_runner.reset();
     CK(cudaDeviceSynchronize());
+    if (!write_json()) return 1;
   }
   // The same limits again after the sweep: how far the card's state moved while the rows were timed.
   const MatmulRate rate_end = measure_matmul(timer, matmul, s);
@@ -702,15 +743,5 @@ int main(int argc, char** argv) {
               rate_end.sustained / 1e12);
   out["matmul_TFLOPs_end"] = rate_end.median / 1e12;
   out["matmul_sustained_TFLOPs_end"] = rate_end.sustained / 1e12;
-  out["rows"] = rows;
-  out["runners"] = runners;
-  if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    f << out.dump(1) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "cuda_moe_bench: cannot write %s\n", json_path.c_str());
-      return 1;
-    }
-  }
-  return 0;
+  return write_json() ? 0 : 1;
 }

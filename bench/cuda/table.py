@@ -25,6 +25,12 @@ def table(title, rows, cell):
     print()
 
 
+def torch_cell(r):
+    """The speedup over torch, or a dash where torch has no row (null; 0 in JSON before session 43)."""
+    v = r.get("speedup_vs_torch")
+    return f"{v:.2f}x" if v else "- (no torch row)"
+
+
 def main():
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__.strip())
@@ -45,7 +51,7 @@ def main():
         if not rows:
             continue
         table(f"**{v}** — time, % of roofline, speedup vs torch pipeline", rows,
-              lambda r: f"{r['ms']:.3f} ms, {r['pct_roofline']:.0f}%, {r.get('speedup_vs_torch', 0):.2f}x")
+              lambda r: f"{r['ms']:.3f} ms, {r['pct_roofline']:.0f}%, " + torch_cell(r))
         local = [r for r in rows if "pct_roofline_local" in r]
         if local:
             table(f"**{v}**, against the matmul rate alternated with the row — time, matmul TFLOP/s then, "

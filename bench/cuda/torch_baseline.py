@@ -3,8 +3,10 @@
 
 sort by expert, gather, torch._grouped_mm (gate_up), silu-and-mul, torch._grouped_mm (down),
 router-weighted scatter-add; the rows per expert counted two ways (torch.bincount, which syncs with the
-host, and a scatter_add that does not), each timed, the faster kept. Uniform random routing (top-k of normal logits), bf16 weights drawn
-uniformly in +-1/sqrt(K). Median of CUDA-event intervals, each after an L2 flush: a 512 MiB zero_()
+host, and a scatter_add that does not), each timed, the faster kept. Uniform random routing: the top-k
+of router logits drawn as cuda_moe_bench draws them (SplitMix64 from seed 1234 + M, uniform in
+[-1, 1), core/random.hpp), so that both time the same experts; bf16 weights drawn uniformly in
++-1/sqrt(K). Before timing a shape, the pipeline is checked against a dense per-expert loop in f32. Median of CUDA-event intervals, each after an L2 flush: a 512 MiB zero_()
 (what torch and Triton benchmarks do; it leaves the L2 full of dirty lines) and, for M <= --read-flush-max-m,
 also a 512 MiB read (clean lines only), as cuda_moe_bench's '-readflush' rows.
 Usage: torch_baseline.py [--json out.json] [--quick] [--ms 1024,8192] [--shapes deepseek-v3,...]
@@ -42,6 +44,57 @@ def moe_expert_stage(x, ids, w, w13, w2, counting="bincount"):
     out = torch.zeros(m, h, dtype=torch.float32, device=x.device)
     out.index_add_(0, tok, y)
     return out.to(x.dtype)
+
+
+GOLDEN, MIX1, MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+MASK64 = (1 << 64) - 1
+
+
+def router_logits(m, e, seed):
+    """[m, e] float32 logits, the stream of moerun's SplitMix64(seed).uniform_pm1() (core/random.hpp)."""
+    n = m * e
+    try:
+        import numpy as np
+        with np.errstate(over="ignore"):
+            z = np.uint64(seed) + np.arange(1, n + 1, dtype=np.uint64) * np.uint64(GOLDEN)
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX1)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX2)
+            z = z ^ (z >> np.uint64(31))
+        top = (z >> np.uint64(40)).astype(np.float32)
+        vals = torch.from_numpy(top * np.float32(2.0 / 16777216.0) - np.float32(1.0))
+    except ImportError:  # (slower, the same numbers)
+        out = []
+        s = seed
+        for _ in range(n):
+            s = (s + GOLDEN) & MASK64
+            z = ((s ^ (s >> 30)) * MIX1) & MASK64
+            z = ((z ^ (z >> 27)) * MIX2) & MASK64
+            out.append(float((z ^ (z >> 31)) >> 40))
+        vals = torch.tensor(out, dtype=torch.float32) * (2.0 / 16777216.0) - 1.0
+    return vals.reshape(m, e)
+
+
+def check_pipeline(e, k, h, w13, w2, dev):
+    """Both countings against a dense per-expert loop in f32 on a few tokens: the pipeline computes the
+    MoE, so that moerun is timed against the same computation. Raises on a mismatch."""
+    m, inter = 5, w2.shape[2]
+    g = torch.Generator(device=dev)
+    g.manual_seed(5)
+    x = torch.randn(m, h, device=dev, dtype=torch.bfloat16, generator=g)
+    w, ids = torch.topk(torch.softmax(router_logits(m, e, 77).to(dev), -1), k, dim=-1)
+    w = w / w.sum(-1, keepdim=True)
+    want = torch.zeros(m, h, dtype=torch.float32, device=dev)
+    for t in range(m):
+        for j in range(k):
+            ex = int(ids[t, j])
+            gu = x[t].float() @ w13[ex].float().T
+            a = F.silu(gu[:inter]) * gu[inter:]
+            want[t] += w[t, j] * (a @ w2[ex].float().T)
+    for c in COUNTINGS:
+        got = moe_expert_stage(x, ids, w, w13, w2, c).float()
+        rel = float((got - want).norm() / want.norm())
+        if not rel < 2e-2:
+            raise RuntimeError(f"torch pipeline ({c}) differs from the dense loop: relative L2 {rel:.3g}")
 
 
 def median_ms(fn, reps, flush, read_flush=False):
@@ -103,25 +156,27 @@ def main():
         g.manual_seed(11)
         w13 = (torch.rand(e, 2 * i, h, device=dev, generator=g, dtype=torch.bfloat16) * 2 - 1) / h ** 0.5
         w2 = (torch.rand(e, h, i, device=dev, generator=g, dtype=torch.bfloat16) * 2 - 1) / i ** 0.5
+        check_pipeline(e, k, h, w13, w2, dev)
         for m in ms_list:
-            x = torch.randn(m, h, device=dev, dtype=torch.bfloat16)
-            logits = torch.randn(m, e, device=dev)
-            w, ids = torch.topk(torch.softmax(logits, -1), k, dim=-1)
+            x = torch.randn(m, h, device=dev, dtype=torch.bfloat16, generator=g)
+            logits = router_logits(m, e, 1234 + m).to(dev)
+            w, ids = torch.topk(torch.softmax(logits, -1), k, dim=-1)  # (int64 ids, as index ops take them)
             w = w / w.sum(-1, keepdim=True)
-            ids = ids.to(torch.int32)
+            distinct = int(torch.unique(ids).numel())
             try:
                 # Two ways to count the rows per expert, each timed; the row keeps the faster ("ms"), so
                 # that moerun is compared with the better of them. The no-sync count won 25 of 28 rows
                 # in one run (session 42, H100), but in an earlier run its memset-flush one-token rows
                 # were the slower: launch-bound rows move with the host.
-                fns = {c: (lambda c=c: moe_expert_stage(x, ids.long(), w, w13, w2, c)) for c in COUNTINGS}
+                fns = {c: (lambda c=c: moe_expert_stage(x, ids, w, w13, w2, c)) for c in COUNTINGS}
                 for fn in fns.values():
                     fn()
                 flushes = ["write"] + (["read"] if m <= args.read_flush_max_m else [])
                 for fl in flushes:
                     by = {c: median_ms(fn, 10 if m >= 1024 else 30, flush, read_flush=fl == "read") for c, fn in fns.items()}
                     best = min(by, key=by.get)
-                    row = {"shape": name, "M": m, "ms": by[best], "counting": best, "flush": fl}
+                    row = {"shape": name, "M": m, "ms": by[best], "counting": best, "flush": fl,
+                           "distinct_experts": distinct}
                     row.update({f"ms_{c}": v for c, v in by.items()})
                     rows.append(row)
                     each = ", ".join(f"{c} {v:.4f}" for c, v in by.items())
