@@ -13,8 +13,16 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
+# What OUT held before this run stays out of the packing at the end (it removes what it packed).
+preexisting=$(ls -A "$OUT")
 B=build-gpu
 log() { echo "== $* ($(date +%T))" | tee -a "$OUT/summary.log"; }
+# Each step's status goes to summary.log; the script exits 1 if any step failed (the device tool's rc).
+failed=()
+status() {  # status NAME RC
+  echo "$1 rc=$2" | tee -a "$OUT/summary.log"
+  [ "$2" = 0 ] || failed+=("$1 (rc $2$([ "$2" = 124 ] && echo ", timed out"))")
+}
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; lscpu | grep -E 'Model name'; nvcc --version | tail -1; } > "$OUT/summary.log" 2>&1
 TESTS=$B/tests/moerun_gpu_tests
 BENCH=$B/bench/cuda_moe_bench
@@ -43,7 +51,7 @@ if command -v cuobjdump > /dev/null; then
   echo "SASS: $n HGMMA instructions in the test binary (CUTLASS sm90 engine)" | tee -a "$OUT/summary.log"
 fi
 log gpu tests
-"$TESTS" --gtest_output=json:$OUT/gpu_tests.json > "$OUT/tests.log" 2>&1; echo "gpu tests rc=$?" | tee -a "$OUT/summary.log"
+"$TESTS" --gtest_output=json:$OUT/gpu_tests.json > "$OUT/tests.log" 2>&1; status "gpu tests" $?
 grep -E "^\[  (PASSED|FAILED|SKIPPED)|FAILED  \]|Failure|error" "$OUT/tests.log" | head -40 | tee -a "$OUT/summary.log"
 if [ "${GPU_CHECK_SKIP_CPU:-0}" != 1 ]; then
   log cpu tests
@@ -51,15 +59,16 @@ if [ "${GPU_CHECK_SKIP_CPU:-0}" != 1 ]; then
   if [ "$TESTS" != "$B/tests/moerun_gpu_tests" ] && [ -x "$pre/moerun_tests" ]; then
     CPU_TESTS=$pre/moerun_tests
   else
-    cmake --build $B -j"$(nproc)" >> "$OUT/build.log" 2>&1 || log "full build (CPU suite) FAILED"
+    cmake --build $B -j"$(nproc)" >> "$OUT/build.log" 2>&1 || { log "full build (CPU suite) FAILED"; failed+=("cpu build"); }
   fi
-  timeout 150 "$CPU_TESTS" --gtest_brief=1 >> "$OUT/tests.log" 2>&1; echo "cpu tests rc=$?" | tee -a "$OUT/summary.log"
+  timeout 150 "$CPU_TESTS" --gtest_brief=1 >> "$OUT/tests.log" 2>&1; status "cpu tests" $?
   grep -E "^\[  (PASSED|FAILED)|tests ran" "$OUT/tests.log" | tail -5 | tee -a "$OUT/summary.log"
 fi
 if [ "${GPU_CHECK_SKIP_XEON:-0}" != 1 ]; then
   log xeon cpu bench
-  timeout 330 bash tools/xeon-bench.sh $B "$OUT/xeon" > "$OUT/xeon-bench.out" 2>&1
-  echo "xeon bench rc=$?" | tee -a "$OUT/summary.log"
+  # (the limit is above the sum of xeon-bench's own step limits, 365 s, plus its build)
+  timeout 420 bash tools/xeon-bench.sh $B "$OUT/xeon" > "$OUT/xeon-bench.out" 2>&1
+  status "xeon bench" $?
 fi
 log sanitizer
 for run in ${GPU_CHECK_SANITIZERS:-memcheck racecheck racecheck-m64}; do
@@ -70,41 +79,54 @@ for run in ${GPU_CHECK_SANITIZERS:-memcheck racecheck racecheck-m64}; do
   filt='*SmallHot*:*SmallGrouped*:*MZero*:*SmallGptOss*:*SmallShared*:*SmallSplitK*'
   [ $tool = memcheck ] && filt='*Small*:*MZero*:*Graph*'
   force=""; [ $run = racecheck-m64 ] && force=mma-tile-m64
-  echo "---- $run" >> "$OUT/sanitizer.log"
   # (memcheck: 300 s; the engine test alone takes 65-90 s unchecked, its host reference included)
   lim=200; [ $tool = memcheck ] && lim=300
+  # (each run's own log, so that a run cut short shows no summary rather than the previous run's)
   MOERUN_CUDA_GEMM=$force timeout $lim compute-sanitizer --tool $tool --error-exitcode 9 "$TESTS" --gtest_filter="$filt" \
-    >> "$OUT/sanitizer.log" 2>&1
-  echo "compute-sanitizer $run rc=$?" | tee -a "$OUT/summary.log"
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -1 | tee -a "$OUT/summary.log"
+    > "$OUT/sanitizer-$run.log" 2>&1
+  status "compute-sanitizer $run" $?
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$run.log" | tail -1 | tee -a "$OUT/summary.log"
 done
 if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   q=""; [ "${GPU_CHECK_QUICK:-0}" = 1 ] && q="--quick"
   # The card's clocks, power and throttle reasons every 100 ms while the sweep runs (compute-bound rows
   # move with them).
-  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+  # (TZ=UTC: clocks.py reads the timestamps as UTC, as the bench's unix_s are)
+  TZ=UTC nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
     --format=csv -lms 100 > "$OUT/smi.csv" 2>&1 &
   smi=$!
   log torch baseline
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/cuda/torch_baseline.py --json "$OUT/torch.json" $q ${TORCH_ARGS:-} > "$OUT/bench.log" 2>&1
-  echo "torch rc=$?" | tee -a "$OUT/summary.log"
+  status torch $?
   # (torch_baseline.py writes its JSON after every shape; none at all: the sweep runs without it)
   torch_arg=()
   [ -s "$OUT/torch.json" ] && torch_arg=(--torch "$OUT/torch.json")
   log moerun bench
   timeout 330 "$BENCH" --json "$OUT/bench.json" "${torch_arg[@]}" $q ${BENCH_ARGS:-} >> "$OUT/bench.log" 2>&1
-  echo "bench rc=$?" | tee -a "$OUT/summary.log"
+  status bench $?
   kill $smi 2> /dev/null
   cat "$OUT/bench.log"
 fi
 log done
+if [ ${#failed[@]} -eq 0 ]; then
+  echo "gpu-check: every step passed" >> "$OUT/summary.log"
+else
+  echo "gpu-check: FAILED: $(IFS=';'; echo "${failed[*]}")" >> "$OUT/summary.log"
+fi
 cat "$OUT/summary.log"
-# The device tool brings back at most 8 files: with GPU_CHECK_PACK=1 (default) everything also goes
-# into gpu-check.tgz and only that, summary.log, bench.json and tests.log stay loose.
+# The device tool brings back at most 8 files: with GPU_CHECK_PACK=1 (default) what this run wrote
+# also goes into gpu-check.tgz and only that, summary.log, bench.json and tests.log stay loose.
 if [ "${GPU_CHECK_PACK:-1}" = 1 ]; then
+  mine=()
+  while IFS= read -r f; do
+    grep -qxF -- "$f" <<< "$preexisting" || mine+=("$f")
+  done < <(ls -A "$OUT")
   tmp=$(mktemp /tmp/gpu-check.XXXXXX.tgz)
-  if tar czf "$tmp" -C "$OUT" . 2> /dev/null; then
-    find "$OUT" -mindepth 1 -maxdepth 1 ! -name summary.log ! -name bench.json ! -name tests.log -exec rm -rf {} +
+  if [ ${#mine[@]} -gt 0 ] && tar czf "$tmp" -C "$OUT" -- "${mine[@]}" 2> /dev/null; then
+    for f in "${mine[@]}"; do
+      case "$f" in summary.log | bench.json | tests.log) ;; *) rm -rf -- "${OUT:?}/$f" ;; esac
+    done
     mv "$tmp" "$OUT/gpu-check.tgz"
   fi
 fi
+[ ${#failed[@]} -eq 0 ]

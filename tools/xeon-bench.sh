@@ -12,7 +12,9 @@
 #   5. bench/cpu/table.py of each into cpu_tables.md.
 # Logs: xeon-bench.log (this script's steps with times), cpu_*.log, build-cpubench.log. Each step has a
 # time limit (the JSON is rewritten after every model, so a step cut short keeps the rows it finished);
-# the whole runs in about 4 minutes after the build.
+# the whole runs in about 4 minutes after the build, at most 365 s of limits. Exits 1 if a step failed
+# or was cut short. The steps run in this script's process group (timeout --foreground), so a limit
+# put on the whole script (gpu-check's) stops the step running then too.
 # Knobs: XEON_BENCH_THREADS (default "2 $(nproc)"), XEON_BENCH_BUDGET (seconds of timed calls per row,
 # default 0.3), XEON_BENCH_SWEEP (default 4,8,16,32,64; empty: no sweep), XEON_BENCH_QUICK=1 (--quick runs),
 # XEON_BENCH_LIMIT (seconds per cpu_moe_bench pass; default 110 at 2 threads, 75 above).
@@ -55,34 +57,45 @@ threads=${XEON_BENCH_THREADS:-"2 $(nproc)"}
 # seconds per pass (XEON_BENCH_LIMIT overrides both); the 2-thread pass is the slower one
 limit_for() { [ -n "${XEON_BENCH_LIMIT:-}" ] && echo "$XEON_BENCH_LIMIT" && return; [ "$1" -le 2 ] && echo 110 || echo 75; }
 jsons=()
+failed=0
 for th in $threads; do
   log "cpu_moe_bench --threads $th (all rows, budget $budget s/row)"
-  timeout "$(limit_for "$th")" "$BENCH" --threads "$th" --budget "$budget" "${q[@]}" --json "$OUT/cpu_${th}t.json" \
+  rm -f "$OUT/cpu_${th}t.json"  # (a JSON of an earlier run in the same folder is not this run's)
+  timeout --foreground "$(limit_for "$th")" "$BENCH" --threads "$th" --budget "$budget" "${q[@]}" --json "$OUT/cpu_${th}t.json" \
     > "$OUT/cpu_${th}t.log" 2>&1
   rc=$?
   log "threads $th rc=$rc$([ $rc = 124 ] && echo ' (time limit: rows after the last finished model are missing)')"
+  [ $rc = 0 ] || failed=1
   grep -E '^(limits|total|WARNING)' "$OUT/cpu_${th}t.log" | tee -a "$LOG"
-  [ -f "$OUT/cpu_${th}t.json" ] && jsons+=("$OUT/cpu_${th}t.json")
+  [ -s "$OUT/cpu_${th}t.json" ] && jsons+=("$OUT/cpu_${th}t.json")
 done
 sweep=${XEON_BENCH_SWEEP-4,8,16,32,64}
 if [ -n "$sweep" ]; then
   log "stream/tile crossover sweep at 2 threads: n in $sweep"
-  timeout 60 "$BENCH" --threads 2 --stream-sweep "$sweep" --m 16,64,256 --budget 0.15 --json "$OUT/cpu_sweep_2t.json" \
+  rm -f "$OUT/cpu_sweep_2t.json"
+  timeout --foreground 60 "$BENCH" --threads 2 --stream-sweep "$sweep" --m 16,64,256 --budget 0.15 --json "$OUT/cpu_sweep_2t.json" \
     > "$OUT/cpu_sweep_2t.log" 2>&1
   rc=$?
   log "sweep rc=$rc"
+  [ $rc = 0 ] || failed=1
   grep -E '^(total|WARNING)' "$OUT/cpu_sweep_2t.log" | tee -a "$LOG"
-  [ -f "$OUT/cpu_sweep_2t.json" ] && jsons+=("$OUT/cpu_sweep_2t.json")
+  [ -s "$OUT/cpu_sweep_2t.json" ] && jsons+=("$OUT/cpu_sweep_2t.json")
 fi
 if [ "${XEON_BENCH_RATIOS:-1}" != 0 ]; then
   log "decode ratios at 2 threads (formats alternated call by call against bf16)"
-  timeout 120 "$BENCH" --threads 2 --decode-ratios --budget 15 --json "$OUT/cpu_ratios_2t.json" > "$OUT/cpu_ratios_2t.log" 2>&1
-  log "ratios rc=$?"
+  rm -f "$OUT/cpu_ratios_2t.json"
+  timeout --foreground 120 "$BENCH" --threads 2 --decode-ratios --budget 15 --json "$OUT/cpu_ratios_2t.json" > "$OUT/cpu_ratios_2t.log" 2>&1
+  rc=$?
+  log "ratios rc=$rc"
+  [ $rc = 0 ] || failed=1
   grep -E 'faster than bf16|^total' "$OUT/cpu_ratios_2t.log" | tee -a "$LOG"
-  [ -f "$OUT/cpu_ratios_2t.json" ] && jsons+=("$OUT/cpu_ratios_2t.json")
+  [ -s "$OUT/cpu_ratios_2t.json" ] && jsons+=("$OUT/cpu_ratios_2t.json")
 fi
-if ((${#jsons[@]})); then
-  python3 bench/cpu/table.py "${jsons[@]}" > "$OUT/cpu_tables.md" 2>> "$LOG" || log "table.py FAILED"
-  cat "$OUT/cpu_tables.md"
-fi
-log "xeon-bench done"
+# One table.py per file: a file cut short mid-write must not cost the others their tables.
+: > "$OUT/cpu_tables.md"
+for j in "${jsons[@]}"; do
+  python3 bench/cpu/table.py "$j" >> "$OUT/cpu_tables.md" 2>> "$LOG" || { log "table.py FAILED on $j"; failed=1; }
+done
+cat "$OUT/cpu_tables.md"
+log "xeon-bench done$([ $failed = 0 ] || echo ', with failures (above)')"
+exit $failed
