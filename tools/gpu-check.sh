@@ -3,12 +3,14 @@
 # and racecheck on small cases, then the benchmark sweep (torch baseline first). Logs and JSON go to
 # $OUT (default ./out).
 # Knobs: GPU_CHECK_QUICK=1 short benchmark; GPU_CHECK_SKIP_BENCH=1 no benchmark; GPU_CHECK_SKIP_CPU=1
-# no CPU suite; GPU_CHECK_SKIP_XEON=1 no CPU benchmark on the host's Xeon (tools/xeon-bench.sh); GPU_CHECK_PREBUILT=<dir> use moerun_gpu_tests, cuda_moe_bench (and moerun_tests) from
+# no CPU suite; GPU_CHECK_SKIP_XEON=1 no CPU benchmark on the host's Xeon (tools/xeon-bench.sh; the
+# default with prebuilt binaries); GPU_CHECK_PREBUILT=<dir> use moerun_gpu_tests, cuda_moe_bench (and moerun_tests) from
 # <dir> when they run on this machine (built elsewhere for sm_90a; <dir> may be a folder packed by
 # tools/prebuilt.sh), else build; BENCH_ARGS / TORCH_ARGS extra
 # arguments for cuda_moe_bench / torch_baseline.py (e.g. "--ms 1024,8192"); GPU_CHECK_SANITIZERS
 # the compute-sanitizer runs (default "memcheck racecheck racecheck-m64"); GPU_CHECK_PACK=0 leaves every
-# output file loose instead of packing them into $OUT/gpu-check.tgz.
+# output file loose instead of packing them into $OUT/gpu-check.tgz (only what this run added to $OUT:
+# give it an empty or fresh folder, as the device tool's $OUT is).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -64,7 +66,11 @@ if [ "${GPU_CHECK_SKIP_CPU:-0}" != 1 ]; then
   timeout 150 "$CPU_TESTS" --gtest_brief=1 >> "$OUT/tests.log" 2>&1; status "cpu tests" $?
   grep -E "^\[  (PASSED|FAILED)|tests ran" "$OUT/tests.log" | tail -5 | tee -a "$OUT/summary.log"
 fi
-if [ "${GPU_CHECK_SKIP_XEON:-0}" != 1 ]; then
+# (with prebuilt binaries there is no build here to add the CPU bench to: xeon-bench would configure
+# and build the whole library with CUDA within its limit. GPU_CHECK_SKIP_XEON=0 asks for it anyway.)
+skip_xeon=${GPU_CHECK_SKIP_XEON:-0}
+[ "$TESTS" != "$B/tests/moerun_gpu_tests" ] && skip_xeon=${GPU_CHECK_SKIP_XEON:-1}
+if [ "$skip_xeon" != 1 ]; then
   log xeon cpu bench
   # (the limit is above the sum of xeon-bench's own step limits, 365 s, plus its build)
   timeout 420 bash tools/xeon-bench.sh $B "$OUT/xeon" > "$OUT/xeon-bench.out" 2>&1

@@ -21,23 +21,27 @@ case "${1:-}" in
     build=${2:-build}
     dir=${3:-build-prebuilt}
     # Built first, so that the binaries are the tree's and the stamp below is theirs.
-    cmake --build "$build" --target moerun_gpu_tests cuda_moe_bench moerun_tests moerun_cli > /dev/null ||
-      { echo "prebuilt: building in $build failed (cmake --build $build)" >&2; exit 1; }
+    log=$(mktemp)
+    cmake --build "$build" --target moerun_gpu_tests cuda_moe_bench moerun_tests moerun_cli > "$log" 2>&1 ||
+      { grep -E "error|FAILED" "$log" | head -20 >&2; echo "prebuilt: building in $build failed (cmake --build $build)" >&2; exit 1; }
+    rm -f "$log"
     for b in "${bins[@]}"; do
       [ -x "$build/$b" ] || { echo "prebuilt: $build/$b is missing (a build without CUDA?)" >&2; exit 1; }
     done
-    mkdir -p "$dir"
-    rm -f "$dir"/*.xz
+    # Packed into a new folder that replaces DIR only when complete: a pack cut short must not leave
+    # DIR holding some new binaries under the previous commit's stamp.
+    tmp="$dir.part"
+    rm -rf "$tmp" && mkdir -p "$tmp"
     for b in "${bins[@]}"; do
       name=$(basename "$b")
-      strip -o "$dir/$name" "$build/$b"
-      xz -T2 -6 -f "$dir/$name"
+      strip -o "$tmp/$name" "$build/$b" && xz -T2 -6 -f "$tmp/$name" || { echo "prebuilt: packing $b failed" >&2; exit 1; }
     done
     # The commit the last build saw (git describe --dirty, written at every build of the bench drivers);
     # the tree's own state now may differ from what was built.
     stamp=$(sed -n 's/^#define MOERUN_BUILD_COMMIT "\(.*\)"$/\1/p' "$build/bench_stamp/build_stamp.hpp" 2> /dev/null || true)
     [ -n "$stamp" ] || stamp="unknown (no $build/bench_stamp/build_stamp.hpp)"
-    echo "built from $stamp, packed $(date -u +%FT%TZ)" > "$dir/COMMIT"
+    echo "built from $stamp, packed $(date -u +%FT%TZ)" > "$tmp/COMMIT"
+    rm -rf "$dir" && mv "$tmp" "$dir"
     du -ch "$dir"/*.xz | tail -1 | sed "s|total|in $dir ($stamp)|"
     ;;
   unpack)
@@ -54,7 +58,7 @@ for f in sorted(src.glob("*.xz")):
     out.write_bytes(lzma.decompress(f.read_bytes()))
     out.chmod(0o755)
 EOF
-    [ -f "$dir/COMMIT" ] && cp "$dir/COMMIT" "$dest/"
+    if [ -f "$dir/COMMIT" ]; then cp "$dir/COMMIT" "$dest/"; fi
     ;;
   *) usage ;;
 esac

@@ -414,10 +414,21 @@ int main(int argc, char** argv) {
     if (json_path.empty()) return true;
     out["rows"] = rows;
     out["runners"] = runners;
-    std::ofstream f(json_path);
-    f << out.dump(1) << "\n";
-    if (!f) std::fprintf(stderr, "cuda_moe_bench: cannot write %s\n", json_path.c_str());
-    return static_cast<bool>(f);
+    // Written beside and renamed: a timeout during the write leaves the previous version whole.
+    const std::string part = json_path + ".part";
+    {
+      std::ofstream f(part);
+      f << out.dump(1) << "\n";
+      if (!f) {
+        std::fprintf(stderr, "cuda_moe_bench: cannot write %s\n", part.c_str());
+        return false;
+      }
+    }
+    std::error_code ec;
+    std::filesystem::rename(part, json_path, ec);
+    if (ec) std::fprintf(stderr, "cuda_moe_bench: cannot rename %s to %s: %s\n", part.c_str(), json_path.c_str(),
+                         ec.message().c_str());
+    return !ec;
   };
   std::printf("%-18s %5s %-22s %-16s %9s %8s %6s %8s %6s %6s %7s\n", "shape", "M", "variant", "kernel", "ms", "TB/s",
               "%bw", "TFLOP/s", "%mm", "%roof", "vs-torch");

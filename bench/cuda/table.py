@@ -43,9 +43,10 @@ def main():
         sys.exit(f"table.py: no rows of variant {', '.join(unknown)} in {sys.argv[1]} (it has: {', '.join(known)})")
     print(f"{d['device']}: copy {d['copy_bw_TBps']:.2f} TB/s, bf16 matmul {d['matmul_TFLOPs']:.0f} TFLOP/s (measured in the same run)\n")
     if "matmul_sustained_TFLOPs" in d:
-        print(f"matmul over ~1 s back to back: {d['matmul_sustained_TFLOPs']:.0f} TFLOP/s at the start, "
-              f"{d.get('matmul_sustained_TFLOPs_end', 0):.0f} after the sweep (10-call median then: "
-              f"{d.get('matmul_TFLOPs_end', 0):.0f})\n")
+        end = (f"{d['matmul_sustained_TFLOPs_end']:.0f} after the sweep (10-call median then: "
+               f"{d['matmul_TFLOPs_end']:.0f})" if "matmul_sustained_TFLOPs_end" in d
+               else "none after the sweep (the run was cut short: its rows end where it stopped)")
+        print(f"matmul over ~1 s back to back: {d['matmul_sustained_TFLOPs']:.0f} TFLOP/s at the start, {end}\n")
     for v in variants:
         rows = [r for r in d["rows"] if r["variant"] == v]
         if not rows:
