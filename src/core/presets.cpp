@@ -190,7 +190,7 @@ const Preset& find_preset(std::string_view name) {
 // groups (and >= 2 per group when groups are ranked by their top-2 sum). H = 256 and I = 128 are
 // multiples of 128, so fp8 128x128 blocks, mxfp4 groups of 32 and nvfp4 groups of 16 tile exactly.
 // The shared MLP keeps its width ratio to a routed expert (rounded, at least 1, at most 8 experts'
-// worth). Parallel settings and LoRA are kept as given.
+// worth). LoRA is kept as given; the parallel split is reset to 1/1 (see below).
 MoeSpec scaled_down(const MoeSpec& spec) {
   constexpr int kMaxExperts = 16, kHidden = 256, kIntermediate = 128;
   MoeSpec s = spec;
