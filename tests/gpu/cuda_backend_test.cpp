@@ -2239,6 +2239,37 @@ TEST(CudaRouting, LaunchRefusesParamsWithoutKCandidates) {
         << "E=" << p.num_experts << " k=" << p.top_k << " groups=" << p.n_group << "/" << p.topk_group;
 }
 
+// The GEMM launchers refuse operands their 16-byte loads cannot read (a direct caller's; the runner
+// stages misaligned hidden states): k % 8 read the next row's first elements, and a misaligned TMA base
+// is a sticky fault rather than an error code. They return before touching the device.
+TEST(CudaLaunch, GemmLaunchersRefuseOperandsTheirLoadsCannotRead) {
+  alignas(16) static char buf[64];
+  cuda_kernels::GroupedGemmParams g;
+  g.a = buf;
+  g.b = buf;
+  g.lda = 16;
+  g.n = 64;
+  g.k = 12;  // not whole 16-byte vectors
+  g.rows = g.grid_tiles = 1;
+  EXPECT_EQ(cuda_kernels::launch_grouped_gemm_bf16(cuda_kernels::GemmConfig::kStreamM16, g, nullptr), cudaErrorInvalidValue);
+  g.k = 16;
+  g.a = buf + 2;  // misaligned
+  EXPECT_EQ(cuda_kernels::launch_grouped_gemm_f16(cuda_kernels::GemmConfig::kTileM64, g, nullptr), cudaErrorInvalidValue);
+  cuda_kernels::CutlassGroupedParams c;
+  c.groups = 1;
+  c.n = c.k = 64;
+  c.rows = 1;
+  c.a = buf + 8;  // misaligned
+  c.b = c.d = buf;
+  c.sm_count = 132;  // (a workspace that passes its own check, so that only the alignment refuses)
+  c.workspace = buf;
+  c.workspace_bytes = size_t(1) << 30;
+  EXPECT_EQ(cuda_kernels::launch_cutlass_grouped_bf16(c, nullptr), cudaErrorInvalidValue);
+  c.a = buf;
+  c.b_group_stride = 12;
+  EXPECT_EQ(cuda_kernels::launch_cutlass_grouped_f16(c, nullptr), cudaErrorInvalidValue);
+}
+
 // Device tensors on a stream: graph capture + replay equals the eager forward bit for bit.
 TEST(CudaBackend, GraphReplayEqualsEager) {
   REQUIRE_GPU();

@@ -198,7 +198,7 @@ struct GroupArrays {
     sd = reinterpret_cast<typename G::StrideD*>(p);
     p += align16(g * sizeof(typename G::StrideD));
     const uintptr_t u = reinterpret_cast<uintptr_t>(p);
-    cutlass_ws = p + ((kTensorMapAlign - u % kTensorMapAlign) % kTensorMapAlign);  // tensor maps: 64 B aligned
+    cutlass_ws = p + ((kTensorMapAlign - u % kTensorMapAlign) % kTensorMapAlign);  // tensor maps: 128 B aligned (64 B needed)
   }
 };
 
@@ -292,7 +292,10 @@ template <typename T, typename Schedule = CooperativeTile128x256>
 cudaError_t launch_t(const CutlassGroupedParams& p, cudaStream_t stream) {
   using G = GroupedGemm<T, Schedule>;
   if (p.groups <= 0 || p.n <= 0 || p.k <= 0) return cudaSuccess;
-  if (p.n % G::kAlign != 0 || p.k % G::kAlign != 0) return cudaErrorInvalidValue;
+  if (p.n % G::kAlign != 0 || p.k % G::kAlign != 0 || p.b_group_stride % G::kAlign != 0) return cudaErrorInvalidValue;
+  // TMA needs 16-byte aligned global bases (a misaligned one is a sticky fault, not an error code).
+  if ((reinterpret_cast<uintptr_t>(p.a) | reinterpret_cast<uintptr_t>(p.b) | reinterpret_cast<uintptr_t>(p.d)) % 16 != 0)
+    return cudaErrorInvalidValue;
   if (p.sm_count <= 0 || !p.workspace || p.workspace_bytes < workspace_bytes_t<T, Schedule>(p.groups, p.sm_count))
     return cudaErrorInvalidValue;
   if (!p.seg_offsets && p.groups != 1) return cudaErrorInvalidValue;

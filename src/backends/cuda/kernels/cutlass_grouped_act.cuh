@@ -287,8 +287,11 @@ template <typename T>
 cudaError_t launch_act_t(const CutlassGroupedParams& p, cudaStream_t stream) {
   using G = GroupedGemmAct<T>;
   if (p.groups <= 0 || p.n <= 0 || p.k <= 0) return cudaSuccess;
-  if (p.n % 16 != 0 || p.k % G::kAlign != 0 || !act_gated(p.act) || p.layout != GateUpLayout::kBlocks8)
+  if (p.n % 16 != 0 || p.k % G::kAlign != 0 || p.b_group_stride % G::kAlign != 0 || !act_gated(p.act) ||
+      p.layout != GateUpLayout::kBlocks8)
     return cudaErrorInvalidValue;
+  // TMA needs 16-byte aligned global bases for A and B (a misaligned one is a sticky fault).
+  if ((reinterpret_cast<uintptr_t>(p.a) | reinterpret_cast<uintptr_t>(p.b)) % 16 != 0) return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(p.d) % 4 != 0 || (p.bias && reinterpret_cast<uintptr_t>(p.bias) % 8 != 0))
     return cudaErrorInvalidValue;  // 4-byte output pairs, 8-byte bias pairs
   if (p.sm_count <= 0 || !p.workspace || p.workspace_bytes < act_workspace_bytes_t<T>(p.groups, p.sm_count))

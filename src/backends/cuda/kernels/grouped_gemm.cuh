@@ -340,6 +340,11 @@ using ShapeStreamM16N32 = TileShape<16, 32, 1, 2, 8>;
 
 template <typename T, typename S>
 cudaError_t launch_shape(const GroupedGemmParams& p, cudaStream_t stream) {
+  // 16-byte loads of A and B rows: k, lda and the expert stride whole vectors of 8, the bases 16-byte
+  // aligned (the runner's always are; a direct caller's k % 8 != 0 read the next row's first elements).
+  if (p.k % 8 != 0 || p.lda % 8 != 0 || p.b_expert_stride % 8 != 0 || reinterpret_cast<uintptr_t>(p.a) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.b) % 16 != 0)
+    return cudaErrorInvalidValue;
   if (const cudaError_t e = ensure_max_dynamic_smem<std::pair<T, S>>(grouped_gemm_kernel<T, S>, static_cast<int>(S::kSmem));
       e != cudaSuccess)
     return e;

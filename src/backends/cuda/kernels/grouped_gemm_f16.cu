@@ -1,4 +1,4 @@
-// cuda/kernels/grouped_gemm_f16.cu — the fp16 instantiations of the grouped GEMM (4 tile shapes).
+// cuda/kernels/grouped_gemm_f16.cu — the fp16 instantiations of the grouped GEMM (5 tile shapes).
 #include "grouped_gemm.cuh"
 
 namespace moerun::cuda_kernels {

@@ -246,8 +246,8 @@ struct CutlassGroupedParams {
   const int32_t* a_row_index = nullptr;  // [rows], device
   // The own wgmma engine only (CUTLASS refuses k_splits != 1): each output tile's K in k_splits runs,
   // computed as separate tiles and summed in fp32 in split order through split_workspace (at least
-  // wgmma_split_workspace_bytes, 256-byte aligned, zero before the first launch; every launch that
-  // completes leaves it so). wgmma_k_splits is the runner's rule.
+  // wgmma_split_workspace_bytes, or wgmma_tail_split_workspace_bytes with split_tail; 256-byte
+  // aligned, zero before the first launch; every launch that completes leaves it so). wgmma_k_splits is the runner's rule.
   int k_splits = 1;
   void* split_workspace = nullptr;
   size_t split_workspace_bytes = 0;
@@ -310,8 +310,8 @@ inline cudaError_t launch_cutlass_grouped(Elem elem, const CutlassGroupedParams&
 // ---- the own sm90 grouped GEMM (kernels/wgmma_grouped.cuh) ------------------------------------------
 //
 // The same D (or, with p.tile == kTokens128x256Act, the same activation) as the CUTLASS 128x256
-// schedule from the same parameters, with 64-row last tiles and a dynamic tile scheduler: no
-// workspace, one launch, capturable in a CUDA graph. p.rows must be the row count of p.a and p.d,
+// schedule from the same parameters, with 64-row last tiles and a dynamic tile scheduler: one launch,
+// capturable in a CUDA graph, with no workspace but with split K (k_splits > 1: split_workspace). p.rows must be the row count of p.a and p.d,
 // also with seg_offsets; p.a, p.b and p.d 16-byte aligned; at most 1024 groups. counters: two device
 // ints that are zero before the first launch; every launch that completes leaves them zero again, so
 // one pair serves all launches on one stream in sequence (not two launches in flight at once). Null

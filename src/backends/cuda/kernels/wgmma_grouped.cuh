@@ -30,7 +30,8 @@
 //   With kBlocks8 a thread's rows r and r + 8 are a gate row and its up row, so the activation fuses.
 //   Narrow N: the last block's MMA is m64nW (64-row tiles m64n(W/2)), W its columns rounded up to 64,
 //   and B's box 64 or 128 rows where W fits (192: 256, zero-filled past n).
-//   Tiles: expert g has wgmma_m_tiles(count_g) M tiles times ceil(n / 256) N blocks, numbered expert by
+//   Tiles: expert g has wgmma_m_tiles(count_g) M tiles times ceil(n / 256) N blocks (ceil(n / 128)
+//   with WgmmaTiles::n128), numbered expert by
 //   expert, N block by N block, M tile fastest, so the CTAs running at the same time share one weight
 //   tile (one DRAM read, the rest L2 hits). Each CTA computes the per-expert tile prefix from the
 //   device-side segment offsets itself (a warp scan): no host-side counts, capturable in a CUDA graph.
@@ -41,9 +42,9 @@
 //   panels, and the tiles of one panel stopped sharing its DRAM reads. The last producer to finish
 //   resets the counter pair, so no launch needs a memset before it.
 //   Operands: A is the expert-sorted token rows, one 2-D tensor map [rows, k] (two: 128- and 64-row
-//   boxes); a tile's rows past its expert's end are loaded and computed but never stored. B is one
-//   3-D tensor map [groups, n, k], so the copy engine clips each expert's weight rows at n and fills
-//   zeros; k past the end is zero-filled too.
+//   boxes); a tile's rows past its expert's end are loaded and computed but never stored. B is 3-D
+//   tensor maps [groups, n, k] (boxes of 256, 128 and 64 weight rows), so the copy engine clips each
+//   expert's weight rows at n and fills zeros; k past the end is zero-filled too.
 //   Pipeline: a full and an empty mbarrier per stage. The producer waits for a stage's empty phase,
 //   arms the full barrier with the stage's bytes and issues both copies; a consumer waits for full,
 //   issues four wgmma (k16 each), commits, and once the group before it has retired (wait_group 1)
@@ -831,8 +832,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tl.splits > 1) {
         // Splits of one output tile take adjacent numbers, and every CTA runs its tiles in increasing
         // order, so the lowest unfinished tile never waits on a higher one: the chain cannot deadlock
-        // (with the grid co-resident, one CTA an SM). The sum is p0 + p1 + ... in split order whoever
-        // runs them: deterministic.
+        // (with the grid co-resident, one CTA an SM). The tail split takes every split's number from
+        // the device counter, so it holds however the CTAs are dispatched; a split of every tile
+        // (MOERUN_CUDA_KSPLIT=2-4 / auto) gives the first tiles statically by CTA index, and there it
+        // relies on the CTAs of lower index being resident no later than higher ones (not promised
+        // under MPS or a concurrent kernel taking SMs). The sum is p0 + p1 + ... in split order
+        // whoever runs them: deterministic.
         const int nv = swap ? 6 : ncols / 8;  // float4s of the accumulators in use (swap-AB: d[0..24))
         char* unit_ws = args.split_ws + int64_t(tl.unit) * kWgmmaSplitUnitBytes;
         float4* slot = reinterpret_cast<float4*>(unit_ws + 256) + c * 32 * 128 + tid;
@@ -1076,6 +1081,10 @@ cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, WgmmaTiles ti
     return cudaErrorInvalidValue;
   if (tiles.pair && (p.k_splits != 1 || p.a_row_index)) return cudaErrorInvalidValue;
   if (tiles.n128 && p.k_splits != 1) return cudaErrorInvalidValue;
+  // Tile numbers are int on the device: a bound past INT32_MAX (an output of tens of TB) is refused.
+  if ((int64_t(p.rows + 127) / 128 + 3 * int64_t(p.groups)) * int64_t(tiles.n128 ? (p.n + 127) / 128 : (p.n + 255) / 256) *
+          p.k_splits > 0x7fffffff)
+    return cudaErrorInvalidValue;
   if (p.k_splits < 1 || p.k_splits > kWgmmaMaxKSplits || (p.k_splits > 1 && (!wgmma_k_splits_fit(p.k, p.k_splits) ||
       !p.split_workspace || reinterpret_cast<uintptr_t>(p.split_workspace) % 256 != 0 ||
       p.split_workspace_bytes < (p.split_tail ? wgmma_tail_split_workspace_bytes(p.sm_count)
