@@ -3,7 +3,8 @@
 
 sort by expert, gather, torch._grouped_mm (gate_up), silu-and-mul, torch._grouped_mm (down),
 router-weighted scatter-add; the rows per expert counted two ways (torch.bincount, which syncs with the
-host, and a scatter_add that does not), each timed, the faster kept. Uniform random routing: the top-k
+host, and a scatter_add that does not), each timed, and the no-sync form also captured in a CUDA graph
+and replayed (as moerun's rows are); the fastest of the three kept. Uniform random routing: the top-k
 of router logits drawn as cuda_moe_bench draws them (SplitMix64 from seed 1234 + M, uniform in
 [-1, 1), core/random.hpp), so that both time the same experts; bf16 weights drawn uniformly in
 +-1/sqrt(K). Before timing a shape, the pipeline is checked against a dense per-expert loop in f32. Median of CUDA-event intervals, each after an L2 flush: a 512 MiB zero_()
@@ -98,6 +99,27 @@ def check_pipeline(e, k, h, w13, w2, dev):
             raise RuntimeError(f"torch pipeline ({c}) differs from the dense loop: relative L2 {rel:.3g}")
 
 
+def captured(fn):
+    """A CUDA graph of fn (the no-sync pipeline: every shape and offset stays on the device), or None
+    where this torch cannot capture it (the row then keeps the eager timings alone)."""
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        g.replay()
+        torch.cuda.synchronize()
+        return g
+    except Exception as ex:  # noqa: BLE001 - report and time eagerly
+        print(f"torch: no CUDA graph of the pipeline ({ex}); eager timings only", flush=True)
+        return None
+
+
 def median_ms(fn, reps, flush, read_flush=False):
     for _ in range(2):
         fn()
@@ -173,6 +195,9 @@ def main():
                 fns = {c: (lambda c=c: moe_expert_stage(x, ids, w, w13, w2, c)) for c in COUNTINGS}
                 for fn in fns.values():
                     fn()
+                graph = captured(lambda: moe_expert_stage(x, ids, w, w13, w2, "scatter"))
+                if graph is not None:  # moerun's rows are graph replays: so is this one
+                    fns["scatter-graph"] = graph.replay
                 flushes = ["write"] + (["read"] if m <= args.read_flush_max_m else [])
                 for fl in flushes:
                     by = {c: median_ms(fn, 10 if m >= 1024 else 30, flush, read_flush=fl == "read") for c, fn in fns.items()}
