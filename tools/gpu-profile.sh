@@ -21,7 +21,9 @@ fi
 for c in ${PROFILE_CASES:-qwen3-30b-a3b:1 qwen3-30b-a3b:8192 deepseek-v3:8192 mixtral-8x7b:1024}; do
   shape=${c%%:*}; m=${c##*:}
   echo "== $shape M=$m"
-  timeout 120 ncu --metrics gpu__time_duration.sum --csv -k "regex:routing|align|grouped|combine|gather|activation|device_kernel|fill_group" \
+  # (MOERUN_CUDA_STREAM_TUNE=0: the decode tiling tune that runner creation runs for large layers would
+  # otherwise be the first kernels the launch count takes)
+  MOERUN_CUDA_STREAM_TUNE=0 timeout 120 ncu --metrics gpu__time_duration.sum --csv -k "regex:routing|align|grouped|combine|gather|activation|device_kernel|fill_group" \
     --launch-skip ${PROFILE_SKIP:-0} --launch-count ${PROFILE_COUNT:-12} \
     $B/bench/cuda_moe_bench --no-forced --shapes "$shape" --ms "$m" 2>/dev/null > "$OUT/prof_${shape}_$m.csv"
   python3 - "$OUT/prof_${shape}_$m.csv" <<'PY'
