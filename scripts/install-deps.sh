@@ -20,8 +20,18 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# NumPy for the independent Hugging Face cross-check (tests/hf/hf_layers.py).
-python3 -c 'import numpy' 2>/dev/null || python3 -m pip install -q --disable-pip-version-check numpy
+# NumPy for the independent Hugging Face cross-check (tests/hf/hf_layers.py): Debian's package where
+# python3 is the system's (Debian 12 refuses pip installs into it: EXTERNALLY-MANAGED), else pip (a
+# virtual environment or pyenv interpreter on PATH, which does not see Debian's packages).
+if ! python3 -c 'import numpy' 2>/dev/null; then
+  if [ "$(command -v python3)" = /usr/bin/python3 ]; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    echo "moerun: installing python3-numpy"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-numpy >/dev/null
+  else
+    python3 -m pip install -q --disable-pip-version-check numpy
+  fi
+fi
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   if [ ! -f .deps/cutlass/include/cutlass/cutlass.h ]; then

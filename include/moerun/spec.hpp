@@ -119,7 +119,7 @@ struct MoeSpec {
   // Throws Error{kInvalidSpec} naming the first bad field ("top_k = 9: must be in [1, num_experts=8]").
   void validate() const;
 
-  // A one-line human summary: "E=128 top8 H=2048 I=768 bf16 silu-and-mul softmax renorm".
+  // A one-line human summary: "E=128 top8 H=2048 I=768 bf16 act=BF16 silu-and-mul softmax renorm".
   std::string summary() const;
 };
 
