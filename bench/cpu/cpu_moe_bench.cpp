@@ -62,7 +62,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <immintrin.h>
 #include <memory>
@@ -76,6 +75,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arg_lists.hpp"
+#include "json_file.hpp"
 #include "llc.hpp"
 #include "stats.hpp"
 #include "backends/cpu/cpu_backend.hpp"
@@ -1115,7 +1115,7 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "cpu_moe_bench: %s\n", e.what());
     return 2;
   }
-  if (!b.opt.json_path.empty() && !std::ofstream(b.opt.json_path)) {  // before minutes of measuring, not after
+  if (!b.opt.json_path.empty() && !moerun_bench::json_path_writable(b.opt.json_path)) {  // before minutes of measuring
     std::fprintf(stderr, "--json %s: cannot write there\n", b.opt.json_path.c_str());
     return 2;
   }
@@ -1180,12 +1180,7 @@ int run(int argc, char** argv) {
               {"elapsed_s", now_s() - t_start},
               {"rows", b.rows}};
     if (!b.opt.sweep.empty()) j["stream_sweep"] = b.opt.sweep;
-    std::ofstream f(b.opt.json_path);
-    f << j.dump(2) << "\n";
-    if (!f) {  // (the path was writable at the start: checked after the arguments)
-      std::fprintf(stderr, "cpu_moe_bench: cannot write %s\n", b.opt.json_path.c_str());
-      std::exit(1);
-    }
+    if (!moerun_bench::write_json_file(b.opt.json_path, j, 2, "cpu_moe_bench")) std::exit(1);
   };
 
   if (b.opt.decode_ratios) {

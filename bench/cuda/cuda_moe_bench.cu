@@ -22,7 +22,6 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -44,6 +43,7 @@
 #include "arg_lists.hpp"
 #include "stats.hpp"
 #include "bench_util.cuh"
+#include "json_file.hpp"
 #include "run_stamp.hpp"
 
 using namespace moerun;
@@ -301,16 +301,9 @@ int main(int argc, char** argv) {
         torch_distinct[key] = r["distinct_experts"].get<int>();
     }
   }
-  // (opened to append, and a file the check created removed again: an earlier result at that path
-  // stays until this run has rows to write)
-  if (!json_path.empty()) {
-    std::error_code ec;
-    const bool existed = std::filesystem::exists(json_path, ec);
-    if (!std::ofstream(json_path, std::ios::app)) {
-      std::fprintf(stderr, "cuda_moe_bench: --json %s: cannot write there\n", json_path.c_str());
-      return 2;
-    }
-    if (!existed) std::filesystem::remove(json_path, ec);
+  if (!json_path.empty() && !moerun_bench::json_path_writable(json_path)) {
+    std::fprintf(stderr, "cuda_moe_bench: --json %s: cannot write there\n", json_path.c_str());
+    return 2;
   }
   // The shapes and token counts, checked before the device is looked for: a typo must be an error on
   // any machine, not a run that times nothing.
@@ -414,21 +407,7 @@ int main(int argc, char** argv) {
     if (json_path.empty()) return true;
     out["rows"] = rows;
     out["runners"] = runners;
-    // Written beside and renamed: a timeout during the write leaves the previous version whole.
-    const std::string part = json_path + ".part";
-    {
-      std::ofstream f(part);
-      f << out.dump(1) << "\n";
-      if (!f) {
-        std::fprintf(stderr, "cuda_moe_bench: cannot write %s\n", part.c_str());
-        return false;
-      }
-    }
-    std::error_code ec;
-    std::filesystem::rename(part, json_path, ec);
-    if (ec) std::fprintf(stderr, "cuda_moe_bench: cannot rename %s to %s: %s\n", part.c_str(), json_path.c_str(),
-                         ec.message().c_str());
-    return !ec;
+    return moerun_bench::write_json_file(json_path, out, 1, "cuda_moe_bench");
   };
   std::printf("%-18s %5s %-22s %-16s %9s %8s %6s %8s %6s %6s %7s\n", "shape", "M", "variant", "kernel", "ms", "TB/s",
               "%bw", "TFLOP/s", "%mm", "%roof", "vs-torch");
