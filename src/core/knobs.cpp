@@ -113,9 +113,6 @@ const std::vector<Knob>& table() {
                        "0: the tokens gathered by a pass after the alignment, not by its fill grid"));
     v.push_back(choice("MOERUN_CUDA_DOWN_PREFETCH", "cuda", "end|start|mid|0|off", "end",
                        "where a one-token gate_up block asks the L2 for its expert's down weights; 0 / off: never"));
-    v.push_back(choice("MOERUN_CUDA_WEIGHT_L2", "cuda", "normal|first", "normal",
-                       "first: the wgmma engine's weight copies carry an L2 evict-first policy (the "
-                       "activations around its GEMMs may stay in the L2)"));
     v.push_back(choice("MOERUN_CUDA_N128", "cuda", "0|1|auto", "0",
                        "128-column blocks in the wgmma engine: every launch (1) or where its rule says (auto)"));
     v.push_back(choice("MOERUN_CUDA_KSPLIT", "cuda", "tail|auto|0|1|2|3|4", "tail",

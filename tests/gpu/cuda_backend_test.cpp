@@ -905,9 +905,6 @@ void check_grouped_engines(int n, int k = 72) {
     bad.split_workspace = dsplit;
     bad.split_workspace_bytes = split_bytes;
     EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue) << "CUTLASS split";
-    bad = p;
-    bad.b_evict_first = true;
-    EXPECT_EQ(launch_cutlass_grouped(Elem::kBF16, bad, nullptr), cudaErrorInvalidValue) << "CUTLASS L2 hint";
     // Every unit's two flags are zero again, also after the one-group launches (another shape on the
     // same workspace: its partials must not land on these flags).
     std::vector<int32_t> ws(split_bytes / 4, -1);
@@ -1248,9 +1245,8 @@ void check_split_k(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, i
 // wgmma k steps in the same order, so the two must agree to rounding (they are expected to be equal
 // bit for bit; the message says whether they were).
 // knob = on (1) against knob = off (0) (an engine form that must not change results beyond rounding).
-// bitwise: the form must give the same bits (a cache hint), not only agree to rounding.
 void check_engine_form(const char* knob, const MoeSpec& spec, int64_t m, uint64_t seed, Route route, bool fused,
-                       const char* on_value = "1", const char* off_value = "0", bool bitwise = false) {
+                       const char* on_value = "1", const char* off_value = "0") {
   SCOPED_TRACE(std::string(knob) + "=" + on_value + " " + spec.summary() + " m=" + std::to_string(m) +
                (fused ? " fused" : " unfused"));
   ForceGemm force(kWgmma);
@@ -1284,27 +1280,23 @@ void check_engine_form(const char* knob, const MoeSpec& spec, int64_t m, uint64_
   EXPECT_EQ(std::memcmp(paired.data(), again.data(), paired.nbytes()), 0)
       << "two forwards with " << knob << "=" << on_value << " differ";
   const bool same = std::memcmp(paired.data(), single.data(), paired.nbytes()) == 0;
-  if (bitwise) EXPECT_TRUE(same) << knob << "=" << on_value << " changed the output's bits";
   std::printf("[%s=%s] %s m=%lld: %s the output with %s\n", knob, on_value, spec.summary().c_str(),
               static_cast<long long>(m), same ? "bit for bit" : "within tolerance of (not bitwise)", off_value);
 }
 
-void check_engine_form_cases(const char* knob, const char* on_value = "1", const char* off_value = "0",
-                             bool bitwise = false) {
+void check_engine_form_cases(const char* knob) {
   for (bool fused : {true, false}) {
-    check_engine_form(knob, make_spec(8, 2, 264, 200), 257, 1500, Route::kLogits, fused, on_value, off_value,
-                      bitwise);  // ~64 rows an expert
-    check_engine_form(knob, make_spec(8, 2, 264, 200), 900, 1501, Route::kLogits, fused, on_value, off_value,
-                      bitwise);  // ~225: pairs and solos
+    check_engine_form(knob, make_spec(8, 2, 264, 200), 257, 1500, Route::kLogits, fused);  // ~64 rows an expert
+    check_engine_form(knob, make_spec(8, 2, 264, 200), 900, 1501, Route::kLogits, fused);  // ~225: pairs and solos
     check_engine_form(knob, make_spec(16, 3, 136, 96, ActivationKind::kGeluAndMul, WeightFormat::kF16), 700, 1502,
-                      Route::kHotExpert, fused, on_value, off_value, bitwise);
+                      Route::kHotExpert, fused);
     MoeSpec b = make_spec(64, 4, 200, 136, ActivationKind::kSwigluOai);
     b.expert_bias = true;
     b.activation.interleaved_gate_up = true;
     b.shared.count = 1;
     b.shared.intermediate = 200;
     b.shared.gated_by_router = true;
-    check_engine_form(knob, b, 1601, 1503, Route::kLogits, fused, on_value, off_value, bitwise);
+    check_engine_form(knob, b, 1601, 1503, Route::kLogits, fused);
   }
 }
 
@@ -1330,14 +1322,6 @@ TEST(CudaBackend, SmallPairedMatchesUnpaired) {
   ScopedEnv swap_too("MOERUN_CUDA_PAIR", "1");
   ScopedEnv tails("MOERUN_CUDA_SWAP_TAILS", "16");  // refused together, with a message
   expect_knob_refused("MOERUN_CUDA_PAIR", "MOERUN_CUDA_PAIR=1 with MOERUN_CUDA_SWAP_TAILS=16", 1504);
-}
-
-// The weight copies' L2 evict-first policy (MOERUN_CUDA_WEIGHT_L2=first) is a hint: the same bits as
-// without it, on every form of the cases above (the tail split included: each case's down GEMM runs
-// it where its last wave is partial); the CUTLASS engine refuses the flag.
-TEST(CudaBackend, SmallWeightEvictFirstIsBitwise) {
-  REQUIRE_GPU();
-  check_engine_form_cases("MOERUN_CUDA_WEIGHT_L2", "first", "normal", /*bitwise=*/true);
 }
 
 // The 128-column blocks (MOERUN_CUDA_N128=1) on every launch, against 256-column ones; a bad value

@@ -158,10 +158,6 @@ cuda_kernels::WgmmaTiles wgmma_tiles_from_env() {
   return t;
 }
 
-// MOERUN_CUDA_WEIGHT_L2: "first" gives the wgmma engine's weight copies an L2 evict-first policy
-// (CutlassGroupedParams::b_evict_first), "normal" (also unset) none. Read per call.
-bool weight_l2_evict_first() { return knob_choice("MOERUN_CUDA_WEIGHT_L2").value_or("normal") == "first"; }
-
 // MOERUN_CUDA_DOWN_PREFETCH: where in its main loop a one-token gate_up block asks the L2 for its
 // expert's down weights (GroupedGemmParams::l2_next): "end" (after the main loop; also unset or any
 // other value), "start", "mid" (half-way through K), or "0" / "off" (never). Returns the k-tile, or
@@ -568,11 +564,9 @@ class CudaRunner final : public Runner {
     const bool fused = tile == CutlassTile::kTokens128x256 && sp.activation.gated() &&
                        d_.gate_up_layout() == GateUpLayout::kBlocks8 && fused_act_enabled(wgmma);
     const WgmmaTiles tiles = wgmma ? wgmma_tiles_from_env() : WgmmaTiles{};
-    const bool weights_evict_first = wgmma && weight_l2_evict_first();
     auto gemm = [&](const CutlassGroupedParams& p, cudaStream_t st) {
       if (!wgmma) return launch_cutlass_grouped(el, p, st);
       CutlassGroupedParams q = p;
-      q.b_evict_first = weights_evict_first;
       const SplitK split = split_k_for(q.rows, q.groups, q.n, q.k);
       q.k_splits = split.k;
       q.split_tail = split.tail;

@@ -254,12 +254,6 @@ struct CutlassGroupedParams {
   // With k_splits > 1: split only the output tiles of the last partial wave, each into
   // wgmma_tail_splits runs (k_splits the most); every other tile runs whole.
   bool split_tail = false;
-  // The own wgmma engine only (CUTLASS refuses it): B's tensor copies carry an L2 evict-first policy.
-  // A forward reads each weight tile from DRAM once (the CTAs sharing it run together), so its lines
-  // can give way first, and the activations around the GEMMs (the sorted tokens, the intermediate,
-  // the down output, each a few tens of MB) may stay in the L2 between the kernels. Results are the
-  // same bit for bit (a hint).
-  bool b_evict_first = false;
 };
 
 size_t cutlass_grouped_workspace_bytes_bf16(int groups, int sm_count);
@@ -301,8 +295,7 @@ inline size_t cutlass_grouped_workspace_bytes(Elem elem, int groups, int sm_coun
 // other than kBlocks8).
 inline cudaError_t launch_cutlass_grouped(Elem elem, const CutlassGroupedParams& p, cudaStream_t stream) {
   const bool bf16 = elem == Elem::kBF16;
-  if ((!bf16 && elem != Elem::kF16) || p.a_row_index || p.k_splits != 1 || p.b_evict_first)
-    return cudaErrorInvalidValue;
+  if ((!bf16 && elem != Elem::kF16) || p.a_row_index || p.k_splits != 1) return cudaErrorInvalidValue;
   switch (p.tile) {
     case CutlassTile::kTokens128x256:
       return bf16 ? launch_cutlass_grouped_bf16(p, stream) : launch_cutlass_grouped_f16(p, stream);

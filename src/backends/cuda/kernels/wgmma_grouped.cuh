@@ -145,7 +145,6 @@ struct KernelArgs {
   // Tail split (launch.hpp, wgmma_tail_splits): only the output tiles of the last partial wave split,
   // into wgmma_tail_splits(tiles, grid, k_splits, k) runs each (k_splits: the most); the others whole.
   bool split_tail = false;
-  bool b_evict_first = false;  // B's tensor copies with an L2 evict-first policy (CutlassGroupedParams)
 };
 
 // ---- PTX wrappers ---------------------------------------------------------------------------------
@@ -185,21 +184,6 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
       "[%2];\n" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-// An L2 cache policy that marks the lines a copy brings in as the first to evict.
-__device__ __forceinline__ uint64_t l2_policy_evict_first() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-// tma_load_3d with an L2 cache policy (l2_policy_evict_first).
-__device__ __forceinline__ void tma_load_3d_hint(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                                 int c2, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, "
-      "%4, %5}], [%2], %6;\n" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "l"(policy)
       : "memory");
 }
 // The same copy into the same shared offset of every CTA in cta_mask (its bit r: cluster rank r),
@@ -738,12 +722,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 tma_load_3d_multicast(sb + s * kStageB + b_row_off * 128, map_bx, &full[s], kt * kBK,
                                       tl.n0 + b_row_off, tl.g, uint16_t(0x3));
             } else if (b_rows > 0) {
-              // (made at each copy: a policy kept across the loop spilled the 40-register producer;
-              // the paired mode's multicast copies above take no hint)
-              if (args.b_evict_first)
-                tma_load_3d_hint(sb + s * kStageB, map_bx, &full[s], kt * kBK, tl.n0, tl.g, l2_policy_evict_first());
-              else
-                tma_load_3d(sb + s * kStageB, map_bx, &full[s], kt * kBK, tl.n0, tl.g);
+              tma_load_3d(sb + s * kStageB, map_bx, &full[s], kt * kBK, tl.n0, tl.g);
             }
           }
           if (gathered) {
@@ -1144,7 +1123,6 @@ cudaError_t launch_t(const CutlassGroupedParams& p, int* counters, WgmmaTiles ti
   a.a_index = p.a_row_index;
   a.k_splits = p.k_splits;
   a.split_tail = p.split_tail && p.k_splits > 1;
-  a.b_evict_first = p.b_evict_first;
   if (p.k_splits > 1) a.split_ws = static_cast<char*>(p.split_workspace);
   if (!act) return launch_kernel<T, kNoAct>(ma128, ma64, mb, mb128, mb64, a, p.sm_count, stream);
   switch (p.act) {
