@@ -9,13 +9,13 @@ CUTLASS_VERSION=4.2.0.0
 pkgs=(build-essential cmake ninja-build pkg-config git python3 python3-pip unzip
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
       libdnnl-dev clang libclang-rt-dev libomp-dev)
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
   echo "moerun: installing ${missing[*]}"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
@@ -25,7 +25,6 @@ fi
 # virtual environment or pyenv interpreter on PATH, which does not see Debian's packages).
 if ! python3 -c 'import numpy' 2>/dev/null; then
   if [ "$(command -v python3)" = /usr/bin/python3 ]; then
-    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
     echo "moerun: installing python3-numpy"
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-numpy >/dev/null
   else
