@@ -784,7 +784,9 @@ void check_grouped_engines(int n, int k = 72) {
         q.split_workspace_bytes = split_bytes;
       }
       // The tail split on a grid of 8 or 16 CTAs: the 18 (n = 136) or 36 (n = 328) output tiles leave
-      // 2 or 4 for a last partial wave, split in 2 (k = 72: two 64-k tiles) or up to 4 (k = 1480).
+      // 2 or 4 for a last partial wave, split in 2 (k = 72: two 64-k tiles) or up to 4 (k = 1480); on 8
+      // CTAs with n = 136 the wave starts inside the last group's three tiles, so all three split; 36
+      // tiles on 8 CTAs are over four waves (none split).
       if (engine == 15 || engine == 16) {
         q.k_splits = k >= 256 ? 4 : 2;
         q.split_tail = true;
@@ -1350,6 +1352,115 @@ TEST(CudaBackend, SmallTailSplitMatchesUnsplit) {
     check_engine_form("MOERUN_CUDA_KSPLIT", b, 700, 1511, Route::kLogits, fused, "tail", "1");
     check_engine_form("MOERUN_CUDA_KSPLIT", make_spec(16, 3, 1544, 264), 900, 1512, Route::kHotExpert, fused, "tail",
                       "1");
+  }
+}
+
+// The default forward is bitwise reproducible from call to call, the tail split included. Above
+// kAlignSingleBlockRows routed rows the alignment places each row with a global atomic, so the order
+// of rows inside an expert changes from call to call; here about 256 rows an expert make (expert,
+// column block) groups of two or three M tiles, and the down GEMM's 4 column blocks (h = 776) about
+// 160 tiles, so on 132 SMs the last partial wave starts inside a group on two of the three seeds (a
+// review's replay of the routing). A call of another size runs between the repeats. Only a few
+// outputs can differ here (k = 136 is three 64-k tiles, and two bf16 roundings follow), so the
+// launch-level test below is the sharp one.
+TEST(CudaBackend, RepeatedForwardsAreBitwiseEqual) {
+  REQUIRE_GPU();
+  for (bool fused : {true, false}) {
+    ForceGemm force(kWgmma);
+    FusedAct act(fused);
+    for (uint64_t seed : {1520u, 1521u, 1522u}) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + (fused ? " fused" : " unfused"));
+      const MoeSpec spec = make_spec(16, 4, 776, 136);
+      const MoeWeights w = random_weights(spec, seed);
+      auto runner = make_cuda_backend()->create_runner(spec, w, sm90_platform(), {});
+      const int64_t m = 1024;
+      ASSERT_GT(m * spec.top_k, cuda_kernels::kAlignSingleBlockRows);
+      ASSERT_EQ(runner->variant_for(m), kWgmma);
+      const Inputs in = make_inputs(spec, m, seed + 3, Route::kLogits);
+      const Inputs other = make_inputs(spec, 700, seed + 4, Route::kLogits);
+      HostTensor first(spec.act_dtype, {m, spec.hidden}), out(spec.act_dtype, {m, spec.hidden}),
+          between(spec.act_dtype, {700, spec.hidden});
+      poison(first);
+      runner->forward(host_args(in, first));
+      for (int rep = 0; rep < 3; ++rep) {
+        runner->forward(host_args(other, between));
+        poison(out);
+        runner->forward(host_args(in, out));
+        int64_t differ = 0;
+        const auto* a = static_cast<const uint16_t*>(first.data());
+        const auto* b = static_cast<const uint16_t*>(out.data());
+        for (int64_t i = 0; i < m * spec.hidden; ++i) differ += a[i] != b[i];
+        EXPECT_EQ(differ, 0) << "repeat " << rep << ": elements that differ from the first forward";
+      }
+    }
+  }
+}
+
+// The tail split gives each row the same sums in any M tile of its (expert, column block) group: the
+// launch with the rows of each expert reversed, its output reversed back, equals the plain launch bit
+// for bit. Groups of three M tiles (300 rows: 128, 128, 44 in a 64-row tile): 9 tiles on 4 CTAs (the
+// wave starts at 8, the split at 6), 12 on 5 (at 10; from 9), with n = 320 (two column blocks; 200 rows
+// make two M tiles) 16 on 5 (at 15; from 13), and two experts of 1000 rows (8 M tiles) on 5 CTAs, where
+// the straddling group would need 8 units of 5 and runs whole. k = 4096 (64 k tiles, runs of 16) and fp16 output,
+// so that sums in runs and whole sums round apart on many outputs: where a group straddled the wave,
+// split and whole tiles mixed in it and rows moved between them with the order.
+TEST(CudaLaunch, TailSplitDoesNotDependOnTheRowOrder) {
+  REQUIRE_GPU();
+  using namespace cuda_kernels;
+  struct Case {
+    std::vector<int> sizes;
+    int n, grid;
+  };
+  for (const Case& c : {Case{{300, 300, 300}, 256, 4}, Case{{300, 300, 300, 300}, 256, 5}, Case{{300, 200, 300}, 320, 5},
+                        Case{{1000, 1000}, 256, 5}}) {
+    const int k = 4096, groups = static_cast<int>(c.sizes.size());
+    SCOPED_TRACE("groups " + std::to_string(groups) + " n " + std::to_string(c.n) + " grid " + std::to_string(c.grid));
+    std::vector<int32_t> seg(1, 0);
+    for (int x : c.sizes) seg.push_back(seg.back() + x);
+    const int rows = seg.back();
+    std::mt19937 rng(1530 + groups);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<uint16_t> a(static_cast<size_t>(rows) * k), b(static_cast<size_t>(groups) * c.n * k);
+    for (auto& x : a) x = f32_to_fp16(u(rng));
+    for (auto& x : b) x = f32_to_fp16(u(rng) * 0.05f);
+    // The same rows, each expert's in reverse order.
+    std::vector<uint16_t> a_rev(a.size());
+    std::vector<int> rev(static_cast<size_t>(rows));
+    for (int g = 0; g < groups; ++g)
+      for (int r = seg[static_cast<size_t>(g)]; r < seg[static_cast<size_t>(g) + 1]; ++r)
+        rev[static_cast<size_t>(r)] = seg[static_cast<size_t>(g)] + seg[static_cast<size_t>(g) + 1] - 1 - r;
+    for (int r = 0; r < rows; ++r)
+      std::copy_n(a.begin() + static_cast<ptrdiff_t>(rev[static_cast<size_t>(r)]) * k, k,
+                  a_rev.begin() + static_cast<ptrdiff_t>(r) * k);
+    const DeviceBuffer a_buf = to_device(a), a_rev_buf = to_device(a_rev), b_buf = to_device(b), seg_buf = to_device(seg);
+    const size_t d_bytes = static_cast<size_t>(rows) * c.n * 2;
+    const DeviceBuffer d_buf(d_bytes), d_rev_buf(d_bytes), counters(8);
+    counters.fill(0);
+    const size_t split_bytes = wgmma_tail_split_workspace_bytes(c.grid);
+    const DeviceBuffer split_buf(split_bytes);
+    split_buf.fill(0);
+    // (EXPECT, not CK: CK returns from the lambda, which returns the output)
+    auto run = [&](const DeviceBuffer& a_dev, const DeviceBuffer& d_dev) {
+      CutlassGroupedParams p = grouped_params(groups, seg_buf.get<int32_t>(), a_dev.get(), b_buf.get(), d_dev.get(), c.n, k,
+                                              nullptr, 0, c.grid);
+      p.rows = rows;
+      p.k_splits = kWgmmaMaxKSplits;
+      p.split_tail = true;
+      p.split_workspace = split_buf.get();
+      p.split_workspace_bytes = split_bytes;
+      EXPECT_EQ(launch_wgmma_grouped(Elem::kF16, p, counters.get<int32_t>(), nullptr), cudaSuccess);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<uint16_t> d(static_cast<size_t>(rows) * c.n);
+      EXPECT_EQ(cudaMemcpy(d.data(), d_dev.get(), d_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      return d;
+    };
+    const std::vector<uint16_t> plain = run(a_buf, d_buf), reversed = run(a_rev_buf, d_rev_buf);
+    int64_t differ = 0;
+    for (int r = 0; r < rows; ++r)
+      for (int col = 0; col < c.n; ++col)
+        differ += plain[static_cast<size_t>(r) * c.n + col] !=
+                  reversed[static_cast<size_t>(rev[static_cast<size_t>(r)]) * c.n + col];
+    EXPECT_EQ(differ, 0) << "outputs that depend on the order of rows inside their expert";
   }
 }
 
@@ -2038,6 +2149,18 @@ TEST(CudaLaunch, SplitKOnlyWhereTheTilesLeaveTheSmsIdle) {
   EXPECT_EQ(wgmma_tail_splits(600, 132, 4, 14336), 1);  // over kWgmmaTailMaxWaves waves
   EXPECT_EQ(wgmma_tail_splits(528, 132, 4, 14336), 1);  // four whole waves
   EXPECT_EQ(wgmma_tail_splits(450, 132, 4, 14336), 2);  // four waves: 54 left
+  // The split starts at an (expert, column block) group's first tile: the wave's first tile when it
+  // is one; else the first tile of the group it starts in, where the workspace (one unit a split tile,
+  // grid units) holds the tiles from there on; else the next group's (a straddling group runs whole).
+  EXPECT_EQ(wgmma_tail_split_start(264, 258, 3, 320, 132), 264);  // tile 264 starts the group 264..266
+  EXPECT_EQ(wgmma_tail_split_start(265, 258, 3, 320, 132), 264);  // inside 264..266: from 264 (56 units)
+  EXPECT_EQ(wgmma_tail_split_start(266, 258, 3, 320, 132), 264);
+  EXPECT_EQ(wgmma_tail_split_start(265, 258, 3, 320, 55), 267);    // 56 units would not fit 55: from 267
+  EXPECT_EQ(wgmma_tail_split_start(132, 130, 1, 160, 132), 132);  // one M tile a group: every tile starts one
+  EXPECT_EQ(wgmma_tail_split_start(132, 100, 40, 180, 132), 100); // a hot expert's long group: 80 units fit
+  EXPECT_EQ(wgmma_tail_split_start(132, 100, 40, 240, 132), 140); // 140 would not
+  EXPECT_EQ(wgmma_tail_split_start(16, 15, 3, 18, 8), 15);        // check_grouped_engines' 8 CTAs, n = 136
+  EXPECT_EQ(wgmma_tail_split_start(132, 132, 0, 140, 132), 132);  // (no tiles: left as it is)
   // The runner's pre-check (the workspace only where the kernel may split).
   EXPECT_TRUE(wgmma_tail_split_may_apply(2048, 8, 4096, 132));     // mixtral down, M = 1024
   EXPECT_FALSE(wgmma_tail_split_may_apply(2048, 8, 28672, 132));   // its gate_up: 1792 tiles at least

@@ -465,6 +465,21 @@ MOERUN_HD constexpr int wgmma_tail_splits(int tiles, int grid, int k_max, int k)
   while (n > 1 && (n - 1) * ((k_tiles + n - 1) / n) >= k_tiles) --n;
   return n < 2 ? 1 : n;
 }
+// Where the tail split starts. The last partial wave starts at tile `wave_start`; tiles are numbered
+// expert by expert, column block by column block, M tile fastest, so a (expert, column block) group is
+// `m_tiles` adjacent numbers from `group_start`. Every tile of a group must be split alike, so that a
+// row gets the same sums in whichever of its expert's M tiles the alignment placed it (the order of
+// rows inside an expert comes from atomics and changes from call to call: with the split starting
+// inside a group, a row could be summed in runs on one call and whole on the next, an ulp apart). So
+// a wave starting inside a group splits from the group's first tile where the workspace holds one
+// unit for each split tile (out_tiles - group_start <= grid: the wave stays short), else from the next
+// group's (the straddling group runs whole).
+MOERUN_HD constexpr int wgmma_tail_split_start(int wave_start, int group_start, int m_tiles, int out_tiles, int grid) {
+  const int local = wave_start - group_start;
+  if (m_tiles <= 0 || local % m_tiles == 0) return wave_start;
+  const int first = group_start + (local / m_tiles) * m_tiles;
+  return out_tiles - first <= grid ? first : first + m_tiles;
+}
 // The tail split's workspace: fewer than `grid` output tiles split, one block each.
 constexpr size_t wgmma_tail_split_workspace_bytes(int grid) {
   return static_cast<size_t>(grid > 0 ? grid : 0) * kWgmmaSplitUnitBytes;

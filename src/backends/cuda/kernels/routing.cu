@@ -15,12 +15,13 @@
 //   With an AlignGather the second grid also copies the tokens into their sorted rows (one block a
 //   row): one kernel fewer than a gather pass after the fill, which measured as fast at 512 and 1024
 //   tokens and 0.2-1.3% faster at 8192 (H200, bench/results/2026-12-04_s26_h200/NOTES.md).
-//   Rows inside an expert's segment are in no particular order (the fill's atomics place them). A
-//   row's result is written to its (token, slot) place, and in the GEMMs it depends on its own data
-//   only, except under the wgmma engine's tail split (MOERUN_CUDA_KSPLIT=tail, the default): there
-//   the output tiles of the last wave sum their K runs in another order than whole tiles, so a row
-//   that lands in such a tile on one call and in a whole tile on the next can differ by an ulp.
-//   Outputs are bitwise reproducible from call to call with MOERUN_CUDA_KSPLIT=1.
+//   Rows inside an expert's segment are in no particular order (the fill's atomics place them), and
+//   the order changes from call to call. Outputs do not depend on it: a row's result is written to
+//   its (token, slot) place, and in the GEMMs it depends on its own data only. The wgmma engine's tail
+//   split sums split tiles in another order than whole ones, so it splits whole (expert, column
+//   block) groups only (launch.hpp, wgmma_tail_split_start): a row gets the same sums in any of its
+//   expert's M tiles. Outputs are bitwise reproducible from call to call
+//   (CudaBackend.RepeatedForwardsAreBitwiseEqual).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

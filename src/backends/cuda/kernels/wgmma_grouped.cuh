@@ -74,7 +74,10 @@
 //   (the activation too) and zeroes the flag. So the sum has one order whichever SM runs what.
 //   Tail split (KernelArgs::split_tail): the whole output tiles take the first numbers, then each tile
 //   of the last partial wave takes wgmma_tail_splits adjacent numbers (launch.hpp), counted by every
-//   CTA from the tile total it finds on the device; the same flags and order as above.
+//   CTA from the tile total it finds on the device; the same flags and order as above. The split
+//   starts at an (expert, column block) group's first tile (wgmma_tail_split_start: the group the wave
+//   starts in, or the next), so all M tiles of a group sum alike and the output does not depend on
+//   the order of rows inside an expert.
 //   Paired mode (WgmmaTiles::pair, off: measured slower, launch.hpp): a cluster of two CTAs takes
 //   items of two M tiles of one expert's N block; CTA r copies weight rows 128 r .. + 128 of the block
 //   with .multicast::cluster into both CTAs' stage, so each stage's full barrier counts both halves'
@@ -598,6 +601,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (pair) cluster_sync();  // both CTAs' barriers exist before either copies into the other or arrives
+  // The tail split's first split number and the work-number total (kept in shared memory and read where
+  // used: held in registers across the loops they spilled the producer and the consumers).
+  __shared__ int tail_split[2];
   if (threadIdx.x < 32) {  // prefix[g] over the experts' tile counts, 32 experts a step
     const int lane = threadIdx.x;
     int carry = 0;
@@ -617,17 +623,35 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (g < groups) prefix[g + 1] = carry + v;
       carry += __shfl_sync(0xffffffffu, v, 31);
     }
+    __syncwarp();
+    if (lane == 0) {
+      // Work numbers: tile t (each numbered k_splits times with a uniform split), or with the tail split
+      // the output tiles before split_from whole, then tail_k adjacent numbers for each tile from it on.
+      const int out_tiles = prefix[groups];
+      const int tail_k = args.split_tail ? wgmma_tail_splits(out_tiles, teams, args.k_splits, args.k) : 1;
+      int split_from = out_tiles;
+      if (tail_k > 1) {  // the last partial wave, from the first tile of a (expert, column block) group
+        const int wave_start = out_tiles - out_tiles % teams;
+        int lo = 0, hi = groups;  // the expert g whose tiles hold wave_start: prefix[g] <= wave_start < prefix[g + 1]
+        while (hi - lo > 1) {
+          const int mid = (lo + hi) / 2;
+          if (prefix[mid] <= wave_start) lo = mid; else hi = mid;
+        }
+        split_from = wgmma_tail_split_start(wave_start, prefix[lo], (prefix[lo + 1] - prefix[lo]) / n_blocks,
+                                            out_tiles, teams);
+      }
+      tail_split[0] = split_from;
+      tail_split[1] = args.split_tail ? split_from + (out_tiles - split_from) * tail_k : out_tiles;
+    }
   }
   __syncthreads();
-  // Work numbers: tile t (each numbered k_splits times with a uniform split), or with the tail split the
-  // output tiles before split_from whole, then tail_k adjacent numbers for each tile from it on.
-  const int out_tiles = prefix[groups];
-  const int tail_k = args.split_tail ? wgmma_tail_splits(out_tiles, teams, args.k_splits, args.k) : 1;
-  const int split_from = tail_k > 1 ? out_tiles - out_tiles % teams : out_tiles;
-  const int total = args.split_tail ? split_from + (out_tiles - split_from) * tail_k : out_tiles;
+  const volatile int* split_from_at = &tail_split[0];
+  const volatile int* total_at = &tail_split[1];
+  const int tail_k = args.split_tail ? wgmma_tail_splits(prefix[groups], teams, args.k_splits, args.k) : 1;
   auto decode = [&](int t) {
     if (pair) return decode_pair(t, prefix, seg, groups, args.n, args.tiles, rank);
     if (!args.split_tail) return decode_tile(t, prefix, seg, groups, args.n, args.tiles, args.k_splits);
+    const int split_from = *split_from_at;
     const bool cut = t >= split_from;
     const int u = cut ? split_from + (t - split_from) / tail_k : t;
     Tile tl = decode_tile(u, prefix, seg, groups, args.n, args.tiles, 1);
@@ -678,7 +702,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             t = tile_slot[i % kTileSlots];
           }
         }
-        if (t >= total) break;
+        if (t >= *total_at) break;
         const Tile tl = decode(t);
         const int split_tiles = (k_tiles + tl.splits - 1) / tl.splits;  // k tiles per split (the last may be short)
         const bool a64 = tl.kind != WgmmaTileKind::kRows128;  // (a swap-AB tile's at most 48 rows too)
@@ -789,7 +813,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else if (i > 0) {
         t += teams;
       }
-      if (t >= total) break;
+      if (t >= *total_at) break;
       const Tile tl = decode(t);
       const int split_tiles = (k_tiles + tl.splits - 1) / tl.splits;
       // No columns: a swap-AB tile's second half past the last column (skipped), or a paired solo
