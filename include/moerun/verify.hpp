@@ -42,6 +42,11 @@ struct VerifyResult {
   double error = 0.0;       // normalized max error (see above)
   double rel_l2 = 0.0;      // relative L2 error
   double tolerance = 0.0;   // the normalized max error allowed
+  // The case ran (not skipped, no error thrown) and its second call on the same runner, after a call
+  // of another size, gave the first call's output bit for bit. A report, not part of `passed`: an
+  // out-of-tree backend may sum in an order that changes from call to call (atomics) and still pass.
+  // The built-in backends are held to it by their tests.
+  bool repeatable = false;
   std::string message;      // failure or skip reason, one line
 };
 
@@ -75,7 +80,8 @@ std::vector<VerifyCase> standard_cases(uint64_t seed, int count, const std::func
 // Runs one case: random weights and inputs from the case's seed, the backend and the reference. A
 // spec the backend does not support (on `platform`) gives skipped = true with the reasons. The
 // backend's runner runs the case, then a call of another size, then the case again: both of the
-// case's outputs must match the reference, and no call may write into its inputs.
+// case's outputs must match the reference, and no call may write into its inputs; `repeatable` says
+// whether the two were bitwise equal.
 VerifyResult verify_case(const Backend& backend, const Platform& platform, const VerifyCase& c,
                          const RunnerOptions& options = {});
 

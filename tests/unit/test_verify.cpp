@@ -20,6 +20,7 @@ enum class Defect {
   kWritesItsInputs,        // scribbles on the hidden states after computing
   kIgnoresRouterWeight,    // without logits or top-k, routes as if every logit were 0
   kSkipsActQuant,          // computes as if act_quant were none
+  kNotRepeatable,          // every call after the first flips the lowest bit of one output element (within tolerance)
 };
 
 class DefectiveRunner final : public Runner {
@@ -42,6 +43,13 @@ class DefectiveRunner final : public Runner {
       if (saw_other_ && m == first_m_ && m > 0) std::memset(args.output.data, 0, static_cast<size_t>(args.output.nbytes()));
     }
     if (defect_ == Defect::kWritesItsInputs && m > 0) std::memset(args.hidden.data, 0, 2);
+    if (defect_ == Defect::kNotRepeatable && m > 0 && calls_++ > 0) {
+      ASSERT_EQ(args.output.dtype, DType::kF32);  // (small_spec()'s default)
+      uint32_t bits;
+      std::memcpy(&bits, args.output.data, 4);
+      bits ^= 1u;
+      std::memcpy(args.output.data, &bits, 4);
+    }
   }
 
  private:
@@ -50,6 +58,7 @@ class DefectiveRunner final : public Runner {
   Defect defect_;
   int64_t first_m_ = -1;
   bool saw_other_ = false;
+  int64_t calls_ = 0;
   std::vector<float> zeros_;
 };
 
@@ -97,7 +106,20 @@ TEST(VerifyHarness, TheReferenceItselfPasses) {
   for (RoutingPattern r : {RoutingPattern::kRandom, RoutingPattern::kGivenTopk, RoutingPattern::kFromWeights}) {
     const VerifyResult res = verify_case(b, here(), case_of(small_spec(), 9, r));
     EXPECT_TRUE(res.passed && !res.skipped) << res.message;
+    EXPECT_TRUE(res.repeatable);
   }
+}
+
+// A backend whose repeated call differs by one ulp still passes (within tolerance), and the harness
+// reports that it is not bitwise repeatable (the case's calls are the runner's first and third).
+TEST(VerifyHarness, ReportsABackendThatIsNotBitwiseRepeatable) {
+  const VerifyResult r = verify_case(DefectiveBackend(Defect::kNotRepeatable), here(),
+                                     case_of(small_spec(), 9, RoutingPattern::kRandom));
+  EXPECT_TRUE(r.passed) << r.message;
+  EXPECT_FALSE(r.repeatable);
+  EXPECT_FALSE(verify_case(DefectiveBackend(Defect::kNotRepeatable), here(),
+                           case_of(small_spec(), 9, RoutingPattern::kRandom, 3))
+                   .repeatable);
 }
 
 TEST(VerifyHarness, StateKeptFromAnotherCallFails) {

@@ -32,6 +32,7 @@ void verify(const VerifyOptions& o) {
   RunnerOptions ro;
   ro.threads = o.common.threads;
   int passed = 0, failed = 0, skipped = 0, computed = 0;  // computed: passed cases of at least one token
+  int repeatable = 0;  // computed cases whose second call gave the first's bits (verify.hpp)
   // Specs are drawn until the backend supports them here: most random specs are outside a narrow
   // backend's capabilities (cuda: about 1 in 60), and a run of skips verifies nothing.
   const auto accept = [&](const MoeSpec& s) { return supports(*e->backend, s, platform).ok(); };
@@ -40,13 +41,23 @@ void verify(const VerifyOptions& o) {
     if (r.skipped) ++skipped;
     else if (r.passed) ++passed;
     else ++failed;
-    if (!r.skipped && r.passed && c.tokens > 0) ++computed;
+    const bool counted = !r.skipped && r.passed && c.tokens > 0;
+    computed += counted;
+    repeatable += counted && r.repeatable;
     if (!r.passed || (o.verbose && !r.skipped))
-      std::cout << (r.passed ? "  ok   " : "  FAIL ") << c.label() << ": " << (r.message.empty() ? fmt::format("error {:.2e}", r.error) : r.message) << "\n";
+      std::cout << (r.passed ? "  ok   " : "  FAIL ") << c.label() << ": "
+                << (r.message.empty() ? fmt::format("error {:.2e}", r.error) : r.message)
+                << (counted && !r.repeatable ? " (not bitwise repeatable)" : "") << "\n";
+    else if (counted && !r.repeatable)
+      std::cout << "  ok   " << c.label() << ": not bitwise repeatable (its second call gave other bits)\n";
     else if (o.verbose)
       std::cout << "  skip " << c.label() << ": " << r.message << "\n";
   }
   std::cout << fmt::format("{}: {} passed, {} failed, {} skipped (not supported)\n", o.common.backend, passed, failed, skipped);
+  if (computed > 0)
+    std::cout << fmt::format("{}: {} of {} computed cases bitwise repeatable (the same call again on the same runner, "
+                             "after a call of another size, gave the same bits)\n",
+                             o.common.backend, repeatable, computed);
   if (failed) throw CLI::RuntimeError(1);
   if (computed == 0) {
     std::cout << o.common.backend << (passed == 0 ? ": no case was supported; nothing verified\n"
