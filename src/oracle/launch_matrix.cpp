@@ -119,6 +119,10 @@ LaunchMatrixResult run_launch_matrix(const Registry& registry, const LaunchMatri
     }
   }
   r.ran = static_cast<int>(runs.size());
+  for (const auto& [key, v] : runs) {
+    r.matched += v.passed;
+    r.repeatable += v.passed && v.repeatable;
+  }
   return r;
 }
 

@@ -27,6 +27,8 @@ struct LaunchMatrixOptions {
 struct LaunchMatrixResult {
   int planned = 0, refused = 0, crashed = 0, mismatched = 0;
   int ran = 0;             // distinct scaled-down forwards run and matched
+  int matched = 0;         // of those, the ones that matched the reference
+  int repeatable = 0;      // of those that matched, the ones whose repeated call gave the same bits (verify.hpp)
   int not_runnable_here = 0;
   std::vector<std::string> failures;  // one line per crash or mismatch
   std::string summary() const;        // "planned N, refused R, crashed C, mismatched M"
