@@ -124,10 +124,13 @@ class Runner {
   // but a forward that grows its workspaces allocates and synchronizes the device, which a capture in
   // cudaStreamCaptureModeGlobal on another thread forbids (the capture is invalidated): capture in
   // cudaStreamCaptureModeThreadLocal there, or warm every runner up before any capture starts.
-  // The built-in backends are bitwise reproducible: the same inputs give the same output bits on every
-  // call of a runner, whatever ran between (cpu also across thread counts). Different backends, CPU
-  // levels and GPUs agree within tolerance_for (verify.hpp), not bit for bit. `moerun verify` reports
-  // it for any backend (VerifyResult::repeatable).
+  // The built-in backends are bitwise reproducible: with the same MOERUN_* settings, the same inputs
+  // give the same output bits on every call of a runner, whatever calls of other sizes ran between
+  // (cpu also across thread counts). cublas as far as cuBLAS promises it: one GPU and toolkit, and no
+  // other stream running cuBLAS work at the same time (cuBLAS may then pick other algorithms).
+  // Different backends, CPU levels and GPUs agree within tolerance_for (verify.hpp), not bit for bit.
+  // `moerun verify` checks it on its cases for any backend (VerifyResult::repeatable: each case twice
+  // on one runner, a call of another size between).
   virtual void forward(const ForwardArgs& args) = 0;
   // The kernel variant a call with m tokens takes ("" when the backend has one path).
   virtual std::string variant_for(int64_t m) const { (void)m; return ""; }

@@ -45,7 +45,8 @@ struct VerifyResult {
   // The case ran (not skipped, no error thrown) and its second call on the same runner, after a call
   // of another size, gave the first call's output bit for bit. A report, not part of `passed`: an
   // out-of-tree backend may sum in an order that changes from call to call (atomics) and still pass.
-  // The built-in backends are held to it by their tests.
+  // The built-in backends are held to it by their tests. Set by verify_case only (verify_sharded
+  // leaves it false).
   bool repeatable = false;
   std::string message;      // failure or skip reason, one line
 };

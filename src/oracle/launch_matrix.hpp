@@ -26,7 +26,7 @@ struct LaunchMatrixOptions {
 
 struct LaunchMatrixResult {
   int planned = 0, refused = 0, crashed = 0, mismatched = 0;
-  int ran = 0;             // distinct scaled-down forwards run and matched
+  int ran = 0;             // distinct scaled-down forwards run (each compared with the reference)
   int matched = 0;         // of those, the ones that matched the reference
   int repeatable = 0;      // of those that matched, the ones whose repeated call gave the same bits (verify.hpp)
   int not_runnable_here = 0;

@@ -483,7 +483,8 @@ TEST_P(GpuConformance, SmallDeviceHiddenOffAVectorBoundary) {
 // them as `moerun verify` draws them: every case must match the reference on both of its calls, and
 // the second call (after a call of another size on the same runner) must give the first's bits. The
 // cuda forward is bitwise reproducible by design (routing.cu NOTES: the alignment's row order does not
-// reach the sums, the tail split splits whole groups); cuBLAS promises it for one GPU and toolkit.
+// reach the sums, the tail split splits whole groups); cuBLAS promises it for one GPU and toolkit
+// while no other stream runs cuBLAS work, as here.
 TEST_P(GpuConformance, StandardCasesMatchAndRepeatBitwise) {
   REQUIRE_GPU();
   const Platform plat = sm90_platform();

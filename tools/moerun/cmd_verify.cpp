@@ -91,10 +91,13 @@ void check(const CheckOptions& o) {
     std::cout << "planned only (--no-run): no forward ran\n";
   else
     std::cout << fmt::format("ran {} distinct scaled-down forwards on this machine, each compared with reference{}; {} plans need "
-                             "hardware this machine lacks; {} bitwise repeatable (the same call again on one runner)\n",
+                             "hardware this machine lacks{}\n",
                              r.ran, r.crashed || r.mismatched ? " (the failures are listed above)" : "", r.not_runnable_here,
-                             r.repeatable == r.matched ? fmt::format("all {} matched forwards", r.matched)
-                                                       : fmt::format("{} of {} matched forwards", r.repeatable, r.matched));
+                             r.matched == 0 ? ""
+                             : r.repeatable == r.matched
+                                 ? fmt::format(", all {} matched forwards bitwise repeatable (the same call again on one runner)", r.matched)
+                                 : fmt::format(", {} of {} matched forwards bitwise repeatable (the same call again on one runner)",
+                                               r.repeatable, r.matched));
   std::cout << r.summary() << "\n";
   if (r.crashed || r.mismatched) throw CLI::RuntimeError(1);
 }
