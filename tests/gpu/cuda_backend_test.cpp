@@ -2183,6 +2183,22 @@ TEST(CudaLaunch, SplitKOnlyWhereTheTilesLeaveTheSmsIdle) {
   EXPECT_EQ(wgmma_tail_split_start(132, 100, 40, 240, 132), 140); // 140 would not
   EXPECT_EQ(wgmma_tail_split_start(16, 15, 3, 18, 8), 15);        // check_grouped_engines' 8 CTAs, n = 136
   EXPECT_EQ(wgmma_tail_split_start(132, 132, 0, 140, 132), 132);  // (no tiles: left as it is)
+  // The expert of a tile number (the kernel's one search, wgmma_group_of), against a linear scan, over
+  // every count vector of 1-5 experts with 0-3 tiles each: empty experts first, last, and in runs,
+  // and one expert holding every tile.
+  for (int groups = 1; groups <= 5; ++groups) {
+    int vectors = 1;
+    for (int g = 0; g < groups; ++g) vectors *= 4;
+    for (int v = 0; v < vectors; ++v) {
+      std::vector<int> prefix(groups + 1, 0);
+      for (int g = 0, x = v; g < groups; ++g, x /= 4) prefix[g + 1] = prefix[g] + x % 4;
+      for (int t = 0; t < prefix[groups]; ++t) {
+        int want = 0;
+        while (prefix[want + 1] <= t) ++want;  // the one expert with prefix[g] <= t < prefix[g + 1]
+        ASSERT_EQ(wgmma_group_of(t, prefix.data(), groups), want) << "groups " << groups << " vector " << v << " t " << t;
+      }
+    }
+  }
   // The runner's pre-check (the workspace only where the kernel may split).
   EXPECT_TRUE(wgmma_tail_split_may_apply(2048, 8, 4096, 132));     // mixtral down, M = 1024
   EXPECT_FALSE(wgmma_tail_split_may_apply(2048, 8, 28672, 132));   // its gate_up: 1792 tiles at least

@@ -418,6 +418,21 @@ MOERUN_HD constexpr WgmmaMTile wgmma_m_tile(int count, int mt, WgmmaTiles t) {
   return r;
 }
 
+// The expert whose tiles hold tile number t: the g in [0, groups) with prefix[g] <= t < prefix[g + 1],
+// where prefix[g] counts the tiles (or items, or output tiles) of the experts before g (ascending,
+// prefix[0] = 0, t < prefix[groups]). An empty expert repeats its neighbour's prefix; the search
+// takes the last expert starting at or before t, so it never lands on one. Every number the wgmma
+// kernel decodes goes through here (a tile, a pair item, the tail wave's first tile).
+MOERUN_HD constexpr int wgmma_group_of(int t, const int* prefix, int groups) {
+  int lo = 0, hi = groups;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (prefix[mid] <= t) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
 // Split K. A launch with few output tiles for the SMs may leave many of them idle in its last wave: the
 // down GEMM of mixtral-8x7b at 1024 tokens has about 320 tiles of 14336 k for 132 SMs. Splitting each
 // tile's K into runs fills the waves, at the price of one fp32 partial per output tile through L2 and

@@ -426,12 +426,7 @@ struct Tile {
 // k_splits times, splits adjacent); seg in shared memory.
 __device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int* seg, int groups, int n,
                                             WgmmaTiles tiles, int k_splits) {
-  int lo = 0, hi = groups;  // prefix[lo] <= t < prefix[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (prefix[mid] <= t) lo = mid;
-    else hi = mid;
-  }
+  const int lo = wgmma_group_of(t, prefix, groups);
   const int count = seg[lo + 1] - seg[lo];
   const int m_tiles = wgmma_m_tiles(count, tiles);
   const int local = (t - prefix[lo]) / k_splits;
@@ -460,12 +455,7 @@ __device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int*
 // stores nothing).
 __device__ __forceinline__ Tile decode_pair(int t, const int* prefix, const int* seg, int groups, int n,
                                             WgmmaTiles tiles, int rank) {
-  int lo = 0, hi = groups;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (prefix[mid] <= t) lo = mid;
-    else hi = mid;
-  }
+  const int lo = wgmma_group_of(t, prefix, groups);
   const int count = seg[lo + 1] - seg[lo];
   const int m_tiles = wgmma_m_tiles(count, tiles), pairs = (m_tiles + 1) / 2;
   const int local = t - prefix[lo];
@@ -632,11 +622,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       int split_from = out_tiles;
       if (tail_k > 1) {  // the last partial wave, from the first tile of a (expert, column block) group
         const int wave_start = out_tiles - out_tiles % teams;
-        int lo = 0, hi = groups;  // the expert g whose tiles hold wave_start: prefix[g] <= wave_start < prefix[g + 1]
-        while (hi - lo > 1) {
-          const int mid = (lo + hi) / 2;
-          if (prefix[mid] <= wave_start) lo = mid; else hi = mid;
-        }
+        const int lo = wgmma_group_of(wave_start, prefix, groups);
         split_from = wgmma_tail_split_start(wave_start, prefix[lo], (prefix[lo + 1] - prefix[lo]) / n_blocks,
                                             out_tiles, teams);
       }
