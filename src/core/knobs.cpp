@@ -51,6 +51,8 @@ const std::vector<Knob>& table() {
                       "the streams' second prefetch distance, into L2, in bytes; 0: none"));
     v.push_back(count("MOERUN_CPU_PAIR_PREFETCH_L2", "cpu", 0, 65536, "1536 at avx512-bf16 and amx, or MOERUN_CPU_PREFETCH_L2 where set",
                       "the L2 prefetch distance of the one-token bf16 stream pairs, in bytes; 0: none"));
+    v.push_back(count("MOERUN_CPU_PAIR_PREFETCH", "cpu", 0, 65536, "2048 at amx, else the streams' distance; or MOERUN_CPU_PREFETCH where set",
+                      "the L1 prefetch distance of the one-token bf16 stream pairs, in bytes; 0: none"));
     v.push_back(count("MOERUN_CPU_MANY_PREFETCH_L2", "cpu", 0, 65536,
                       "8192 at avx512-bf16 where VDPBF16PS runs at the FMA rate, else the streams' distance; or MOERUN_CPU_PREFETCH_L2 where set",
                       "the L2 prefetch distance of VDPBF16PS streaming calls of 4 or more tokens, in bytes; 0: none"));

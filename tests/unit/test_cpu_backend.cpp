@@ -616,9 +616,10 @@ TEST(CpuBackend, Q15MatchesReference) {
 
 // The streaming kernels' two prefetch distances by level (isa.hpp): L1 only (kPrefetchBytes) at AVX2
 // and AVX-512, L1 and L2 (kPrefetchBytesBf16Levels, kPrefetchL2Bytes) at AVX512-BF16 and AMX; the AMX
-// tiles their own (kAmxPrefetchBytes), the bf16 stream pairs their L2 one (kPairPrefetchL2Bytes).
-// MOERUN_CPU_PREFETCH sets the L1 distance of streams and tiles at every level, MOERUN_CPU_PREFETCH_L2
-// the L2 distances (pairs too), MOERUN_CPU_PAIR_PREFETCH_L2 the pairs' alone; an invalid value leaves
+// tiles their own (kAmxPrefetchBytes), the bf16 stream pairs their L2 one (kPairPrefetchL2Bytes) and at
+// AMX their L1 one (kAmxPairPrefetchBytes). MOERUN_CPU_PREFETCH sets the L1 distance of streams, pairs
+// and tiles at every level, MOERUN_CPU_PREFETCH_L2 the L2 distances (pairs too),
+// MOERUN_CPU_PAIR_PREFETCH and MOERUN_CPU_PAIR_PREFETCH_L2 the pairs' alone; an invalid value leaves
 // the default.
 TEST(CpuBackend, PrefetchKnob) {
   struct EnvGuard {
@@ -627,8 +628,10 @@ TEST(CpuBackend, PrefetchKnob) {
       unsetenv("MOERUN_CPU_PREFETCH_L2");
       unsetenv("MOERUN_CPU_PAIR_PREFETCH_L2");
       unsetenv("MOERUN_CPU_MANY_PREFETCH_L2");
+      unsetenv("MOERUN_CPU_PAIR_PREFETCH");
     }
   } guard;
+  unsetenv("MOERUN_CPU_PAIR_PREFETCH");
   unsetenv("MOERUN_CPU_PREFETCH");
   unsetenv("MOERUN_CPU_PREFETCH_L2");
   unsetenv("MOERUN_CPU_PAIR_PREFETCH_L2");
@@ -636,6 +639,7 @@ TEST(CpuBackend, PrefetchKnob) {
   for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     const cpu::KernelSet k = cpu::kernels_for(isa);
     EXPECT_EQ(k.prefetch, cpu::kPrefetchBytes) << to_string(isa);
+    EXPECT_EQ(k.pair_prefetch, cpu::kPrefetchBytes) << to_string(isa);
     EXPECT_EQ(k.prefetch_l2, 0) << to_string(isa);
     EXPECT_EQ(k.pair_prefetch_l2, 0) << to_string(isa);
     EXPECT_EQ(k.many_prefetch_l2, 0) << to_string(isa);
@@ -644,6 +648,8 @@ TEST(CpuBackend, PrefetchKnob) {
   for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
     const cpu::KernelSet k = cpu::kernels_for(isa);
     EXPECT_EQ(k.prefetch, cpu::kPrefetchBytesBf16Levels) << to_string(isa);
+    EXPECT_EQ(k.pair_prefetch, isa == CpuIsa::kAmx ? cpu::kAmxPairPrefetchBytes : cpu::kPrefetchBytesBf16Levels)
+        << to_string(isa);
     EXPECT_EQ(k.prefetch_l2, cpu::kPrefetchL2Bytes) << to_string(isa);
     EXPECT_EQ(k.pair_prefetch_l2, cpu::kPairPrefetchL2Bytes) << to_string(isa);
     EXPECT_EQ(k.amx_prefetch, cpu::kAmxPrefetchBytes) << to_string(isa);
@@ -663,12 +669,19 @@ TEST(CpuBackend, PrefetchKnob) {
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).pair_prefetch_l2, 1024);
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch_l2, cpu::kPrefetchL2Bytes);  // (the pairs' alone)
   unsetenv("MOERUN_CPU_PAIR_PREFETCH_L2");
+  setenv("MOERUN_CPU_PAIR_PREFETCH", "3072", 1);
+  EXPECT_EQ(cpu::pair_prefetch_override(), 3072);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAvx512Bf16).pair_prefetch, 3072);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).pair_prefetch, 3072);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch, cpu::kPrefetchBytesBf16Levels);  // (the pairs' alone)
+  unsetenv("MOERUN_CPU_PAIR_PREFETCH");
   setenv("MOERUN_CPU_PREFETCH", "2048", 1);
   setenv("MOERUN_CPU_PREFETCH_L2", "0", 1);
   EXPECT_EQ(cpu::prefetch_l2_override(), 0);
   for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAmx}) {
     const cpu::KernelSet k = cpu::kernels_for(isa);
     EXPECT_EQ(k.prefetch, 2048) << to_string(isa);
+    EXPECT_EQ(k.pair_prefetch, 2048) << to_string(isa);
     EXPECT_EQ(k.amx_prefetch, 2048) << to_string(isa);
     EXPECT_EQ(k.prefetch_l2, 0) << to_string(isa);
     EXPECT_EQ(k.pair_prefetch_l2, 0) << to_string(isa);
@@ -684,6 +697,9 @@ TEST(CpuBackend, PrefetchKnob) {
     setenv("MOERUN_CPU_PREFETCH", bad, 1);
     setenv("MOERUN_CPU_PREFETCH_L2", bad, 1);
     setenv("MOERUN_CPU_PAIR_PREFETCH_L2", bad, 1);
+    setenv("MOERUN_CPU_PAIR_PREFETCH", bad, 1);
+    EXPECT_EQ(cpu::pair_prefetch_override(), -1) << bad;
+    EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).pair_prefetch, cpu::kAmxPairPrefetchBytes) << bad;
     EXPECT_EQ(cpu::prefetch_override(), -1) << bad;
     EXPECT_EQ(cpu::prefetch_l2_override(), -1) << bad;
     EXPECT_EQ(cpu::pair_prefetch_l2_override(), -1) << bad;

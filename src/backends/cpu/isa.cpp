@@ -117,6 +117,7 @@ int avx512bf16_stream_max(double bf16_dot_rate) noexcept {
 int prefetch_override() { return knob_or_none("MOERUN_CPU_PREFETCH"); }
 int prefetch_l2_override() { return knob_or_none("MOERUN_CPU_PREFETCH_L2"); }
 int pair_prefetch_l2_override() { return knob_or_none("MOERUN_CPU_PAIR_PREFETCH_L2"); }
+int pair_prefetch_override() { return knob_or_none("MOERUN_CPU_PAIR_PREFETCH"); }
 int many_prefetch_l2_override() { return knob_or_none("MOERUN_CPU_MANY_PREFETCH_L2"); }
 int amx_prefetch_override() { return knob_or_none("MOERUN_CPU_AMX_PREFETCH"); }
 int amx_stream_prefetch_override() { return knob_or_none("MOERUN_CPU_AMX_STREAM_PREFETCH"); }
@@ -233,7 +234,9 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   k.prefetch = bf16_level ? kPrefetchBytesBf16Levels : kPrefetchBytes;
   k.prefetch_l2 = bf16_level ? kPrefetchL2Bytes : 0;
   k.amx_prefetch = kAmxPrefetchBytes;  // (used at the AMX level only)
-  if (const int n = prefetch_override(); n >= 0) k.prefetch = k.amx_prefetch = n;
+  k.pair_prefetch = isa == CpuIsa::kAmx ? kAmxPairPrefetchBytes : k.prefetch;
+  if (const int n = prefetch_override(); n >= 0) k.prefetch = k.amx_prefetch = k.pair_prefetch = n;
+  if (const int n = pair_prefetch_override(); n >= 0) k.pair_prefetch = n;
   k.pair_prefetch_l2 = bf16_level ? kPairPrefetchL2Bytes : 0;
   const bool dot_full_rate = detected_features().bf16_dot_rate >= kBf16DotFullRate;
   k.many_prefetch_l2 = isa == CpuIsa::kAvx512Bf16 && dot_full_rate ? kManyPrefetchL2Bytes : k.prefetch_l2;

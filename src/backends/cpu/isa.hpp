@@ -238,6 +238,9 @@ struct KernelSet {
   // The L2 distance of the bf16 stream's pairs (stream2_bf16): kPairPrefetchL2Bytes at AVX512-BF16 and
   // AMX, or MOERUN_CPU_PREFETCH_L2's, or MOERUN_CPU_PAIR_PREFETCH_L2=<bytes> (measurement).
   int pair_prefetch_l2 = 0;
+  // The L1 distance of the bf16 stream's pairs: kAmxPairPrefetchBytes at AMX, `prefetch` elsewhere; or
+  // MOERUN_CPU_PREFETCH's, or MOERUN_CPU_PAIR_PREFETCH=<bytes> (measurement).
+  int pair_prefetch = 0;
   // The L2 distance of VDPBF16PS streaming calls of at least kManyPrefetchMinTokens tokens:
   // kManyPrefetchL2Bytes at AVX512-BF16 where VDPBF16PS issues at the FMA rate (that level streams
   // every call), else prefetch_l2; or MOERUN_CPU_PREFETCH_L2's, or MOERUN_CPU_MANY_PREFETCH_L2=<bytes>
@@ -335,6 +338,12 @@ inline constexpr int kPrefetchL2Bytes = 4096;
 // 1.5, 2 KiB lost 0-4% and 3 KiB 3-5%. Layers of 4 and 16 tokens (mostly one-token experts) gained
 // 1-4% too. The q8 kernel's pairs (mxfp4, nvfp4) keep 4 KiB: shorter distances tied or lost 2% there.
 inline constexpr int kPairPrefetchL2Bytes = 1536;
+// At AMX the pairs also prefetch into L1 further ahead: 2 KiB, not kPrefetchBytesBf16Levels. On the GPU
+// host's Xeon (session 46, bench/results/2026-12-06_s46_gpu/NOTES.md; one token, 2 threads, alternated
+// in one process, two device calls) 2 KiB against 1 KiB: qwen3-30b-a3b fp8-block 8.1% and 3.9% faster,
+// bf16 2.4% and 2.8%, deepseek-v2-lite bf16 3.0%, gpt-oss-20b bf16 1.9%; 3 KiB no better, 512 bytes 1%
+// slower. On the Zen 4 (AVX512-BF16) 2 KiB tied, so the levels below keep the streams' distance.
+inline constexpr int kAmxPairPrefetchBytes = 2048;
 // Since session 32 the AMX tiles prefetch closer: 512 bytes ahead. A prefetch into L1 issued too early
 // waits for memory in a fill buffer; the hardware prefetcher has the line in L2 by the time a nearer one
 // asks. Alone, weights from memory (bench/results/2026-12-05_s32_dev-xeon/amx_tall.cpp), 2 threads,
@@ -350,6 +359,8 @@ inline constexpr int kAmxPrefetchBytes = 512;
 int prefetch_l2_override();
 // MOERUN_CPU_PAIR_PREFETCH_L2 parsed: bytes in [0, 65536], or -1 when unset or invalid.
 int pair_prefetch_l2_override();
+// MOERUN_CPU_PAIR_PREFETCH parsed: bytes in [0, 65536], or -1 when unset or invalid.
+int pair_prefetch_override();
 // MOERUN_CPU_MANY_PREFETCH_L2 parsed: bytes in [0, 65536], or -1 when unset or invalid.
 int many_prefetch_l2_override();
 
