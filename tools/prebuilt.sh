@@ -4,7 +4,12 @@
 #   tools/prebuilt.sh pack [BUILD_DIR] [DIR]   build moerun_gpu_tests, cuda_moe_bench, moerun_tests and
 #                                              moerun in BUILD_DIR (default build), strip and xz each into DIR
 #                                              (default build-prebuilt, git-ignored) with a COMMIT stamp
-#   tools/prebuilt.sh unpack DIR DEST          the binaries of DIR, runnable, in DEST
+#   tools/prebuilt.sh pack-cpu [BUILD_DIR] [DIR]
+#                                              the same for the CPU side on the GPU host (cpu_moe_bench and
+#                                              moerun_tests, default DIR build-prebuilt-cpu) with this
+#                                              machine's libdnnl.so.2 and libOpenCL.so.1 beside them
+#   tools/prebuilt.sh unpack DIR DEST          the binaries of DIR, runnable, in DEST (a pack-cpu DIR needs
+#                                              LD_LIBRARY_PATH=DEST: the GPU host lacks Debian's oneDNN)
 #
 # WHY: the device tool carries at most 64 MiB with the working tree (about 19 MiB of it tracked files),
 # and the four binaries are about 250 MiB unstripped. Stripped and xz-compressed they fit. Unpacking
@@ -14,20 +19,35 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bins=(tests/moerun_gpu_tests bench/cuda_moe_bench tests/moerun_tests moerun)
-usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 case "${1:-}" in
-  pack)
+  pack | pack-cpu)
     build=${2:-build}
-    dir=${3:-build-prebuilt}
+    if [ "$1" = pack-cpu ]; then
+      dir=${3:-build-prebuilt-cpu}
+      bins=(bench/cpu_moe_bench tests/moerun_tests)
+      targets=(cpu_moe_bench moerun_tests)
+    else
+      dir=${3:-build-prebuilt}
+      targets=(moerun_gpu_tests cuda_moe_bench moerun_tests moerun_cli)
+    fi
     # Built first, so that the binaries are the tree's and the stamp below is theirs.
     log=$(mktemp)
-    cmake --build "$build" --target moerun_gpu_tests cuda_moe_bench moerun_tests moerun_cli > "$log" 2>&1 ||
+    cmake --build "$build" --target "${targets[@]}" > "$log" 2>&1 ||
       { grep -E "error|FAILED" "$log" | head -20 >&2; echo "prebuilt: building in $build failed (cmake --build $build)" >&2; exit 1; }
     rm -f "$log"
     for b in "${bins[@]}"; do
       [ -x "$build/$b" ] || { echo "prebuilt: $build/$b is missing (a build without CUDA?)" >&2; exit 1; }
     done
+    libs=()
+    if [ "$1" = pack-cpu ]; then  # the shared libraries cpu_moe_bench links that the GPU host lacks
+      for l in libdnnl.so.2 libOpenCL.so.1; do
+        p=$(ldd "$build/bench/cpu_moe_bench" | awk -v l=$l '$1 == l { print $3 }')
+        [ -n "$p" ] && [ -f "$p" ] || { echo "prebuilt: $build/bench/cpu_moe_bench does not link $l (built without oneDNN?)" >&2; exit 1; }
+        libs+=("$p")
+      done
+    fi
     # Packed into a new folder that replaces DIR only when complete: a pack cut short must not leave
     # DIR holding some new binaries under the previous commit's stamp.
     tmp="$dir.part"
@@ -35,6 +55,9 @@ case "${1:-}" in
     for b in "${bins[@]}"; do
       name=$(basename "$b")
       strip -o "$tmp/$name" "$build/$b" && xz -T2 -6 -f "$tmp/$name" || { echo "prebuilt: packing $b failed" >&2; exit 1; }
+    done
+    for l in "${libs[@]}"; do
+      cp -L "$l" "$tmp/" && xz -T2 -6 -f "$tmp/$(basename "$l")" || { echo "prebuilt: packing $l failed" >&2; exit 1; }
     done
     # The commit the last build saw (git describe --dirty, written at every build of the bench drivers);
     # the tree's own state now may differ from what was built.

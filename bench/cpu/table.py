@@ -4,7 +4,8 @@ bandwidth is the larger of the measured one and the fastest row's streaming rate
 the oneDNN baseline when the run had one (and vs the previous kernels, MOERUN_CPU_KERNELS=v1, when the run
 used --compare-v1); for a --stream-sweep run, the crossover sweep (rows: shape x M, columns: the
 MOERUN_CPU_STREAM_MAX_TOKENS value n, cells: ms, the fastest in bold); for a --decode-ratios run, each
-format's speedup over bf16 alternated call by call.
+format's speedup over bf16 alternated call by call; for a --compare-env / --compare-amx1 /
+--compare-down1 run, each alternative against the rule, timed call by call.
 
 usage: table.py cpu.json [more.json ...]
 """
@@ -141,6 +142,30 @@ def ratio_table(d):
     print()
 
 
+def alt_table(d):
+    """--compare-env / --compare-amx1 / --compare-down1 rows: the alternative against the rule, alternated
+    call by call in two halves (the alternative's runners created first, then second)."""
+    keys = {"cpu-alt": "cpu_speedup_vs_alt", "cpu-amx1": "cpu_speedup_vs_amx1", "cpu-down1": "cpu_speedup_vs_down1"}
+    rows = [r for r in d["rows"] if r["backend"] in keys and keys[r["backend"]] in r]
+    if not rows:
+        return
+    key = lambda r: (r["shape"], r["format"], r["m"], r["threads"])
+    rule = {key(r): r for r in d["rows"] if r["backend"] == "cpu"}
+    print("Alternatives against the rule, alternated call by call (the rule's speedup = the alternative's time / "
+          "the rule's; above 1: the rule is faster; each half's, the alternative's runners created first / second):\n")
+    print("| shape | format | M | threads | alternative | rule ms | alternative ms | rule's speedup | halves |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        c = rule.get(key(r))
+        halves = (f"{r['speedup_alt_created_first']:.3f} / {r['speedup_alt_created_second']:.3f}"
+                  if "speedup_alt_created_first" in r else "–")
+        print(f"| {r['shape']} | {r['format']} | {r['m']} | {r['threads']} | {r['variant']} | "
+              f"{c['time_ms']:.3f} | {r['time_ms']:.3f} | {r[keys[r['backend']]]:.3f}x | {halves} |" if c else
+              f"| {r['shape']} | {r['format']} | {r['m']} | {r['threads']} | {r['variant']} | – | {r['time_ms']:.3f} | "
+              f"{r[keys[r['backend']]]:.3f}x | {halves} |")
+    print()
+
+
 def main():
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__.strip())
@@ -153,6 +178,7 @@ def main():
         main_table(d)
         sweep_table(d)
         ratio_table(d)
+        alt_table(d)
 
 
 if __name__ == "__main__":
