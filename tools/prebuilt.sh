@@ -38,13 +38,18 @@ case "${1:-}" in
       { grep -E "error|FAILED" "$log" | head -20 >&2; echo "prebuilt: building in $build failed (cmake --build $build)" >&2; exit 1; }
     rm -f "$log"
     for b in "${bins[@]}"; do
-      [ -x "$build/$b" ] || { echo "prebuilt: $build/$b is missing (a build without CUDA?)" >&2; exit 1; }
+      [ -x "$build/$b" ] || { echo "prebuilt: $build/$b is missing$([ "$1" = pack ] && echo ' (a build without CUDA?)')" >&2; exit 1; }
     done
     libs=()
     if [ "$1" = pack-cpu ]; then  # the shared libraries cpu_moe_bench links that the GPU host lacks
       for l in libdnnl.so.2 libOpenCL.so.1; do
-        p=$(ldd "$build/bench/cpu_moe_bench" | awk -v l=$l '$1 == l { print $3 }')
-        [ -n "$p" ] && [ -f "$p" ] || { echo "prebuilt: $build/bench/cpu_moe_bench does not link $l (built without oneDNN?)" >&2; exit 1; }
+        deps=$(ldd "$build/bench/cpu_moe_bench") || { echo "prebuilt: ldd $build/bench/cpu_moe_bench failed" >&2; exit 1; }
+        p=$(awk -v l=$l '$1 == l && $3 != "not" { print $3 }' <<< "$deps")
+        if [ -z "$p" ] || [ ! -f "$p" ]; then
+          grep -q "^[[:space:]]*$l " <<< "$deps" && echo "prebuilt: $l is not found here (ldd)" >&2 ||
+            echo "prebuilt: $build/bench/cpu_moe_bench does not link $l (built without oneDNN?)" >&2
+          exit 1
+        fi
         libs+=("$p")
       done
     fi

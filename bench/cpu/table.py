@@ -150,9 +150,13 @@ def alt_table(d):
     if not rows:
         return
     key = lambda r: (r["shape"], r["format"], r["m"], r["threads"])
-    rule = {key(r): r for r in d["rows"] if r["backend"] == "cpu"}
+    rule = {}
+    for r in d["rows"]:  # the first cpu row of a key is the one timed against the alternative (as main_table)
+        if r["backend"] == "cpu":
+            rule.setdefault(key(r), r)
     print("Alternatives against the rule, alternated call by call (the rule's speedup = the alternative's time / "
-          "the rule's; above 1: the rule is faster; each half's, the alternative's runners created first / second):\n")
+          "the rule's; above 1: the rule is faster; each half's, the alternative's runners created first / second; "
+          "the overall ratio is of the medians of both halves' samples pooled, so it may fall outside the two):\n")
     print("| shape | format | M | threads | alternative | rule ms | alternative ms | rule's speedup | halves |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -46,7 +46,7 @@ const std::vector<Knob>& table() {
     v.push_back(count("MOERUN_CPU_STREAM_MAX_TOKENS", "cpu", 0, 65536, "the ISA level's cut",
                       "largest tokens per expert that a weight-streaming kernel takes (above: tiles)"));
     v.push_back(count("MOERUN_CPU_PREFETCH", "cpu", 0, 65536, "1024 at avx512-bf16 and amx, else 4096",
-                      "the streams' L1 prefetch distance in bytes, and the AMX tiles' unless set apart; 0: none"));
+                      "the streams' L1 prefetch distance in bytes, and the AMX tiles' and stream pairs' unless set apart; 0: none"));
     v.push_back(count("MOERUN_CPU_PREFETCH_L2", "cpu", 0, 65536, "4096 at avx512-bf16 and amx, else none",
                       "the streams' second prefetch distance, into L2, in bytes; 0: none"));
     v.push_back(count("MOERUN_CPU_PAIR_PREFETCH_L2", "cpu", 0, 65536, "1536 at avx512-bf16 and amx, or MOERUN_CPU_PREFETCH_L2 where set",

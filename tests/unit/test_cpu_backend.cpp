@@ -693,6 +693,10 @@ TEST(CpuBackend, PrefetchKnob) {
   setenv("MOERUN_CPU_PAIR_PREFETCH_L2", "512", 1);  // (the pairs' own wins)
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).pair_prefetch_l2, 512);
   EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch_l2, 8192);
+  setenv("MOERUN_CPU_PAIR_PREFETCH", "4096", 1);  // (the pairs' own L1 distance wins over MOERUN_CPU_PREFETCH)
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).pair_prefetch, 4096);
+  EXPECT_EQ(cpu::kernels_for(CpuIsa::kAmx).prefetch, 2048);
+  unsetenv("MOERUN_CPU_PAIR_PREFETCH");
   for (const char* bad : {"", "-5", "x", "65537"}) {
     setenv("MOERUN_CPU_PREFETCH", bad, 1);
     setenv("MOERUN_CPU_PREFETCH_L2", bad, 1);

@@ -8,7 +8,8 @@
 # every job is one token on the bf16 pairs takes runs of at most 16 blocks (kAmxPairRunMax;
 # MOERUN_CPU_STREAM_RUN=32 gives main's at these shapes). 1. moerun_tests at AMX; 2. runs of 32 against
 # the rule, alternated call by call in one process (mxfp4 / nvfp4 are controls: their q8 pairs keep 32);
-# 3. issue 4's one-token ratios, the rule against main's two settings, processes alternated.
+# 3. the pairs' L2 distance on top of the new L1 one; 4. issue 4's one-token ratios, the rule against
+# main's two settings, processes alternated.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 C=/tmp/s46cpu
@@ -16,7 +17,7 @@ bash tools/prebuilt.sh unpack build-prebuilt-cpu $C > /dev/null || exit 1
 export LD_LIBRARY_PATH=$C${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 T0=$(date +%s)
 t() { echo "($(( $(date +%s) - T0 )) s)"; }
-left() { echo $(( 190 - ($(date +%s) - T0) )); }  # (the session's device time is short)
+left() { echo $(( 280 - ($(date +%s) - T0) )); }  # (the session's device time is short)
 S=$OUT/summary.txt
 L=$OUT/logs; mkdir -p $L
 { cat $C/COMMIT; lscpu | grep -E "Model name|^CPU\(s\)"; echo "load: $(cat /proc/loadavg)"; } > $S
@@ -31,6 +32,14 @@ timeout 60 $C/cpu_moe_bench --threads 2 --only deepseek-v2-lite,gpt-oss-20b --m 
   --no-onednn --compare-env MOERUN_CPU_STREAM_RUN=32 --budget 3 --json $OUT/ab_run32_other.json > $L/ab_run32_other.log 2>&1
 echo "A/B other shapes MOERUN_CPU_STREAM_RUN=32 rc=$? $(t)" >> $S
 show $OUT/ab_run32_other.json
+# The pairs' L2 distance (1536, tuned with L1 at 1 KiB) on top of the 2 KiB L1 one: none, and 4 KiB.
+for kv in MOERUN_CPU_PAIR_PREFETCH_L2=0 MOERUN_CPU_PAIR_PREFETCH_L2=4096; do
+  [ $(left) -gt 120 ] || break
+  timeout 45 $C/cpu_moe_bench --threads 2 --only qwen3-30b-a3b --m 1 --formats bf16,fp8-block \
+    --no-onednn --compare-env $kv --budget 2.5 --json $OUT/ab_${kv##*=}.json > $L/ab_l2_${kv##*=}.log 2>&1
+  echo "A/B $kv rc=$? $(t)" >> $S
+  show $OUT/ab_${kv##*=}.json
+done
 for r in 1 2; do
   for v in main rule; do
     [ $(left) -gt 25 ] || break 2

@@ -230,7 +230,8 @@ struct KernelSet {
   std::string variant = "v2";
   // Software prefetch distance (bytes) the runner puts in BlockRef::prefetch for the streaming kernels:
   // kPrefetchBytes at the AVX2 and AVX-512 levels, kPrefetchBytesBf16Levels at AVX512-BF16 and AMX, or
-  // MOERUN_CPU_PREFETCH=<bytes> (0 = off; measurement).
+  // MOERUN_CPU_PREFETCH=<bytes> (0 = off; measurement), which also sets the AMX tiles' and the bf16
+  // stream pairs' distances unless their own knobs are set.
   int prefetch = 0;
   // The streaming kernels' second distance, into L2 (BlockRef::prefetch_l2): kPrefetchL2Bytes at
   // AVX512-BF16 and AMX, none below, or MOERUN_CPU_PREFETCH_L2=<bytes> (0 = off; measurement).
@@ -341,8 +342,12 @@ inline constexpr int kPairPrefetchL2Bytes = 1536;
 // At AMX the pairs also prefetch into L1 further ahead: 2 KiB, not kPrefetchBytesBf16Levels. On the GPU
 // host's Xeon (session 46, bench/results/2026-12-06_s46_gpu/NOTES.md; one token, 2 threads, alternated
 // in one process, two device calls) 2 KiB against 1 KiB: qwen3-30b-a3b fp8-block 8.1% and 3.9% faster,
-// bf16 2.4% and 2.8%, deepseek-v2-lite bf16 3.0%, gpt-oss-20b bf16 1.9%; 3 KiB no better, 512 bytes 1%
-// slower. On the Zen 4 (AVX512-BF16) 2 KiB tied, so the levels below keep the streams' distance.
+// bf16 2.4% and 2.8%, deepseek-v2-lite bf16 3.0%, gpt-oss-20b bf16 1.9%; 512 bytes against 1 KiB 1%
+// slower; 3 KiB against 2 KiB bf16 1.5% faster, fp8-block 0.9% slower. On the Zen 4 (AVX512-BF16) 2 KiB
+// tied (bench/results/2026-12-06_s46_dev-epyc), so the levels below keep the streams' distance. The L1
+// distance now passes the L2 one (kPairPrefetchL2Bytes, tuned with L1 at 1 KiB), so at AMX the pairs'
+// L2 prefetches ask for lines their L1 prefetches already requested; the L2 distance on top of 2 KiB
+// is not measured yet (bench/results/2026-12-06_s46_gpu/call4.sh).
 inline constexpr int kAmxPairPrefetchBytes = 2048;
 // Since session 32 the AMX tiles prefetch closer: 512 bytes ahead. A prefetch into L1 issued too early
 // waits for memory in a fill buffer; the hardware prefetcher has the line in L2 by the time a nearer one

@@ -442,7 +442,9 @@ void CpuRunner::run_pair(const PackedStack& w, int64_t e, int64_t b0, int64_t b1
   const CallPath path = call_path(w.fmt, 1, q8 != nullptr, xb != nullptr);
   kernels::BlockRef r0 = call_block(w, e, b0, path, 1), r1 = call_block(w, e, b1, path, 1);
   if (path == CallPath::kBf16Stream) {
-    r0.prefetch = r1.prefetch = ks_.pair_prefetch;           // (isa.hpp: kAmxPairPrefetchBytes)
+    // (isa.hpp: kAmxPairPrefetchBytes; a run's odd block, alone in run_block, is one stream and keeps
+    // the streams' distance)
+    r0.prefetch = r1.prefetch = ks_.pair_prefetch;
     r0.prefetch_l2 = r1.prefetch_l2 = ks_.pair_prefetch_l2;  // (isa.hpp: kPairPrefetchL2Bytes)
     return ks_.stream2_bf16(r0, r1, xb, acc0, acc1);
   }
