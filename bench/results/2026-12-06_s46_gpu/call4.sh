@@ -11,42 +11,26 @@
 # 3. the pairs' L2 distance on top of the new L1 one; 4. issue 4's one-token ratios, the rule against
 # main's two settings, processes alternated.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-C=/tmp/s46cpu
-bash tools/prebuilt.sh unpack build-prebuilt-cpu $C > /dev/null || exit 1
-export LD_LIBRARY_PATH=$C${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-T0=$(date +%s)
-t() { echo "($(( $(date +%s) - T0 )) s)"; }
-left() { echo $(( 280 - ($(date +%s) - T0) )); }  # (the session's device time is short)
-S=$OUT/summary.txt
-L=$OUT/logs; mkdir -p $L
-{ cat $C/COMMIT; lscpu | grep -E "Model name|^CPU\(s\)"; echo "load: $(cat /proc/loadavg)"; } > $S
-timeout 60 $C/moerun_tests --gtest_brief=1 > $L/cpu_tests.log 2>&1
+DC_BUDGET=280 . tools/device-call-lib.sh  # (the session's device time was short)
+dc_cpu_unpack build-prebuilt-cpu /tmp/s46cpu || exit 1
+timeout 60 $DC_CPU/moerun_tests --gtest_brief=1 > $L/cpu_tests.log 2>&1
 echo "moerun_tests rc=$? $(t): $(grep -E '^\[  (PASSED|FAILED)|FAILED  \]' $L/cpu_tests.log | head -5 | tr '\n' ' ')" >> $S
-show() { python3 bench/cpu/table.py $1 | grep -A12 "| alternative |" >> $S 2>&1; }  # (the rule against the knob)
-timeout 70 $C/cpu_moe_bench --threads 2 --only qwen3-30b-a3b --m 1 --formats bf16,fp8-block,mxfp4,nvfp4 \
-  --no-onednn --compare-env MOERUN_CPU_STREAM_RUN=32 --budget 2.5 --json $OUT/ab_run32.json > $L/ab_run32.log 2>&1
-echo "A/B MOERUN_CPU_STREAM_RUN=32 rc=$? $(t)" >> $S
-show $OUT/ab_run32.json
-timeout 60 $C/cpu_moe_bench --threads 2 --only deepseek-v2-lite,gpt-oss-20b --m 1 --formats bf16 \
-  --no-onednn --compare-env MOERUN_CPU_STREAM_RUN=32 --budget 3 --json $OUT/ab_run32_other.json > $L/ab_run32_other.log 2>&1
-echo "A/B other shapes MOERUN_CPU_STREAM_RUN=32 rc=$? $(t)" >> $S
-show $OUT/ab_run32_other.json
+dc_ab ab_run32 70 --threads 2 --only qwen3-30b-a3b --m 1 --formats bf16,fp8-block,mxfp4,nvfp4 \
+  --no-onednn --compare-env MOERUN_CPU_STREAM_RUN=32 --budget 2.5
+dc_ab ab_run32_other 60 --threads 2 --only deepseek-v2-lite,gpt-oss-20b --m 1 --formats bf16 \
+  --no-onednn --compare-env MOERUN_CPU_STREAM_RUN=32 --budget 3
 # The pairs' L2 distance (1536, tuned with L1 at 1 KiB) on top of the 2 KiB L1 one: none, and 4 KiB.
-for kv in MOERUN_CPU_PAIR_PREFETCH_L2=0 MOERUN_CPU_PAIR_PREFETCH_L2=4096; do
+for v in 0 4096; do
   [ $(left) -gt 120 ] || break
-  timeout 45 $C/cpu_moe_bench --threads 2 --only qwen3-30b-a3b --m 1 --formats bf16,fp8-block \
-    --no-onednn --compare-env $kv --budget 2.5 --json $OUT/ab_${kv##*=}.json > $L/ab_l2_${kv##*=}.log 2>&1
-  echo "A/B $kv rc=$? $(t)" >> $S
-  show $OUT/ab_${kv##*=}.json
+  dc_ab ab_l2_$v 45 --threads 2 --only qwen3-30b-a3b --m 1 --formats bf16,fp8-block \
+    --no-onednn --compare-env MOERUN_CPU_PAIR_PREFETCH_L2=$v --budget 2.5
 done
 for r in 1 2; do
   for v in main rule; do
     [ $(left) -gt 25 ] || break 2
     if [ $v = main ]; then env="MOERUN_CPU_PAIR_PREFETCH=1024 MOERUN_CPU_STREAM_RUN=32"; else env=""; fi
-    env $env timeout 30 $C/cpu_moe_bench --threads 2 --decode-ratios --formats fp8-block --budget 7 > $L/ratio_${v}_r$r.log 2>&1
+    env $env timeout 30 $DC_CPU/cpu_moe_bench --threads 2 --decode-ratios --formats fp8-block --budget 7 > $L/ratio_${v}_r$r.log 2>&1
     echo "decode ratio $v [$env] round $r rc=$? $(t): $(grep 'faster than bf16' $L/ratio_${v}_r$r.log | cut -c1-140)" >> $S
   done
 done
-(cd $OUT && tar czf logs.tgz logs ab_*.json && rm -rf logs ab_*.json)
-cat $S
+dc_finish
