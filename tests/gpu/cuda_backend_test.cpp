@@ -2183,7 +2183,7 @@ TEST(CudaLaunch, SplitKOnlyWhereTheTilesLeaveTheSmsIdle) {
   EXPECT_EQ(wgmma_tail_split_start(132, 100, 40, 240, 132), 140); // 140 would not
   EXPECT_EQ(wgmma_tail_split_start(16, 15, 3, 18, 8), 15);        // check_grouped_engines' 8 CTAs, n = 136
   EXPECT_EQ(wgmma_tail_split_start(132, 132, 0, 140, 132), 132);  // (no tiles: left as it is)
-  // The expert of a tile number (the kernel's one search, wgmma_group_of), against a linear scan, over
+  // The expert of a tile or sorted row (segment_of, every device lookup of one), against a linear scan, over
   // every count vector of 1-5 experts with 0-3 tiles each: empty experts first, last, and in runs,
   // and one expert holding every tile.
   for (int groups = 1; groups <= 5; ++groups) {
@@ -2195,7 +2195,8 @@ TEST(CudaLaunch, SplitKOnlyWhereTheTilesLeaveTheSmsIdle) {
       for (int t = 0; t < prefix[groups]; ++t) {
         int want = 0;
         while (prefix[want + 1] <= t) ++want;  // the one expert with prefix[g] <= t < prefix[g + 1]
-        ASSERT_EQ(wgmma_group_of(t, prefix.data(), groups), want) << "groups " << groups << " vector " << v << " t " << t;
+        ASSERT_EQ(segment_of(t, prefix.data(), groups), want) << "groups " << groups << " vector " << v << " t " << t;
+        ASSERT_EQ(segment_of(static_cast<int64_t>(t), prefix.data(), groups), want) << "int64_t rows, t " << t;
       }
     }
   }

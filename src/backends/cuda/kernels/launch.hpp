@@ -418,12 +418,14 @@ MOERUN_HD constexpr WgmmaMTile wgmma_m_tile(int count, int mt, WgmmaTiles t) {
   return r;
 }
 
-// The expert whose tiles hold tile number t: the g in [0, groups) with prefix[g] <= t < prefix[g + 1],
-// where prefix[g] counts the tiles (or items, or output tiles) of the experts before g (ascending,
-// prefix[0] = 0, t < prefix[groups]). An empty expert repeats its neighbour's prefix; the search
-// takes the last expert starting at or before t, so it never lands on one. Every number the wgmma
-// kernel decodes goes through here (a tile, a pair item, the tail wave's first tile).
-MOERUN_HD constexpr int wgmma_group_of(int t, const int* prefix, int groups) {
+// The segment that holds number t: the g in [0, groups) with prefix[g] <= t < prefix[g + 1], where
+// prefix[g] counts the tiles, items or rows of the experts before g (ascending, prefix[0] = 0,
+// t < prefix[groups]). An empty expert repeats its neighbour's prefix; the search takes the last
+// expert starting at or before t, so it never lands on one. Every such lookup on the device goes
+// through here: the wgmma kernel's tile, pair item and tail-wave decodes (int) and the sorted rows'
+// expert in the elementwise passes (int64_t rows).
+template <typename Index>
+MOERUN_HD constexpr int segment_of(Index t, const int* prefix, int groups) {
   int lo = 0, hi = groups;
   while (hi - lo > 1) {
     const int mid = (lo + hi) >> 1;

@@ -470,12 +470,7 @@ __global__ void expert_of_row_kernel(const int32_t* __restrict__ seg, int E, int
                                      int32_t* __restrict__ eor) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= rows_bound || r >= seg[E]) return;
-  int lo = 0, hi = E - 1;  // last e with seg[e] <= r
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (seg[mid] <= r) lo = mid; else hi = mid - 1;
-  }
-  eor[r] = lo;
+  eor[r] = segment_of(r, seg, E);
 }
 
 template <typename F>

@@ -27,16 +27,6 @@ namespace {
 
 constexpr int kPassThreads = 128;
 
-// Largest e in [0, experts) with seg[e] <= r: the expert whose segment holds row r.
-__device__ __forceinline__ int expert_of(const int32_t* __restrict__ seg, int experts, int64_t r) {
-  int lo = 0, hi = experts - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (seg[mid] <= r) lo = mid; else hi = mid - 1;
-  }
-  return lo;
-}
-
 // Eight 2-byte elements as one 16-byte vector.
 template <typename T>
 union Vec8 {
@@ -93,7 +83,7 @@ __global__ void __launch_bounds__(kPassThreads)
   const int outn = gated ? n / 2 : n;
   const int j0 = (blockIdx.y * kPassThreads + threadIdx.x) * 8;  // one vector of outputs per thread
   if (j0 >= outn) return;
-  const float* b = bias ? bias + static_cast<int64_t>(seg ? expert_of(seg, experts, r) : 0) * n : nullptr;
+  const float* b = bias ? bias + static_cast<int64_t>(seg ? segment_of(r, seg, experts) : 0) * n : nullptr;
   const T* row = gu + r * n;
   T* o = inter + r * outn;
   {
@@ -177,7 +167,7 @@ __global__ void __launch_bounds__(kPassThreads)
     const int64_t r = row_of_slot[t * top_k + threadIdx.x];
     row_s[threadIdx.x] = r;
     w_s[threadIdx.x] = weight_of_row[r];
-    b_s[threadIdx.x] = bias ? bias + static_cast<int64_t>(expert_of(seg, experts, r)) * h : nullptr;
+    b_s[threadIdx.x] = bias ? bias + static_cast<int64_t>(segment_of(r, seg, experts)) * h : nullptr;
   }
   const float gate = shared && shared_gate ? shared_gate_of(hidden + t * h, shared_gate, h) : 1.0f;
   __syncthreads();

@@ -426,7 +426,7 @@ struct Tile {
 // k_splits times, splits adjacent); seg in shared memory.
 __device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int* seg, int groups, int n,
                                             WgmmaTiles tiles, int k_splits) {
-  const int lo = wgmma_group_of(t, prefix, groups);
+  const int lo = segment_of(t, prefix, groups);
   const int count = seg[lo + 1] - seg[lo];
   const int m_tiles = wgmma_m_tiles(count, tiles);
   const int local = (t - prefix[lo]) / k_splits;
@@ -455,7 +455,7 @@ __device__ __forceinline__ Tile decode_tile(int t, const int* prefix, const int*
 // stores nothing).
 __device__ __forceinline__ Tile decode_pair(int t, const int* prefix, const int* seg, int groups, int n,
                                             WgmmaTiles tiles, int rank) {
-  const int lo = wgmma_group_of(t, prefix, groups);
+  const int lo = segment_of(t, prefix, groups);
   const int count = seg[lo + 1] - seg[lo];
   const int m_tiles = wgmma_m_tiles(count, tiles), pairs = (m_tiles + 1) / 2;
   const int local = t - prefix[lo];
@@ -622,7 +622,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       int split_from = out_tiles;
       if (tail_k > 1) {  // the last partial wave, from the first tile of a (expert, column block) group
         const int wave_start = out_tiles - out_tiles % teams;
-        const int lo = wgmma_group_of(wave_start, prefix, groups);
+        const int lo = segment_of(wave_start, prefix, groups);
         split_from = wgmma_tail_split_start(wave_start, prefix[lo], (prefix[lo + 1] - prefix[lo]) / n_blocks,
                                             out_tiles, teams);
       }
