@@ -38,7 +38,17 @@
 // 1.14-1.15x; 4 and 16 tokens fp8-block 1.07x, mxfp4 1.10-1.12x, bf16 1.01x. Runs of 32 for every
 // streaming job tied or lost 2-5% in one of two A/B rounds at 64 tokens (gpt-oss-20b, deepseek-v2-lite;
 // about 8 tokens per expert), hence the token bound; 2 and 4 tokens tied
-// (bench/results/2026-12-05_s37_dev-xeon).
+// (bench/results/2026-12-05_s37_dev-xeon). At AMX, where every job is one token on the bf16 stream
+// pairs (a bf16 or fp8 decode step; not the q8 pairs), the cap is kAmxPairRunMax (16), in gemm1 and
+// gemm2: on the GPU host's Xeon (session 46, bench/results/2026-12-06_s46_gpu/NOTES.md; qwen3-30b-a3b,
+// 2 threads, alternated in one process) runs of 16 read fp8-block 7.0% and bf16 2.8% faster than 32,
+// while mxfp4 and nvfp4 on the q8 pairs lost 3%. With 2 threads, runs of 32 leave that layer 24
+// gate_up items and 4 down items; 16 give 48 and 8. Session 47 (bench/results/2026-12-06_s47_gpu,
+// the rule against runs of 32): qwen3 fp8-block 6.1% faster (4 threads 6.6%), bf16 1.9% (2.2%),
+// gpt-oss-20b bf16 tied, deepseek-v2-lite bf16 1.2% slower (0.3%); issue 4's one-token fp8-block
+// ratio 1.92x and 1.87x against 1.75x and 1.76x before sessions 46-47. Not monotone, so not settled:
+// runs of 8 read bf16 7% faster than 16 (qwen3 and deepseek-v2-lite; gpt-oss-20b 0.5%) and runs of
+// 24 5% faster, fp8-block not measured at either (call3.sh there, not run: no device).
 // Stream pairs: a one-token call that takes the bf16 stream or the AVX-512 q8 kernel runs two blocks
 // of its run at once (KernelSet::stream2_bf16 / stream2_q8): blocks q and q + n / 2 of a run of n, so
 // each of the two weight streams is itself contiguous (and an odd last block alone). One core then has
@@ -117,6 +127,7 @@ constexpr int64_t kDownGroupMaxCalls = 8;
 constexpr int64_t kStreamRunMax = 8;  // stream runs (NOTES): at most this many blocks per item,
 constexpr int64_t kLongRunMax = 32;    // ... or this many for jobs of at most kLongRunTokens tokens
 constexpr int64_t kLongRunTokens = 4;
+constexpr int64_t kAmxPairRunMax = 16;  // ... or this many at AMX where every job streams one token in pairs
 constexpr int64_t kTileRunMax = 48;   // ... and AMX tile runs (NOTES: AMX pairs)
 
 // The most blocks per gemm2 stream run at M tokens: kLongRunMax, fewer where their [M][16] output buffers
@@ -631,7 +642,15 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const auto run_up_to = [&](int64_t most) {  // blocks per gemm1 item: at least four items per thread
     return ks_.stream_run > 0 ? ks_.stream_run : std::clamp<int64_t>(singles1 / (4 * threads), 1, most);
   };
-  const int64_t run1 = run_up_to(kStreamRunMax), long_run1 = run_up_to(kLongRunMax), tile_run1 = run_up_to(kTileRunMax);
+  // (NOTES: stream runs) at AMX, shorter runs where every job is one token on the bf16 stream pairs
+  const bool pair_decode = ks_.amx && ks_.stream2_bf16 != nullptr && std::all_of(jobs.begin(), jobs.end(), [&](const Job& j) {
+    const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
+    const bool q8_job = ks_.stream_q8 != nullptr && j.m <= ks_.stream_max_m_q8 &&
+                        (ks_.uses_q8_stream(f1) || ks_.uses_q8_stream(f2));
+    return j.m == 1 && !q8_job && ks_.uses_bf16_stream(f1) && ks_.uses_bf16_stream(f2);
+  });
+  const int64_t long_run_max = pair_decode ? kAmxPairRunMax : kLongRunMax;
+  const int64_t run1 = run_up_to(kStreamRunMax), long_run1 = run_up_to(long_run_max), tile_run1 = run_up_to(kTileRunMax);
   items1.clear();
   for (size_t j = 0; j < jobs.size(); ++j) {
     const PackedStack& w = jobs[j].shared ? *sw13_ : *w13_;
@@ -671,7 +690,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   } else {  // every job streams: stream runs (NOTES)
     group2 = ks_.stream_run > 0 ? ks_.stream_run
                                 : std::clamp<int64_t>(w2_->nblocks / (2 * threads), 1,
-                                                      few_tokens2 ? stream_run2_max : kStreamRunMax);
+                                                      few_tokens2 ? std::min(stream_run2_max, long_run_max) : kStreamRunMax);
   }
   const int64_t blocks_per_item2 = pair2 * group2;
   // Blocks per down call: the pairs' groups of four where AMX may take four (calls of up to 16 rows
