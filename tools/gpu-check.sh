@@ -8,7 +8,9 @@
 # <dir> when they run on this machine (built elsewhere for sm_90a; <dir> may be a folder packed by
 # tools/prebuilt.sh), else build; BENCH_ARGS / TORCH_ARGS extra
 # arguments for cuda_moe_bench / torch_baseline.py (e.g. "--ms 1024,8192"); GPU_CHECK_SANITIZERS
-# the compute-sanitizer runs (default "memcheck racecheck racecheck-m64"); GPU_CHECK_PACK=0 leaves every
+# the compute-sanitizer runs (default "memcheck racecheck racecheck-m64"); GPU_CHECK_SANITIZER_FILTER a
+# gtest filter for every one of them instead of their own (a short check of one change's tests);
+# GPU_CHECK_PACK=0 leaves every
 # output file loose instead of packing them into $OUT/gpu-check.tgz (only what this run added to $OUT:
 # give it an empty or fresh folder, as the device tool's $OUT is).
 set -uo pipefail
@@ -84,6 +86,7 @@ for run in ${GPU_CHECK_SANITIZERS:-memcheck racecheck racecheck-m64}; do
   tool=${run%%-*}
   filt='*SmallHot*:*SmallGrouped*:*MZero*:*SmallGptOss*:*SmallShared*:*SmallSplitK*'
   [ $tool = memcheck ] && filt='*Small*:*MZero*:*Graph*'
+  filt=${GPU_CHECK_SANITIZER_FILTER:-$filt}
   force=""; [ $run = racecheck-m64 ] && force=mma-tile-m64
   # (memcheck: 300 s; the engine test alone takes 65-90 s unchecked, its host reference included)
   lim=200; [ $tool = memcheck ] && lim=300
