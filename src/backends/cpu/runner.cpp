@@ -642,12 +642,15 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const auto run_up_to = [&](int64_t most) {  // blocks per gemm1 item: at least four items per thread
     return ks_.stream_run > 0 ? ks_.stream_run : std::clamp<int64_t>(singles1 / (4 * threads), 1, most);
   };
+  // A job whose calls take the q8 kernel (its rows are packed as q8 rows below).
+  const auto q8_job = [&](const Job& j) {
+    const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
+    return ks_.stream_q8 != nullptr && j.m <= ks_.stream_max_m_q8 && (ks_.uses_q8_stream(f1) || ks_.uses_q8_stream(f2));
+  };
   // (NOTES: stream runs) at AMX, shorter runs where every job is one token on the bf16 stream pairs
   const bool pair_decode = ks_.amx && ks_.stream2_bf16 != nullptr && std::all_of(jobs.begin(), jobs.end(), [&](const Job& j) {
     const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
-    const bool q8_job = ks_.stream_q8 != nullptr && j.m <= ks_.stream_max_m_q8 &&
-                        (ks_.uses_q8_stream(f1) || ks_.uses_q8_stream(f2));
-    return j.m == 1 && !q8_job && ks_.uses_bf16_stream(f1) && ks_.uses_bf16_stream(f2);
+    return j.m == 1 && !q8_job(j) && ks_.uses_bf16_stream(f1) && ks_.uses_bf16_stream(f2);
   });
   const int64_t long_run_max = pair_decode ? kAmxPairRunMax : kLongRunMax;
   const int64_t run1 = run_up_to(kStreamRunMax), long_run1 = run_up_to(long_run_max), tile_run1 = run_up_to(kTileRunMax);
@@ -734,8 +737,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   if (ks_.stream_q8 != nullptr) {
     uint8_t* qr = ws.q8_row.get(static_cast<size_t>(rows_cap));  // (grown on every call: see xq below)
     for (const Job& j : jobs) {
-      const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
-      if (j.m > ks_.stream_max_m_q8 || !(ks_.uses_q8_stream(f1) || ks_.uses_q8_stream(f2))) continue;
+      if (!q8_job(j)) continue;
       if (!q8) {
         q8_row = qr;
         std::memset(q8_row, 0, static_cast<size_t>(rows));
