@@ -72,7 +72,7 @@ const std::vector<Knob>& table() {
                       "elements of padding per activation row; 0: none", 32));
     v.push_back(count("MOERUN_CPU_DOWN_GROUP", "cpu", 1, 64, "the runner's rule",
                       "N-blocks per down-GEMM work item where a down GEMM is tiled"));
-    v.push_back(count("MOERUN_CPU_STREAM_RUN", "cpu", 1, 64, "the runner's rule: at most 8, 32 for jobs of up to 4 tokens (AMX tile items: 48)",
+    v.push_back(count("MOERUN_CPU_STREAM_RUN", "cpu", 1, 64, "the runner's rule: at most 8, 32 for jobs of up to 4 tokens (one-token bf16-pair layers at AMX: 8 blocks of bf16, 16 of fp8; AMX tile items: 48)",
                       "consecutive N-blocks of one expert per decode work item (tile items: whole pairs)"));
     v.push_back(on_off("MOERUN_CPU_Q15_JOIN", "cpu", "1",
                        "0: q15 calls fold a token's two 15-bit rows apart and sum them after (before session 40)"));

@@ -347,7 +347,7 @@ inline constexpr int kPairPrefetchL2Bytes = 1536;
 // tied (bench/results/2026-12-06_s46_dev-epyc), so the levels below keep the streams' distance. The L1
 // distance now passes the L2 one (kPairPrefetchL2Bytes, tuned with L1 at 1 KiB), so at AMX the pairs'
 // L2 prefetches ask for lines their L1 prefetches already requested. It still pays there: on top of
-// 2 KiB (session 47, bench/results/2026-12-06_s47_gpu/NOTES.md, runs of kAmxPairRunMax) no L2
+// 2 KiB (session 47, bench/results/2026-12-06_s47_gpu/NOTES.md, runs of 16 blocks) no L2
 // prefetch read bf16 0.5% faster and fp8-block 1.4% slower, 4 KiB 3% and 7% slower; 1536 stays.
 inline constexpr int kAmxPairPrefetchBytes = 2048;
 // Since session 32 the AMX tiles prefetch closer: 512 bytes ahead. A prefetch into L1 issued too early

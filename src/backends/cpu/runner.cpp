@@ -39,16 +39,16 @@
 // streaming job tied or lost 2-5% in one of two A/B rounds at 64 tokens (gpt-oss-20b, deepseek-v2-lite;
 // about 8 tokens per expert), hence the token bound; 2 and 4 tokens tied
 // (bench/results/2026-12-05_s37_dev-xeon). At AMX, where every job is one token on the bf16 stream
-// pairs (a bf16 or fp8 decode step; not the q8 pairs), the cap is kAmxPairRunMax (16), in gemm1 and
-// gemm2: on the GPU host's Xeon (session 46, bench/results/2026-12-06_s46_gpu/NOTES.md; qwen3-30b-a3b,
-// 2 threads, alternated in one process) runs of 16 read fp8-block 7.0% and bf16 2.8% faster than 32,
-// while mxfp4 and nvfp4 on the q8 pairs lost 3%. With 2 threads, runs of 32 leave that layer 24
-// gate_up items and 4 down items; 16 give 48 and 8. Session 47 (bench/results/2026-12-06_s47_gpu,
-// the rule against runs of 32): qwen3 fp8-block 6.1% faster (4 threads 6.6%), bf16 1.9% (2.2%),
-// gpt-oss-20b bf16 tied, deepseek-v2-lite bf16 1.2% slower (0.3%); issue 4's one-token fp8-block
-// ratio 1.92x and 1.87x against 1.75x and 1.76x before sessions 46-47. Not monotone, so not settled:
-// runs of 8 read bf16 7% faster than 16 (qwen3 and deepseek-v2-lite; gpt-oss-20b 0.5%) and runs of
-// 24 5% faster, fp8-block not measured at either (call3.sh there, not run: no device).
+// pairs (a bf16 or fp8 decode step; not the q8 pairs), the cap is a byte budget, kAmxPairRunBytesPerK
+// (256 bytes per k step: 8 blocks of bf16, 16 of fp8), in gemm1 and gemm2. On the GPU host's Xeon
+// (2 threads, alternated in one process): runs of 16 against 32 read fp8-block 6-7% and bf16 2-3%
+// faster on qwen3-30b-a3b (sessions 46-47), mxfp4 / nvfp4 on the q8 pairs 3% slower (so not them);
+// against 16, runs of 8 read bf16 faster again (session 47: qwen3-30b-a3b and deepseek-v2-lite 7%,
+// gpt-oss-20b 0.5%; session 48: 3.4%, 4.2%, 2.0%, and qwen3 5.4% at 4 threads) but fp8-block 2.4%
+// slower (2.8% at 4 threads); runs of 12 read bf16 4.1% / 8.4% faster (gpt-oss-20b 0.9% slower), fp8-block
+// tied. So the best run is the same bytes in both
+// formats, about 256 per k (512 KiB at K = 2048): what a thread streams before its next run starts
+// cold. Sessions' notes: bench/results/2026-12-06_s46_gpu, 2026-12-06_s47_gpu, 2026-12-07_s48_gpu.
 // Stream pairs: a one-token call that takes the bf16 stream or the AVX-512 q8 kernel runs two blocks
 // of its run at once (KernelSet::stream2_bf16 / stream2_q8): blocks q and q + n / 2 of a run of n, so
 // each of the two weight streams is itself contiguous (and an odd last block alone). One core then has
@@ -127,7 +127,9 @@ constexpr int64_t kDownGroupMaxCalls = 8;
 constexpr int64_t kStreamRunMax = 8;  // stream runs (NOTES): at most this many blocks per item,
 constexpr int64_t kLongRunMax = 32;    // ... or this many for jobs of at most kLongRunTokens tokens
 constexpr int64_t kLongRunTokens = 4;
-constexpr int64_t kAmxPairRunMax = 16;  // ... or this many at AMX where every job streams one token in pairs
+// ... or, at AMX where every job streams one token on the bf16 pairs, runs of at most this many bytes
+// per k step (a block holds bytes_per_k of its format per k): 8 blocks of bf16, 16 of fp8
+constexpr int64_t kAmxPairRunBytesPerK = 256;
 constexpr int64_t kTileRunMax = 48;   // ... and AMX tile runs (NOTES: AMX pairs)
 
 // The most blocks per gemm2 stream run at M tokens: kLongRunMax, fewer where their [M][16] output buffers
@@ -652,7 +654,12 @@ void CpuRunner::forward(const ForwardArgs& args) {
     const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
     return j.m == 1 && !q8_job(j) && ks_.uses_bf16_stream(f1) && ks_.uses_bf16_stream(f2);
   });
-  const int64_t long_run_max = pair_decode ? kAmxPairRunMax : kLongRunMax;
+  int64_t long_run_max = kLongRunMax;
+  if (pair_decode) {
+    for (const Job& j : jobs)
+      for (const kernels::PackFmt f : {j.shared ? sw13_->fmt : w13_->fmt, j.shared ? sw2_->fmt : w2_->fmt})
+        long_run_max = std::min<int64_t>(long_run_max, std::max<int64_t>(1, kAmxPairRunBytesPerK / kernels::bytes_per_k(f)));
+  }
   const int64_t run1 = run_up_to(kStreamRunMax), long_run1 = run_up_to(long_run_max), tile_run1 = run_up_to(kTileRunMax);
   items1.clear();
   for (size_t j = 0; j < jobs.size(); ++j) {
