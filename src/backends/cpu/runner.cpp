@@ -45,10 +45,10 @@
 // faster on qwen3-30b-a3b (sessions 46-47), mxfp4 / nvfp4 on the q8 pairs 3% slower (so not them);
 // against 16, runs of 8 read bf16 faster again (session 47: qwen3-30b-a3b and deepseek-v2-lite 7%,
 // gpt-oss-20b 0.5%; session 48: 3.4%, 4.2%, 2.0%, and qwen3 5.4% at 4 threads) but fp8-block 2.4%
-// slower (2.8% at 4 threads); runs of 12 read bf16 4.1% / 8.4% faster (gpt-oss-20b 0.9% slower), fp8-block
-// tied. So the best run is the same bytes in both
-// formats, about 256 per k (512 KiB at K = 2048): what a thread streams before its next run starts
-// cold. Sessions' notes: bench/results/2026-12-06_s46_gpu, 2026-12-06_s47_gpu, 2026-12-07_s48_gpu.
+// slower (2.8% at 4 threads); runs of 12 read bf16 4.1% / 8.4% faster (gpt-oss-20b 0.9% slower),
+// fp8-block tied. So the best run is the same bytes in both formats, about 256 per k step (512 KiB at
+// K = 2048); why that many is not measured. Notes: bench/results/2026-12-06_s46_gpu, 2026-12-06_s47_gpu
+// and 2026-12-07_s48_gpu.
 // Stream pairs: a one-token call that takes the bf16 stream or the AVX-512 q8 kernel runs two blocks
 // of its run at once (KernelSet::stream2_bf16 / stream2_q8): blocks q and q + n / 2 of a run of n, so
 // each of the two weight streams is itself contiguous (and an odd last block alone). One core then has
