@@ -10,9 +10,8 @@
 # arguments for cuda_moe_bench / torch_baseline.py (e.g. "--ms 1024,8192"); GPU_CHECK_SANITIZERS
 # the compute-sanitizer runs (default "memcheck racecheck racecheck-m64"); GPU_CHECK_SANITIZER_FILTER a
 # gtest filter for every one of them instead of their own (a short check of one change's tests);
-# GPU_CHECK_PACK=0 leaves every
-# output file loose instead of packing them into $OUT/gpu-check.tgz (only what this run added to $OUT:
-# give it an empty or fresh folder, as the device tool's $OUT is).
+# GPU_CHECK_PACK=0 leaves every output file loose instead of packing them into $OUT/gpu-check.tgz (only
+# what this run added to $OUT: give it an empty or fresh folder, as the device tool's $OUT is).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}

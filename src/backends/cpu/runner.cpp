@@ -106,6 +106,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -129,7 +130,7 @@ constexpr int64_t kLongRunMax = 32;    // ... or this many for jobs of at most k
 constexpr int64_t kLongRunTokens = 4;
 // ... or, at AMX where every job streams one token on the bf16 pairs, runs of at most this many bytes
 // per k step (a block holds bytes_per_k of its format per k): 8 blocks of bf16, 16 of fp8
-constexpr int64_t kAmxPairRunBytesPerK = 256;
+constexpr int kAmxPairRunBytesPerK = 256;
 constexpr int64_t kTileRunMax = 48;   // ... and AMX tile runs (NOTES: AMX pairs)
 
 // The most blocks per gemm2 stream run at M tokens: kLongRunMax, fewer where their [M][16] output buffers
@@ -644,21 +645,26 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const auto run_up_to = [&](int64_t most) {  // blocks per gemm1 item: at least four items per thread
     return ks_.stream_run > 0 ? ks_.stream_run : std::clamp<int64_t>(singles1 / (4 * threads), 1, most);
   };
+  // A job's two weight formats: gate_up's and down's.
+  const auto job_fmts = [&](const Job& j) {
+    return std::array<kernels::PackFmt, 2>{j.shared ? sw13_->fmt : w13_->fmt, j.shared ? sw2_->fmt : w2_->fmt};
+  };
   // A job whose calls take the q8 kernel (its rows are packed as q8 rows below).
   const auto q8_job = [&](const Job& j) {
-    const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
+    const auto [f1, f2] = job_fmts(j);
     return ks_.stream_q8 != nullptr && j.m <= ks_.stream_max_m_q8 && (ks_.uses_q8_stream(f1) || ks_.uses_q8_stream(f2));
   };
-  // (NOTES: stream runs) at AMX, shorter runs where every job is one token on the bf16 stream pairs
+  // (NOTES: stream runs) at AMX, runs of at most kAmxPairRunBytesPerK where every job is one token on the
+  // bf16 stream pairs
   const bool pair_decode = ks_.amx && ks_.stream2_bf16 != nullptr && std::all_of(jobs.begin(), jobs.end(), [&](const Job& j) {
-    const kernels::PackFmt f1 = j.shared ? sw13_->fmt : w13_->fmt, f2 = j.shared ? sw2_->fmt : w2_->fmt;
+    const auto [f1, f2] = job_fmts(j);
     return j.m == 1 && !q8_job(j) && ks_.uses_bf16_stream(f1) && ks_.uses_bf16_stream(f2);
   });
   int64_t long_run_max = kLongRunMax;
   if (pair_decode) {
     for (const Job& j : jobs)
-      for (const kernels::PackFmt f : {j.shared ? sw13_->fmt : w13_->fmt, j.shared ? sw2_->fmt : w2_->fmt})
-        long_run_max = std::min<int64_t>(long_run_max, std::max<int64_t>(1, kAmxPairRunBytesPerK / kernels::bytes_per_k(f)));
+      for (const kernels::PackFmt f : job_fmts(j))
+        long_run_max = std::min<int64_t>(long_run_max, std::max(1, kAmxPairRunBytesPerK / kernels::bytes_per_k(f)));
   }
   const int64_t run1 = run_up_to(kStreamRunMax), long_run1 = run_up_to(long_run_max), tile_run1 = run_up_to(kTileRunMax);
   items1.clear();
