@@ -11,6 +11,7 @@
 // every --variants column: those rows have no v1 kernels).
 //
 //   cpu_kernel_bench [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N]
+//                    [--m 1,4,...] [--mem-m 1,16,...] [--shape N,K]
 //   cpu_kernel_bench --amx-probe [--m 32,64] [--reps N]
 //   cpu_kernel_bench --amx-placement [--threads 1,2] [--seconds S]
 //   cpu_kernel_bench --panels [--reps N]
@@ -30,6 +31,9 @@
 // (dequant_panel_avx512 to an f32 panel, then panel_to_bf16_vnni) and decoded straight to bf16
 // (panel_bf16_vnni), ns per 16-row block of K = 2048, blocks of qwen3-30b-a3b's gate_up from a copy in
 // cache and from copies far larger than the caches; alternating rounds, the fastest of each.
+//
+// --shape N,K: the kernel table's matrix (default 1536,2048, qwen3-30b-a3b's gate_up; its down is
+// 2048,768).
 //
 // Each number is the fastest of --reps alternating rounds (variant A, variant B, A, B, ...), so that
 // load from other processes on a shared machine hits both variants alike.
@@ -193,7 +197,7 @@ int run(int argc, char** argv) {
   }
   const char* usage =
       "usage: %s [--isa avx2|avx512|avx512-bf16|amx] [--variants v1,v2] [--formats bf16,...] [--reps N] [--m 1,4,...] "
-      "[--mem-m 1,16,...] [--amx-probe] [--amx-placement [--threads 1,2] [--seconds S]] [--panels]\n";
+      "[--mem-m 1,16,...] [--shape N,K] [--amx-probe] [--amx-placement [--threads 1,2] [--seconds S]] [--panels]\n";
   std::vector<std::string> variants = {"v1", "v2"}, formats;
   bool probe = false, placement = false, panel_mode = false;
   std::vector<int> threads = {1, 2};
@@ -202,6 +206,7 @@ int run(int argc, char** argv) {
   CpuIsa isa = CpuIsa::kAvx2;
   std::vector<int> ms = {1, 2, 3, 4, 5, 6, 8, 12, 16, 64};
   std::vector<int> mem_ms = {1};  // token counts of the memory-resident rows
+  std::vector<int> shape = {1536, 2048};  // N, K of the kernel table's matrix (qwen3-30b-a3b's gate_up)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--variants" && i + 1 < argc) variants = name_list(argv[++i]);
@@ -225,6 +230,13 @@ int run(int argc, char** argv) {
     else if (a == "--threads" && i + 1 < argc) { if (!parse_ints("--threads", argv[++i], 1, 1024, threads)) return 2; }
     else if (a == "--m" && i + 1 < argc) { if (!parse_ints("--m", argv[++i], 1, 1024, ms)) return 2; }
     else if (a == "--mem-m" && i + 1 < argc) { if (!parse_ints("--mem-m", argv[++i], 1, 1024, mem_ms)) return 2; }
+    else if (a == "--shape" && i + 1 < argc) {
+      if (!parse_ints("--shape", argv[++i], 16, 1 << 16, shape) || shape.size() != 2 || shape[0] % 16 != 0 ||
+          shape[1] % 32 != 0) {
+        std::fprintf(stderr, "--shape: N,K with N a multiple of 16 and K of 32\n");
+        return 2;
+      }
+    }
     else if (a == "--help" || a == "-h") { std::printf(usage, argv[0]); return 0; }
     else if (a == "--isa" && i + 1 < argc) {
       const std::string n = argv[++i];
@@ -307,7 +319,7 @@ int run(int argc, char** argv) {
   }
   std::vector<KernelSet> ks;
   for (const auto& v : variants) ks.push_back(kernels_for_variant(isa, v));
-  const int64_t N = 1536, K = 2048;
+  const int64_t N = shape[0], K = shape[1];
   // Activation rows with the runner's row padding (kRowPad): rows exactly 4 KiB apart (bf16, K = 2048)
   // share one L1 set, and past 8 tokens a group's rows evict each other, which no layer sees.
   const int64_t LD = K + kRowPad;
@@ -370,6 +382,11 @@ int run(int argc, char** argv) {
     // memory-resident: every block of every copy once per round, m tokens (GB/s of packed bytes; past
     // one token, GFLOP/s too: whether a kernel's passes over a block keep up with the stream)
     for (int m : mem_ms) {
+      // The L2 distance the runner gives such a call (run_block): calls of several tokens on the bf16
+      // stream take the "many" distance where the level has one.
+      const bool bf16_stream = !(kv[0].uses_q8_stream(s.p->fmt) && m <= kv[0].stream_max_m_q8) &&
+                               kv[0].stream_bf16 != nullptr && kv[0].uses_bf16_stream(s.p->fmt);
+      s.prefetch_l2 = bf16_stream ? kv[0].bf16_stream_prefetch_l2(m) : kv[0].prefetch_l2;
       std::vector<std::vector<double>> t(ks.size());
       for (int r = 0; r < reps; ++r)
         for (size_t v = 0; v < ks.size(); ++v) {
