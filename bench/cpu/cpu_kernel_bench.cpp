@@ -376,17 +376,19 @@ int run(int argc, char** argv) {
     }
     if (F.q != 0 && kv[0].stream_q8 == nullptr) continue;  // the avx512 level has none
     Set s = make_set(F.f, N, K, mem_set_bytes(), kv[0].code_layout);  // the same at every variant of one level
-    s.prefetch = kv[0].prefetch;
-    s.prefetch_l2 = kv[0].prefetch_l2;
+    // The distances the runner gives a call of m tokens (call_block): calls of several tokens on the bf16
+    // stream take the "many" L2 distance where the level has one, and the AMX decode stream its own.
+    const auto runner_distances = [&](int m) {
+      const bool bf16_stream = !(kv[0].uses_q8_stream(s.p->fmt) && m <= kv[0].stream_max_m_q8) &&
+                               kv[0].stream_bf16 != nullptr && kv[0].uses_bf16_stream(s.p->fmt);
+      s.prefetch = bf16_stream ? kv[0].bf16_stream_prefetch(s.p->fmt, m) : kv[0].prefetch;
+      s.prefetch_l2 = bf16_stream ? kv[0].bf16_stream_prefetch_l2(m) : kv[0].prefetch_l2;
+    };
     const int64_t nb = s.p->nblocks, pairs = s.p->kp / 2;
     // memory-resident: every block of every copy once per round, m tokens (GB/s of packed bytes; past
     // one token, GFLOP/s too: whether a kernel's passes over a block keep up with the stream)
     for (int m : mem_ms) {
-      // The L2 distance the runner gives such a call (run_block): calls of several tokens on the bf16
-      // stream take the "many" distance where the level has one.
-      const bool bf16_stream = !(kv[0].uses_q8_stream(s.p->fmt) && m <= kv[0].stream_max_m_q8) &&
-                               kv[0].stream_bf16 != nullptr && kv[0].uses_bf16_stream(s.p->fmt);
-      s.prefetch_l2 = bf16_stream ? kv[0].bf16_stream_prefetch_l2(m) : kv[0].prefetch_l2;
+      runner_distances(m);
       std::vector<std::vector<double>> t(ks.size());
       for (int r = 0; r < reps; ++r)
         for (size_t v = 0; v < ks.size(); ++v) {
@@ -421,6 +423,7 @@ int run(int argc, char** argv) {
     // cache-resident: the first 4 blocks of one copy, repeated
     const int64_t cb = 2;
     for (int m : ms) {
+      runner_distances(m);
       std::vector<std::vector<double>> t(ks.size());
       const int iters = std::max(1, 16 / m);
       for (int r = 0; r < reps; ++r)
