@@ -337,14 +337,22 @@ int run(int argc, char** argv) {
   for (int i = 0; i < 64; ++i) pack_q15_rows(x.data() + i * LD, K, xq15.row(2 * i));
   // One streaming call the way the runner makes it (run_block): the q8 kernel for the "-q8" and "-q15"
   // rows (the kernel sets of the other rows have none), the bf16 kernel where it takes the format.
+  // Which streaming kernel a call of m tokens takes (the runner's call_path): the q8 kernel, else the
+  // bf16 one where it takes the format, else the f32 one.
+  const auto q8_call = [](const KernelSet& k, kernels::PackFmt f, int m) {
+    return k.uses_q8_stream(f) && m <= k.stream_max_m_q8;
+  };
+  const auto bf16_call = [&](const KernelSet& k, kernels::PackFmt f, int m) {
+    return !q8_call(k, f, m) && k.stream_bf16 != nullptr && k.uses_bf16_stream(f);
+  };
   auto stream = [&](const KernelSet& k, const kernels::BlockRef& b, int m, float* acc) {
-    if (k.uses_q8_stream(b.fmt) && m <= k.stream_max_m_q8) {
+    if (q8_call(k, b.fmt, m)) {
       if (k.q8_rows_per_token == 1) return k.stream_q8(b, xq.view(), m, acc);
       k.stream_q8(b, xq15.view(), k.q8_call_count(m), acc);
       if (!k.q8_joins_rows)  // the runner's sum_q15_rows
         for (int i = 0; i < m; ++i)
           for (int l = 0; l < 16; ++l) acc[i * 16 + l] = acc[2 * i * 16 + l] + acc[(2 * i + 1) * 16 + l];
-    } else if (k.stream_bf16 != nullptr && k.uses_bf16_stream(b.fmt)) {
+    } else if (bf16_call(k, b.fmt, m)) {
       k.stream_bf16(b, xb.data(), LD, m, acc);
     } else {
       k.stream(b, x.data(), LD, m, acc);
@@ -379,8 +387,7 @@ int run(int argc, char** argv) {
     // The distances the runner gives a call of m tokens (call_block): calls of several tokens on the bf16
     // stream take the "many" L2 distance where the level has one, and the AMX decode stream its own.
     const auto runner_distances = [&](int m) {
-      const bool bf16_stream = !(kv[0].uses_q8_stream(s.p->fmt) && m <= kv[0].stream_max_m_q8) &&
-                               kv[0].stream_bf16 != nullptr && kv[0].uses_bf16_stream(s.p->fmt);
+      const bool bf16_stream = bf16_call(kv[0], s.p->fmt, m);
       s.prefetch = bf16_stream ? kv[0].bf16_stream_prefetch(s.p->fmt, m) : kv[0].prefetch;
       s.prefetch_l2 = bf16_stream ? kv[0].bf16_stream_prefetch_l2(m) : kv[0].prefetch_l2;
     };
