@@ -233,12 +233,13 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
 // ---- two blocks at one token (stream2_avx512bf16) -----------------------------------------------------
 // dot_t<F, 1, 4>'s four chains, folds and stores for each block, the two blocks' steps interleaved so that
 // two weight streams are in flight (NOTES). The same operations in the same order per block: bitwise
-// dot_t<F, 1, 4>'s accumulators.
-template <PackFmt F>
+// dot_t<F, 1, 4>'s accumulators. kShiftLow: fp8's decode before session 50 (bf16_decode.hpp), bitwise
+// the same words.
+template <PackFmt F, bool kShiftLow = false>
 void dot2_t(const BlockRef& b0, const BlockRef& b1, const uint16_t* x, float* acc0, float* acc1) {
   constexpr int G = group_size(F);
   const int64_t pairs = b0.kp / 2, gp = G ? G / 2 : pairs;
-  const Dec<F> dec;
+  const Dec<F, kShiftLow> dec;
   constexpr int kStepBytes = 4 * 2 * bytes_per_k(F);
   const __m512 z = _mm512_setzero_ps();
   __m512 a0 = z, a1 = z, a2 = z, a3 = z, c0 = z, c1 = z, c2 = z, c3 = z;  // block 0's chains, block 1's
@@ -434,6 +435,14 @@ void stream2_avx512bf16(const BlockRef& b0, const BlockRef& b1, const uint16_t* 
     default:  // (formats the dots do not take: block by block)
       stream_avx512bf16(b0, xb, 0, 1, acc0);
       stream_avx512bf16(b1, xb, 0, 1, acc1);
+  }
+}
+
+void stream2_avx512bf16_fp8_shift(const BlockRef& b0, const BlockRef& b1, const uint16_t* xb, float* acc0, float* acc1) {
+  switch (b0.fmt) {
+    case PackFmt::kFp8: return dot2_t<PackFmt::kFp8, true>(b0, b1, xb, acc0, acc1);
+    case PackFmt::kFp8Block: return dot2_t<PackFmt::kFp8Block, true>(b0, b1, xb, acc0, acc1);
+    default: return stream2_avx512bf16(b0, b1, xb, acc0, acc1);
   }
 }
 
