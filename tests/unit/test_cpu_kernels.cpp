@@ -817,8 +817,7 @@ void stream_bf16_matches_f32_stream(const KernelSet& ks) {
 // Stream pairs (kernels::stream2_avx512bf16): two blocks at one token give bitwise what two one-token
 // stream_avx512bf16 calls give, for every format (those outside the dots go block by block), fp8 with
 // and without zero / subnormal codes, blocks near and far apart (the same block twice, too), K with a
-// partial last group, and with or without software prefetch. The same for the measurement variant with
-// fp8's decode before session 50 (stream2_avx512bf16_fp8_shift, MOERUN_CPU_FP8_DECODE=shift).
+// partial last group, and with or without software prefetch.
 TEST(CpuKernels, StreamPairsEqualTwoOneTokenCalls) {
   if (detected_isa() < CpuIsa::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 + AVX512-VBMI here";
   const KernelSet ks = kernels_for(CpuIsa::kAvx512Bf16);
@@ -848,12 +847,9 @@ TEST(CpuKernels, StreamPairsEqualTwoOneTokenCalls) {
               float want0[16], want1[16], got0[16], got1[16];
               ks.stream_bf16(r0, xb.data(), p->kp, 1, want0);
               ks.stream_bf16(r1, xb.data(), p->kp, 1, want1);
-              for (auto pair : {ks.stream2_bf16, &kernels::stream2_avx512bf16_fp8_shift}) {
-                pair(r0, r1, xb.data(), got0, got1);
-                const std::string k = pair == ks.stream2_bf16 ? "" : " (fp8 shift decode)";
-                EXPECT_EQ(std::memcmp(got0, want0, sizeof want0), 0) << what << k << " expert " << e << " block " << b0;
-                EXPECT_EQ(std::memcmp(got1, want1, sizeof want1), 0) << what << k << " expert " << E - 1 - e << " block " << b1;
-              }
+              ks.stream2_bf16(r0, r1, xb.data(), got0, got1);
+              EXPECT_EQ(std::memcmp(got0, want0, sizeof want0), 0) << what << " expert " << e << " block " << b0;
+              EXPECT_EQ(std::memcmp(got1, want1, sizeof want1), 0) << what << " expert " << E - 1 - e << " block " << b1;
             }
       }
     }

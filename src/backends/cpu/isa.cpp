@@ -136,7 +136,6 @@ bool amx_stream_enabled() { return knob_on("MOERUN_CPU_AMX_STREAM", true); }
 bool stream_pairs_enabled() { return knob_on("MOERUN_CPU_STREAM_PAIRS", true); }
 bool stream_taper_enabled() { return knob_on("MOERUN_CPU_STREAM_TAPER", true); }
 bool dot_groups_of_8() { return knob_choice("MOERUN_CPU_DOT_TOKENS") == std::optional<std::string_view>("8"); }
-bool fp8_decode_shift() { return knob_choice("MOERUN_CPU_FP8_DECODE") == std::optional<std::string_view>("shift"); }
 bool poison_enabled() { return knob_on("MOERUN_CPU_POISON", false); }
 bool e8m0_fold_enabled() { return knob_on("MOERUN_CPU_E8M0_FOLD", true); }
 bool bf16_intermediate_enabled() { return knob_on("MOERUN_CPU_BF16_INTERMEDIATE", true); }
@@ -156,11 +155,6 @@ KernelSet kernels_for(CpuIsa isa) {
 }
 
 namespace {
-
-// The bf16 stream's pair kernel (MOERUN_CPU_FP8_DECODE=shift: fp8's decode before session 50).
-auto stream2_bf16_kernel() {
-  return fp8_decode_shift() ? kernels::stream2_avx512bf16_fp8_shift : kernels::stream2_avx512bf16;
-}
 
 KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
   KernelSet k;
@@ -197,7 +191,7 @@ KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
       k.act_rows_bf16 = kernels::act_rows_bf16_avx512;
       k.stream = kernels::stream_avx512;
       k.stream_bf16 = variant == "v1" || dot_groups_of_8() ? kernels::stream_avx512bf16_g8 : kernels::stream_avx512bf16;
-      k.stream2_bf16 = stream_pairs_enabled() ? stream2_bf16_kernel() : nullptr;
+      k.stream2_bf16 = stream_pairs_enabled() ? kernels::stream2_avx512bf16 : nullptr;
       k.stream_q8 = q8_stream_enabled() ? kernels::stream_q8_avx512vnni : nullptr;
       k.stream2_q8 = k.stream_q8 != nullptr && stream_pairs_enabled() ? kernels::stream2_q8_avx512vnni : nullptr;
       k.stream_max_m = kAvx512StreamMaxTokens;
@@ -213,7 +207,7 @@ KernelSet kernels_default(CpuIsa isa, const std::string& variant) {
       k.stream = kernels::stream_avx512;
       k.amx_stream = amx_stream_enabled();
       k.stream_bf16 = k.amx_stream ? kernels::stream_amx_bf16 : kernels::stream_avx512bf16;
-      k.stream2_bf16 = stream_pairs_enabled() ? stream2_bf16_kernel() : nullptr;  // (one-token calls)
+      k.stream2_bf16 = stream_pairs_enabled() ? kernels::stream2_avx512bf16 : nullptr;  // (one-token calls)
       k.stream_q8 = q8_stream_enabled() ? kernels::stream_q8_avx512vnni : nullptr;
       k.stream2_q8 = k.stream_q8 != nullptr && stream_pairs_enabled() ? kernels::stream2_q8_avx512vnni : nullptr;
       k.stream_max_m = kAmxStreamMaxTokens;

@@ -418,9 +418,6 @@ bool stream_pairs_enabled();
 bool stream_taper_enabled();
 // MOERUN_CPU_DOT_TOKENS=8: true (stream_bf16 is kernels::stream_avx512bf16_g8); unset (or 16): false.
 bool dot_groups_of_8();
-// MOERUN_CPU_FP8_DECODE=shift: true (stream2_bf16 is kernels::stream2_avx512bf16_fp8_shift); unset (or
-// madd): false.
-bool fp8_decode_shift();
 // MOERUN_CPU_POISON=1: true; unset (or anything else): false.
 bool poison_enabled();
 // MOERUN_CPU_E8M0_FOLD=0: false; unset (or malformed): true.

@@ -91,15 +91,12 @@ template <bool kHigh>
 // vpmaddubsw with 16 in every even byte slot and 0 in the odd ones (16 x the signed low byte, at most
 // 2048 in magnitude: no saturation). Two ops a byte, none on the shuffle port. Checked against
 // fp8_word_bf16 on all 65536 words (tests: Fp8WordDecodeAllWords). Zero and subnormal codes would come
-// out wrong, so callers check first (fp8_codes_normal). kShiftLow: the low byte as before session 50,
-// shifted up by 8 first (three ops; kept for side-by-side measurement, MOERUN_CPU_FP8_DECODE=shift).
-template <bool kHigh, bool kShiftLow = false>
+// out wrong, so callers check first (fp8_codes_normal).
+template <bool kHigh>
 [[gnu::always_inline]] inline __m512i fp8_word_bf16_normal(__m512i w) {
   const __m512i keep = _mm512_set1_epi16(static_cast<short>(0x87F0)), bias = _mm512_set1_epi16(0x3800);
-  __m512i s;
-  if constexpr (kHigh) s = _mm512_srai_epi16(w, 4);
-  else if constexpr (kShiftLow) s = _mm512_srai_epi16(_mm512_slli_epi16(w, 8), 4);
-  else s = _mm512_maddubs_epi16(_mm512_set1_epi16(16), w);  // the unsigned operand first: 16 and 0
+  // (vpmaddubsw takes the unsigned operand first: 16 and 0 in each word's two bytes)
+  const __m512i s = kHigh ? _mm512_srai_epi16(w, 4) : _mm512_maddubs_epi16(_mm512_set1_epi16(16), w);
   return _mm512_ternarylogic_epi32(s, keep, bias, 0xEA);  // (s & keep) | bias
 }
 // Whether every e4m3 byte of a (and b) is a normal code (exponent field, bits 3-6, not 0).

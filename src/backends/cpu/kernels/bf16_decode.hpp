@@ -22,15 +22,13 @@ inline __m512i ld512(const void* p) { return _mm512_load_si512(p); }
 // ---- weight decoders: one k pair -> 32 bf16 in VNNI word order --------------------------------------
 // decode_quad decodes pairs p .. p + 3 (p a multiple of 4): fp8 and e2m1 in VNNI words (kernels.hpp)
 // through Dec<F>::quad, whose loads serve 2 or 4 pairs with no byte shuffle; bf16 pair by pair.
-// kShiftLow (fp8 only): the low bytes' decode before session 50, for side-by-side measurement
-// (fp8_word_bf16_normal; MOERUN_CPU_FP8_DECODE=shift).
-template <PackFmt F, bool kShiftLow = false> struct Dec;
+template <PackFmt F> struct Dec;
 
 template <> struct Dec<PackFmt::kBF16> {
   __m512i operator()(const uint8_t* d, int64_t p) const { return _mm512_loadu_si512(d + p * 64); }
 };
 
-template <bool kShiftLow> struct Dec<PackFmt::kFp8, kShiftLow> {
+template <> struct Dec<PackFmt::kFp8> {
   // Two 64-byte loads hold four pairs' codes as the low and high bytes of VNNI words (kernels.hpp);
   // fp8_word_bf16 (avx512_decode.hpp) turns either byte of every word into bf16 in place. Where all
   // 128 codes are normal, the table lookup for zero and subnormal codes is left out (bitwise the same
@@ -40,9 +38,9 @@ template <bool kShiftLow> struct Dec<PackFmt::kFp8, kShiftLow> {
     const __m512i a = _mm512_loadu_si512(d + (p / 2) * kVnniWordBytes);
     const __m512i b = _mm512_loadu_si512(d + (p / 2 + 1) * kVnniWordBytes);
     if (fp8_codes_normal(a, b)) [[likely]] {
-      w0 = fp8_word_bf16_normal<false, kShiftLow>(a);
+      w0 = fp8_word_bf16_normal<false>(a);
       w1 = fp8_word_bf16_normal<true>(a);
-      w2 = fp8_word_bf16_normal<false, kShiftLow>(b);
+      w2 = fp8_word_bf16_normal<false>(b);
       w3 = fp8_word_bf16_normal<true>(b);
       return;
     }
@@ -52,7 +50,7 @@ template <bool kShiftLow> struct Dec<PackFmt::kFp8, kShiftLow> {
     w3 = fp8_word_bf16<true>(b, sub);
   }
 };
-template <bool kShiftLow> struct Dec<PackFmt::kFp8Block, kShiftLow> : Dec<PackFmt::kFp8, kShiftLow> {};
+template <> struct Dec<PackFmt::kFp8Block> : Dec<PackFmt::kFp8> {};
 
 template <> struct Dec<PackFmt::kMxfp4> {
   // Pair p is nibble p % 4 of its quad's words: one shift and one vpermw (the table only reads the low
@@ -68,8 +66,8 @@ template <> struct Dec<PackFmt::kMxfp4> {
 };
 template <> struct Dec<PackFmt::kNvfp4> : Dec<PackFmt::kMxfp4> {};
 
-template <PackFmt F, bool kShiftLow>
-[[gnu::always_inline]] inline void decode_quad(const Dec<F, kShiftLow>& dec, const uint8_t* d, int64_t p, __m512i& w0, __m512i& w1,
+template <PackFmt F>
+[[gnu::always_inline]] inline void decode_quad(const Dec<F>& dec, const uint8_t* d, int64_t p, __m512i& w0, __m512i& w1,
                                                __m512i& w2, __m512i& w3) {
   if constexpr (has_code_layout(F)) {  // fp8 and e2m1: VNNI words at these levels (kernels.hpp)
     dec.quad(d, p, w0, w1, w2, w3);

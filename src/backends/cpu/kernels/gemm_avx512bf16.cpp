@@ -30,7 +30,15 @@
 //   magnitude at 4-10 and copies the sign into 11-15, so one vpternlog keeps 4-10 and 15 and ORs the
 //   bias (the low byte is shifted up by 8 first). Cached 1.24-1.35 -> 1.16-1.20 ns per pair; in the
 //   layer at one token it ties (1.42-1.51 ms either way, A/B): the stream reads 13.2 GB/s a thread
-//   against bf16's 15.2 there, with the decode now about half of a pair's read time.
+//   against bf16's 15.2 there, with the decode now about half of a pair's read time. Now 2 (session 50):
+//   the low byte's word comes from one vpmaddubsw (16 x the signed code: what the shift up by 8 and
+//   the arithmetic shift by 4 gave), so a 64-byte load of two pairs takes 4 decode ops, not 5. It
+//   ties: in the layer, qwen3-30b-a3b fp8-block at one token alternated with the shift form, 1.003x on
+//   the GPU host's Xeon (1.001x at 4 threads) and 0.994x on the Zen 4. A probe of the one-token pair
+//   stream (bench/results/2026-12-07_s50_gpu/fp8_decode_probe.cpp; 1 GiB, alternated) says why: on
+//   that Xeon the shift decode read 26.5 GB/s at 2 threads, no decode at all 27.0 and bf16 27.1, so
+//   the decode costs the stream 2-3% there (and nothing on the Zen 4), and the layer's gap to bf16's
+//   byte rate (fp8-block 26.2 against 28.4 GB/s) lies mostly outside the kernel's loop.
 // - e2m1, per 4 k pairs (7 ops): one 64-byte load of the quad (kernels.hpp), then per pair a vpsrlw by 0,
 //   4, 8 or 12 and a vpermw mapping each word's low nibble to bf16 (every e2m1 value is a bf16 value;
 //   the 32-entry table repeats the 16, so bit 4 of the index does not matter). The pair-major layout
@@ -233,13 +241,12 @@ void dot_t(const BlockRef& b, const uint16_t* xb, int64_t ldx, float* acc) {
 // ---- two blocks at one token (stream2_avx512bf16) -----------------------------------------------------
 // dot_t<F, 1, 4>'s four chains, folds and stores for each block, the two blocks' steps interleaved so that
 // two weight streams are in flight (NOTES). The same operations in the same order per block: bitwise
-// dot_t<F, 1, 4>'s accumulators. kShiftLow: fp8's decode before session 50 (bf16_decode.hpp), bitwise
-// the same words.
-template <PackFmt F, bool kShiftLow = false>
+// dot_t<F, 1, 4>'s accumulators.
+template <PackFmt F>
 void dot2_t(const BlockRef& b0, const BlockRef& b1, const uint16_t* x, float* acc0, float* acc1) {
   constexpr int G = group_size(F);
   const int64_t pairs = b0.kp / 2, gp = G ? G / 2 : pairs;
-  const Dec<F, kShiftLow> dec;
+  const Dec<F> dec;
   constexpr int kStepBytes = 4 * 2 * bytes_per_k(F);
   const __m512 z = _mm512_setzero_ps();
   __m512 a0 = z, a1 = z, a2 = z, a3 = z, c0 = z, c1 = z, c2 = z, c3 = z;  // block 0's chains, block 1's
@@ -435,14 +442,6 @@ void stream2_avx512bf16(const BlockRef& b0, const BlockRef& b1, const uint16_t* 
     default:  // (formats the dots do not take: block by block)
       stream_avx512bf16(b0, xb, 0, 1, acc0);
       stream_avx512bf16(b1, xb, 0, 1, acc1);
-  }
-}
-
-void stream2_avx512bf16_fp8_shift(const BlockRef& b0, const BlockRef& b1, const uint16_t* xb, float* acc0, float* acc1) {
-  switch (b0.fmt) {
-    case PackFmt::kFp8: return dot2_t<PackFmt::kFp8, true>(b0, b1, xb, acc0, acc1);
-    case PackFmt::kFp8Block: return dot2_t<PackFmt::kFp8Block, true>(b0, b1, xb, acc0, acc1);
-    default: return stream2_avx512bf16(b0, b1, xb, acc0, acc1);
   }
 }
 

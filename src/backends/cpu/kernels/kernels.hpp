@@ -284,11 +284,6 @@ void stream_avx512bf16_g8(const BlockRef& b, const uint16_t* xb, int64_t ldx, in
 // two stream_avx512bf16 calls with m = 1 give, with the two blocks' weight streams in flight together.
 // Blocks of the same stack (format and kp); formats outside bf16_stream_native go block by block.
 void stream2_avx512bf16(const BlockRef& b0, const BlockRef& b1, const uint16_t* xb, float* acc0, float* acc1);
-// stream2_avx512bf16 with fp8 and fp8-block decoded as before session 50 (the low byte of each VNNI word
-// shifted up by 8 and back by 4 instead of one vpmaddubsw: bitwise the same words), kept for side-by-
-// side measurement (MOERUN_CPU_FP8_DECODE=shift); other formats as stream2_avx512bf16.
-void stream2_avx512bf16_fp8_shift(const BlockRef& b0, const BlockRef& b1, const uint16_t* xb, float* acc0,
-                                  float* acc1);
 // The formats stream_avx512bf16 runs on VDPBF16PS (every value exactly a bf16, decoded cheaply); for the
 // others the runner keeps the f32 streaming kernel.
 constexpr bool bf16_stream_native(PackFmt f) noexcept {
