@@ -5,8 +5,9 @@
 #                                              moerun in BUILD_DIR (default build), strip and xz each into DIR
 #                                              (default build-prebuilt, git-ignored) with a COMMIT stamp
 #   tools/prebuilt.sh pack-cpu [BUILD_DIR] [DIR]
-#                                              the same for the CPU side on the GPU host (cpu_moe_bench and
-#                                              moerun_tests, default DIR build-prebuilt-cpu) with this
+#                                              the same for the CPU side on the GPU host (cpu_moe_bench,
+#                                              cpu_kernel_bench and moerun_tests, default DIR
+#                                              build-prebuilt-cpu) with this
 #                                              machine's libdnnl.so.2 and libOpenCL.so.1 beside them
 #   tools/prebuilt.sh unpack DIR DEST          the binaries of DIR, runnable, in DEST (a pack-cpu DIR needs
 #                                              LD_LIBRARY_PATH=DEST: the GPU host lacks Debian's oneDNN)
@@ -26,8 +27,8 @@ case "${1:-}" in
     build=${2:-build}
     if [ "$1" = pack-cpu ]; then
       dir=${3:-build-prebuilt-cpu}
-      bins=(bench/cpu_moe_bench tests/moerun_tests)
-      targets=(cpu_moe_bench moerun_tests)
+      bins=(bench/cpu_moe_bench bench/cpu_kernel_bench tests/moerun_tests)
+      targets=(cpu_moe_bench cpu_kernel_bench moerun_tests)
     else
       dir=${3:-build-prebuilt}
       targets=(moerun_gpu_tests cuda_moe_bench moerun_tests moerun_cli)
