@@ -278,7 +278,7 @@ TEST(ApiBoundary, ALayoutTagDoesNotMakeWeightsPacked) {
   MoeSpec s = small();
   s.weight_format = WeightFormat::kF32;
   MoeWeights w = random_weights(s, 7);
-  w.w13.layout = "cpu-nb16-v2:gated";
+  w.w13.layout = "cpu-nb16-v3:gated";
   w.w13.keepalive.push_back(std::make_shared<HostTensor>(DType::kF32, Shape{4}));
   const std::string e =
       error_of([&] { MoeLayer l(s, std::make_shared<MoeWeights>(std::move(w)), Platform::detect(), Policy::parse("cpu")); });

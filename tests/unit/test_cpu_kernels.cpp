@@ -232,7 +232,9 @@ TEST(CpuKernels, EveryFormatEveryPathMatchesDenseLoop) {
   if (lv.empty()) GTEST_SKIP() << "no AVX2 on this machine";
   for (WeightFormat f : kAllFormats)
     for (LaneMap map : {LaneMap::kPlain, LaneMap::kGatedSplit, LaneMap::kGatedInterleaved}) {
-      const int64_t E = 2, N = 2 * 136, K = 320;  // blocks with padding lanes; K groups of 16/32/128 (last partial)
+      // N: padding lanes in the last block, and (gated split) up halves that straddle a 128-row fp8 scale
+      // block (rows 252-259 of block 15: three scale slots); K groups of 16/32/128 (the last partial)
+      const int64_t E = 2, N = 2 * 132, K = 320;
       Stack s = make_stack(f, E, N, K, 1234u + static_cast<uint32_t>(f));
       std::mt19937 g(7);
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -1422,21 +1424,21 @@ TEST(CpuKernels, RefusesUnknownLayout) {
   // A prepared copy is accepted for the same lane map only.
   Stack t = make_stack(WeightFormat::kBF16, 1, 16, 32, 1);
   ExpertMatrix prepared = prepared_matrix(pack_stack(t.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords), t.m);
-  EXPECT_EQ(prepared.layout, "cpu-nb16-v2:plain");
+  EXPECT_EQ(prepared.layout, "cpu-nb16-v3:plain");
   EXPECT_NO_THROW(packed_of(prepared, LaneMap::kPlain, kernels::CodeLayout::kPerK));  // bf16: one layout only
   EXPECT_THROW(packed_of(prepared, LaneMap::kGatedSplit, kernels::CodeLayout::kVnniWords), Error);
   // fp8 and 4-bit codes prepared for the AVX-512 levels are refused by AVX2 kernels, and the other way round.
   Stack q = make_stack(WeightFormat::kMxfp4, 1, 16, 64, 1);
   ExpertMatrix words = prepared_matrix(pack_stack(q.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords), q.m);
-  EXPECT_EQ(words.layout, "cpu-nb16-v2:plain:vnni-words");
+  EXPECT_EQ(words.layout, "cpu-nb16-v3:plain:vnni-words");
   EXPECT_NO_THROW(packed_of(words, LaneMap::kPlain, kernels::CodeLayout::kVnniWords));
   EXPECT_THROW(packed_of(words, LaneMap::kPlain, kernels::CodeLayout::kPerK), Error);
   ExpertMatrix pairs = prepared_matrix(pack_stack(q.m, LaneMap::kPlain, kernels::CodeLayout::kPerK), q.m);
-  EXPECT_EQ(pairs.layout, "cpu-nb16-v2:plain:per-k");
+  EXPECT_EQ(pairs.layout, "cpu-nb16-v3:plain:per-k");
   EXPECT_THROW(packed_of(pairs, LaneMap::kPlain, kernels::CodeLayout::kVnniWords), Error);
   Stack f8 = make_stack(WeightFormat::kFp8Block, 1, 16, 64, 1);
   ExpertMatrix f8w = prepared_matrix(pack_stack(f8.m, LaneMap::kPlain, kernels::CodeLayout::kVnniWords), f8.m);
-  EXPECT_EQ(f8w.layout, "cpu-nb16-v2:plain:vnni-words");
+  EXPECT_EQ(f8w.layout, "cpu-nb16-v3:plain:vnni-words");
   EXPECT_THROW(packed_of(f8w, LaneMap::kPlain, kernels::CodeLayout::kPerK), Error);
 }
 

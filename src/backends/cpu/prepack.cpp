@@ -1,4 +1,4 @@
-// cpu/prepack.cpp — canonical expert stacks -> the "cpu-nb16-v2" layout (prepack.hpp).
+// cpu/prepack.cpp — canonical expert stacks -> the "cpu-nb16-v3" layout (prepack.hpp).
 #include "backends/cpu/prepack.hpp"
 
 #include <algorithm>
@@ -25,6 +25,36 @@ std::shared_ptr<uint8_t> aligned_zeroed(size_t bytes) {
   if (!p) throw_error(ErrorKind::kInvalidArgument, "cpu backend: out of memory packing " + std::to_string(rounded) + " bytes");
   std::memset(p, 0, rounded);
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
+// One block's fp8 block scales (kernels.hpp, group_scales_bytes): each lane's source row block r / 128
+// gets a slot, in order of first use (padding lanes take slot 0; their codes are zero), then every K
+// group's slot scales, times 256 (the kernels' e4m3 decode gives value / 256). scale: [E][ceil(N /
+// 128)][ceil(K / 128)]; lane_row: the block's 16 canonical rows (-1: padding).
+void pack_fp8_block_scales(const float* scale, int64_t e, int64_t N, int64_t K, int64_t groups, const int32_t* lane_row,
+                           uint8_t* dst) {
+  const int64_t nbr = (N + 127) / 128, nbk = (K + 127) / 128;
+  int64_t slot_rb[kernels::kFp8ScaleSlots];
+  int slots = 0;
+  for (int l = 0; l < kernels::kLanes; ++l) {
+    if (lane_row[l] < 0) continue;  // (dst[l] stays 0)
+    const int64_t rb = lane_row[l] / 128;
+    int s = 0;
+    while (s < slots && slot_rb[s] != rb) ++s;
+    if (s == slots) {
+      // Lanes 0-7 and 8-15 each hold rows of at most two source row blocks (8 consecutive rows, or
+      // 16 aligned rows of which they take every other one), so four slots always suffice.
+      if (slots == kernels::kFp8ScaleSlots)
+        throw_error(ErrorKind::kInternal, "cpu backend: an fp8 block of 16 lanes spans more than 4 scale rows");
+      slot_rb[slots++] = rb;
+    }
+    dst[l] = static_cast<uint8_t>(s);
+  }
+  for (int64_t g = 0; g < groups && g < nbk; ++g)
+    for (int s = 0; s < slots; ++s) {
+      const float v = 256.0f * scale[(e * nbr + slot_rb[s]) * nbk + g];
+      std::memcpy(dst + kernels::kLanes + (g * kernels::kFp8ScaleSlots + s) * 4, &v, 4);
+    }
 }
 
 const char* map_name(LaneMap m) {
@@ -217,7 +247,7 @@ std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map
   p.block_bytes = static_cast<size_t>(kp) * static_cast<size_t>(kernels::bytes_per_k(p.fmt));
   const int G = kernels::group_size(p.fmt);
   const int64_t groups = G ? (kp + G - 1) / G : 0;
-  p.gs_block_bytes = static_cast<size_t>(groups * 16 * kernels::group_scale_bytes(p.fmt));
+  p.gs_block_bytes = static_cast<size_t>(kernels::group_scales_bytes(p.fmt, groups));
   p.data = aligned_zeroed(p.block_bytes * static_cast<size_t>(E * nb));
   if (G) p.gscale = aligned_zeroed(p.gs_block_bytes * static_cast<size_t>(E * nb));
   const bool lane_scaled = p.fmt == PackFmt::kFp8 || p.fmt == PackFmt::kInt8;
@@ -277,14 +307,8 @@ std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map
           case WeightFormat::kInt8PerChannel:
             p.lane_scale[static_cast<size_t>((e * nb + b) * 16 + l)] = m.scale.as<const float>()[e * N + r];
             break;
-          case WeightFormat::kFp8Block: {
-            const int64_t nbr = (N + 127) / 128, nbk = (K + 127) / 128;
-            for (int64_t g = 0; g < groups && g < nbk; ++g) {
-              const float s = 256.0f * m.scale.as<const float>()[(e * nbr + r / 128) * nbk + g];
-              std::memcpy(gdst + (g * 16 + l) * 4, &s, 4);
-            }
+          case WeightFormat::kFp8Block:  // per block, after the lanes (pack_fp8_block_scales)
             break;
-          }
           case WeightFormat::kMxfp4: {
             const int64_t ng = K / 32;
             for (int64_t g = 0; g < ng; ++g) gdst[g * 16 + l] = static_cast<const uint8_t*>(m.scale.data)[(e * N + r) * ng + g];
@@ -298,6 +322,8 @@ std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map
           default: break;
         }
       }
+      if (m.format == WeightFormat::kFp8Block)
+        pack_fp8_block_scales(m.scale.as<const float>(), e, N, K, groups, &p.lane_row[static_cast<size_t>(b * 16)], gdst);
     }
     if (p.fmt == PackFmt::kNvfp4) p.gmul[static_cast<size_t>(e)] = 256.0f * m.global_scale.as<const float>()[e];
   }

@@ -1,10 +1,12 @@
 // cpu/prepack.hpp — the cpu backend's weight layout: expert stacks re-laid out once at load.
 //
-// Layout "cpu-nb16-v2": each expert's [N, K] matrix is cut into N-blocks of 16 output lanes; a block
+// Layout "cpu-nb16-v3": each expert's [N, K] matrix is cut into N-blocks of 16 output lanes; a block
 // stores its K steps contiguously in the encoding of kernels::PackFmt (still quantized: fp8, int8 and
 // 4-bit weights keep their size; fp8 and e2m1 codes in the kernel level's kernels::CodeLayout), K
-// padded with zeros to a multiple of 32. Per-K-group scales are re-laid out per lane next to it;
-// per-channel and per-tensor scales become one f32 per lane, applied in the epilogue. For gated activations the w13 blocks pair gate and up: lanes 0-7 are the gate rows of
+// padded with zeros to a multiple of 32. Per-K-group scales are re-laid out per block beside it (per
+// lane for the 4-bit formats; fp8 block scales as up to 4 scale slots a block and a lane -> slot map:
+// kernels::group_scales_bytes, new in v3); per-channel and per-tensor scales become one f32 per lane,
+// applied in the epilogue. For gated activations the w13 blocks pair gate and up: lanes 0-7 are the gate rows of
 // intermediate columns j..j+7 and lanes 8-15 their up rows, so the activation runs in the GEMM epilogue.
 #pragma once
 
@@ -18,7 +20,7 @@
 
 namespace moerun::cpu {
 
-inline constexpr const char* kLayoutTag = "cpu-nb16-v2";
+inline constexpr const char* kLayoutTag = "cpu-nb16-v3";
 
 // How output rows map onto lanes.
 enum class LaneMap : uint8_t {
@@ -64,7 +66,7 @@ struct PackedStack {
 // Error{kFormat} when data/scales do not match the format table.
 std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map, kernels::CodeLayout code_layout);
 
-// The prepared copy as an ExpertMatrix: layout "cpu-nb16-v2:<map>" (fp8 and 4-bit formats: plus
+// The prepared copy as an ExpertMatrix: layout "cpu-nb16-v3:<map>" (fp8 and 4-bit formats: plus
 // ":vnni-words" or ":per-k"), data = the packed bytes (U8), keepalive[0] = the PackedStack. packed_of()
 // returns the stack of such a copy, packs a canonical one, and refuses (Error{kInvalidArgument}) any
 // other layout tag, a map other than the one asked for, and fp8 / e2m1 codes laid out for another

@@ -168,12 +168,14 @@ template <PackFmt F>
   }
 }
 
-// The 16 lanes' scale of K group g: fp8 block (f32, stored times 256), mxfp4 (e8m0: 2^(e - 127),
-// e = 0 -> 2^-127, e = 255 -> NaN), nvfp4 (e4m3 / 256 times gmul = 256 * global scale); 1 otherwise.
+// The 16 lanes' scale of K group g: fp8 block (f32 times 256, each lane's from its scale slot:
+// kernels.hpp, group_scales_bytes), mxfp4 (e8m0: 2^(e - 127), e = 0 -> 2^-127, e = 255 -> NaN), nvfp4
+// (e4m3 / 256 times gmul = 256 * global scale); 1 otherwise.
 template <PackFmt F>
 inline __m512 group_scale(const uint8_t* gs, int64_t g, float gmul) {
   if constexpr (F == PackFmt::kFp8Block) {
-    return _mm512_loadu_ps(reinterpret_cast<const float*>(gs) + g * 16);
+    const __m512 slots = _mm512_broadcast_f32x4(_mm_loadu_ps(reinterpret_cast<const float*>(gs + kLanes) + g * kFp8ScaleSlots));
+    return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(ld128(gs)), slots);
   } else if constexpr (F == PackFmt::kMxfp4) {
     const __m512i e = _mm512_cvtepu8_epi32(ld128(gs + g * 16));
     __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));

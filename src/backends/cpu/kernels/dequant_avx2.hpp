@@ -112,10 +112,10 @@ template <> struct Dec<PackFmt::kNvfp4> : Dec<PackFmt::kMxfp4> {};
 // Group scale of group g, lanes 0-7 -> s0, lanes 8-15 -> s1.
 template <PackFmt F>
 inline void group_scale(const uint8_t* gs, int64_t g, float gmul, __m256& s0, __m256& s1) {
-  if constexpr (F == PackFmt::kFp8Block) {
-    const float* f = reinterpret_cast<const float*>(gs) + g * 16;
-    s0 = _mm256_loadu_ps(f);
-    s1 = _mm256_loadu_ps(f + 8);
+  if constexpr (F == PackFmt::kFp8Block) {  // each lane's slot (kernels.hpp, group_scales_bytes)
+    const __m256 slots = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(gs + kLanes) + g);
+    s0 = _mm256_permutevar8x32_ps(slots, _mm256_cvtepu8_epi32(load_lo64(gs)));
+    s1 = _mm256_permutevar8x32_ps(slots, _mm256_cvtepu8_epi32(load_lo64(gs + 8)));
   } else if constexpr (F == PackFmt::kMxfp4) {
     // e8m0 -> f32: bits e << 23; e = 0 is 2^-127 (a subnormal), e = 255 is NaN.
     auto cvt = [](__m128i b) {

@@ -31,7 +31,7 @@ enum class PackFmt : uint8_t {
   kF16,        // f16 [kp][16]
   kBF16,       // bf16 [kp/2][16][2]: VNNI pairs (k even in the low half), what AMX tiles read
   kFp8,        // e4m3 (CodeLayout below; per-tensor / per-channel: scale in the lane scale)
-  kFp8Block,   // e4m3 like kFp8 + f32 group scale [kp/128][16] (block scale times 256)
+  kFp8Block,   // e4m3 like kFp8 + f32 group scales in scale slots (below; block scale times 256)
   kInt8,       // int8 [kp][16] (per-channel scale in the lane scale)
   kMxfp4,      // e2m1 (CodeLayout below) + e8m0 [kp/32][16]
   kNvfp4,      // e2m1 like mxfp4 + e4m3 group scale [kp/16][16]; times gmul = 256 * global scale
@@ -95,8 +95,19 @@ constexpr int group_size(PackFmt f) noexcept {
     default: return 0;
   }
 }
-// Bytes of one lane's group scale (f32 for fp8 block, one byte for e8m0 / e4m3).
-constexpr int group_scale_bytes(PackFmt f) noexcept { return f == PackFmt::kFp8Block ? 4 : 1; }
+// Group scales of one block (BlockRef::gscale), per format:
+// - mxfp4, nvfp4: [groups][16], one e8m0 / e4m3 byte per lane and K group.
+// - fp8 block (kFp8Block): the source has one f32 per 128 x 128 block, so a block's 16 lanes read at most
+//   kFp8ScaleSlots distinct scale rows (lanes 0-7 and lanes 8-15 each lie within two 128-row blocks
+//   of the source: plain and interleaved blocks are 16 aligned rows, split gate / up halves 8 rows
+//   each). A block stores its lane -> slot map once (16 bytes, slot 0-3 per lane), then per K group
+//   the slots' f32 scales (16 bytes): a quarter of 16 lanes' f32, which at K = 2048 was 1 KiB per
+//   32 KiB block of codes, 3% more bytes for a one-token stream to read than the codes alone.
+inline constexpr int kFp8ScaleSlots = 4;
+constexpr int64_t group_scales_bytes(PackFmt f, int64_t groups) noexcept {
+  if (f == PackFmt::kFp8Block) return kLanes + groups * kFp8ScaleSlots * 4;
+  return group_size(f) != 0 ? groups * kLanes : 0;
+}
 
 // e8m0 scale bytes v (2^(v - 127)) for which every e2m1 value (0.5 to 6) times the scale is a normal f32
 // and bf16 number: 2^-126 to 1.5 * 2^127.
@@ -106,7 +117,7 @@ inline constexpr uint8_t kE8m0FoldMin = 2, kE8m0FoldMax = 252;
 struct BlockRef {
   PackFmt fmt = PackFmt::kF32;
   const uint8_t* data = nullptr;    // kp * bytes_per_k(fmt) bytes, 64-byte aligned
-  const uint8_t* gscale = nullptr;  // [ceil(kp / group)][16] group scales, or null
+  const uint8_t* gscale = nullptr;  // group scales (group_scales_bytes above), or null
   float gmul = 1.0f;                // nvfp4: 256 * global scale; else unused
   // mxfp4: every real lane's e8m0 scale byte lies in [kE8m0FoldMin, kE8m0FoldMax], so each weight times
   // its scale is a normal bf16 number and decoders may multiply the scales in exactly (prepack sets it).
