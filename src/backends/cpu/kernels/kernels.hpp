@@ -104,6 +104,9 @@ constexpr int group_size(PackFmt f) noexcept {
 //   the slots' f32 scales (16 bytes): a quarter of 16 lanes' f32, which at K = 2048 was 1 KiB per
 //   32 KiB block of codes, 3% more bytes for a one-token stream to read than the codes alone.
 inline constexpr int kFp8ScaleSlots = 4;
+// Set in every map byte by MOERUN_CPU_FP8_SCALES=lanes (measurement only): the groups' slots lie 64 bytes
+// apart, as much memory traffic as the f32 per lane before session 51. vpermps ignores the bit.
+inline constexpr uint8_t kFp8ScaleLanesFlag = 0x10;
 constexpr int64_t group_scales_bytes(PackFmt f, int64_t groups) noexcept {
   if (f == PackFmt::kFp8Block) return kLanes + groups * kFp8ScaleSlots * 4;
   return group_size(f) != 0 ? groups * kLanes : 0;
