@@ -82,8 +82,6 @@ const std::vector<Knob>& table() {
                        "0: the last decode work items of gate_up keep their full runs, not split smaller"));
     v.push_back(choice("MOERUN_CPU_DOT_TOKENS", "cpu", "8|16", "16",
                        "8: the VDPBF16PS stream runs at most 8 tokens per pass over a block (the kernel before session 39)"));
-    v.push_back(choice("MOERUN_CPU_FP8_SCALES", "cpu", "slots|lanes", "slots",
-                       "lanes (measurement): fp8 block scales read one 64-byte line a K group, as the f32 per lane before session 51"));
     v.push_back(on_off("MOERUN_CPU_E8M0_FOLD", "cpu", "1", "0: mxfp4 scales applied per group, never folded into the weights"));
     v.push_back(on_off("MOERUN_CPU_BF16_INTERMEDIATE", "cpu", "1",
                        "0: the gate_up epilogue writes f32 rows that a later pass converts to bf16"));

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "backends/cpu/huge_pages.hpp"
-#include "core/knobs.hpp"
 #include "moerun/error.hpp"
 
 namespace moerun::cpu {
@@ -32,10 +31,8 @@ std::shared_ptr<uint8_t> aligned_zeroed(size_t bytes) {
 // gets a slot, in order of first use (padding lanes take slot 0; their codes are zero), then every K
 // group's slot scales, times 256 (the kernels' e4m3 decode gives value / 256). scale: [E][ceil(N /
 // 128)][ceil(K / 128)]; lane_row: the block's 16 canonical rows (-1: padding).
-// lanes (MOERUN_CPU_FP8_SCALES=lanes, measurement only): each group's slots 64 bytes apart, the memory
-// traffic of the f32 per lane before session 51, flagged by bit 4 of every map byte (group_scale).
 void pack_fp8_block_scales(const float* scale, int64_t e, int64_t N, int64_t K, int64_t groups, const int32_t* lane_row,
-                           uint8_t* dst, bool lanes) {
+                           uint8_t* dst) {
   const int64_t nbr = (N + 127) / 128, nbk = (K + 127) / 128;
   int64_t slot_rb[kernels::kFp8ScaleSlots];
   int slots = 0;
@@ -53,13 +50,10 @@ void pack_fp8_block_scales(const float* scale, int64_t e, int64_t N, int64_t K, 
     }
     dst[l] = static_cast<uint8_t>(s);
   }
-  if (lanes)
-    for (int l = 0; l < kernels::kLanes; ++l) dst[l] |= kernels::kFp8ScaleLanesFlag;
-  const int64_t stride = lanes ? 64 : kernels::kFp8ScaleSlots * 4;
   for (int64_t g = 0; g < groups && g < nbk; ++g)
     for (int s = 0; s < slots; ++s) {
       const float v = 256.0f * scale[(e * nbr + slot_rb[s]) * nbk + g];
-      std::memcpy(dst + kernels::kLanes + g * stride + s * 4, &v, 4);
+      std::memcpy(dst + kernels::kLanes + (g * kernels::kFp8ScaleSlots + s) * 4, &v, 4);
     }
 }
 
@@ -253,8 +247,7 @@ std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map
   p.block_bytes = static_cast<size_t>(kp) * static_cast<size_t>(kernels::bytes_per_k(p.fmt));
   const int G = kernels::group_size(p.fmt);
   const int64_t groups = G ? (kp + G - 1) / G : 0;
-  const bool fp8_lanes = p.fmt == PackFmt::kFp8Block && knob_choice("MOERUN_CPU_FP8_SCALES") == std::optional<std::string_view>("lanes");
-  p.gs_block_bytes = static_cast<size_t>(fp8_lanes ? kernels::kLanes + groups * 64 : kernels::group_scales_bytes(p.fmt, groups));
+  p.gs_block_bytes = static_cast<size_t>(kernels::group_scales_bytes(p.fmt, groups));
   p.data = aligned_zeroed(p.block_bytes * static_cast<size_t>(E * nb));
   if (G) p.gscale = aligned_zeroed(p.gs_block_bytes * static_cast<size_t>(E * nb));
   const bool lane_scaled = p.fmt == PackFmt::kFp8 || p.fmt == PackFmt::kInt8;
@@ -330,8 +323,7 @@ std::shared_ptr<const PackedStack> pack_stack(const ExpertMatrix& m, LaneMap map
         }
       }
       if (m.format == WeightFormat::kFp8Block)
-        pack_fp8_block_scales(m.scale.as<const float>(), e, N, K, groups, &p.lane_row[static_cast<size_t>(b * 16)], gdst,
-                              fp8_lanes);
+        pack_fp8_block_scales(m.scale.as<const float>(), e, N, K, groups, &p.lane_row[static_cast<size_t>(b * 16)], gdst);
     }
     if (p.fmt == PackFmt::kNvfp4) p.gmul[static_cast<size_t>(e)] = 256.0f * m.global_scale.as<const float>()[e];
   }

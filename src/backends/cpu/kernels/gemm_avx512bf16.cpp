@@ -38,7 +38,9 @@
 //   stream (bench/results/2026-12-07_s50_gpu/fp8_decode_probe.cpp; 1 GiB, alternated) says why: on
 //   that Xeon the shift decode read 26.5 GB/s at 2 threads, no decode at all 27.0 and bf16 27.1, so
 //   the decode costs the stream 2-3% there (and nothing on the Zen 4), and the layer's gap to bf16's
-//   byte rate (fp8-block 26.2 against 28.4 GB/s) lies mostly outside the kernel's loop.
+//   byte rate (fp8-block 26.2 against 28.4 GB/s) lies mostly outside the kernel's loop. Part of it was
+//   bytes the byte rate did not count: the block scales, one f32 per lane and K group (3% of the
+//   codes), now a few slots a block (kernels.hpp, group_scales_bytes; 1.7-2.1% faster, session 51).
 // - e2m1, per 4 k pairs (7 ops): one 64-byte load of the quad (kernels.hpp), then per pair a vpsrlw by 0,
 //   4, 8 or 12 and a vpermw mapping each word's low nibble to bf16 (every e2m1 value is a bf16 value;
 //   the 32-entry table repeats the 16, so bit 4 of the index does not matter). The pair-major layout

@@ -102,11 +102,11 @@ constexpr int group_size(PackFmt f) noexcept {
 //   of the source: plain and interleaved blocks are 16 aligned rows, split gate / up halves 8 rows
 //   each). A block stores its lane -> slot map once (16 bytes, slot 0-3 per lane), then per K group
 //   the slots' f32 scales (16 bytes): a quarter of 16 lanes' f32, which at K = 2048 was 1 KiB per
-//   32 KiB block of codes, 3% more bytes for a one-token stream to read than the codes alone.
+//   32 KiB block of codes, 3% more bytes for a one-token stream to read than the codes alone. Against
+//   that traffic, alternated in one process on the GPU host's Xeon (qwen3-30b-a3b fp8-block, 2 threads;
+//   session 51): one token 1.7% / 1.8% faster (4 threads 2.1%), 4 tokens 1.0% / 1.8%, 16 tokens
+//   2.2% / 1.6%; issue 4's one-token ratio over bf16 1.84x -> 1.87-1.88x (bench/results/2026-12-07_s51_gpu).
 inline constexpr int kFp8ScaleSlots = 4;
-// Set in every map byte by MOERUN_CPU_FP8_SCALES=lanes (measurement only): the groups' slots lie 64 bytes
-// apart, as much memory traffic as the f32 per lane before session 51. vpermps ignores the bit.
-inline constexpr uint8_t kFp8ScaleLanesFlag = 0x10;
 constexpr int64_t group_scales_bytes(PackFmt f, int64_t groups) noexcept {
   if (f == PackFmt::kFp8Block) return kLanes + groups * kFp8ScaleSlots * 4;
   return group_size(f) != 0 ? groups * kLanes : 0;
