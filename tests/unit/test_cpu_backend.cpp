@@ -19,6 +19,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/prepack.hpp"
+#include "backends/cpu/profile.hpp"
 #include "backends/cpu/runner.hpp"
 #include "backends/cpu/workspace.hpp"
 #include "backends/reference/reference_backend.hpp"
@@ -1560,6 +1561,33 @@ TEST(CpuBackend, ProfileReportOnDestruction) {
   EXPECT_NE(report.find("1 forwards after the first, 40 tokens each"), std::string::npos) << report;
   EXPECT_NE(report.find("gemm1 kernels"), std::string::npos) << report;
   EXPECT_TRUE(std::memcmp(plain.data(), profiled.data(), plain.size() * sizeof(float)) == 0);
+}
+
+// The profile reads busy time in ticks and reports it in ms through the wall clock's seconds per tick:
+// a thread busy for the whole of a stage reports the stage's wall time (both clocks measured the same
+// span, however loaded the machine), not a count of ticks.
+TEST(CpuBackend, ProfileBusyTicksReadAsWallTime) {
+  using cpu::ForwardProfile;
+  using cpu::Phase;
+  ForwardProfile pf;
+  ASSERT_FALSE(pf.begin(1, 1));  // (the first forward is not timed)
+  ASSERT_TRUE(pf.begin(1, 1));
+  const uint64_t t0 = ForwardProfile::ticks();
+  const double w0 = ForwardProfile::now();
+  while (ForwardProfile::now() - w0 < 0.02) {
+  }
+  pf.add(0, Phase::kGemm1, ForwardProfile::ticks() - t0);
+  pf.mark(Phase::kGemm1);
+  const std::string r = pf.report("test");
+  double wall = -1, busy = -1, slowest = -1;
+  const size_t at_wall = r.find("gemm1 "), at_busy = r.find("gemm1 kernels "), at_slow = r.find("busy: gemm1 ");
+  ASSERT_TRUE(at_wall != std::string::npos && at_busy != std::string::npos && at_slow != std::string::npos) << r;
+  wall = std::strtod(r.c_str() + at_wall + 6, nullptr);
+  busy = std::strtod(r.c_str() + at_busy + 14, nullptr);
+  slowest = std::strtod(r.c_str() + at_slow + 12, nullptr);
+  EXPECT_GE(wall, 19.9) << r;
+  EXPECT_NEAR(busy, wall, 0.05 * wall + 0.02) << r;
+  EXPECT_NEAR(slowest, busy, 0.011) << r;
 }
 
 TEST(CpuBackend, RefusesForeignLayoutTag) {

@@ -6,7 +6,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <span>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 #include "core/knobs.hpp"
 
@@ -18,23 +23,37 @@ bool ForwardProfile::requested() {
 
 double ForwardProfile::now() { return omp_get_wtime(); }
 
+uint64_t ForwardProfile::ticks() {
+#if defined(__x86_64__)
+  return __rdtsc();  // (an invariant TSC on the CPUs this backend runs on; the report converts it by now())
+#else
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+#endif
+}
+
 bool ForwardProfile::begin(int threads, int64_t m) {
   if (seen_++ == 0) return false;
   if (busy_.size() < static_cast<size_t>(threads)) {
-    busy_.resize(static_cast<size_t>(threads), std::array<double, kN>{});
-    seen_busy_.resize(busy_.size(), std::array<double, kN>{});
+    busy_.resize(static_cast<size_t>(threads), Row{});
+    seen_busy_.resize(busy_.size(), Row{});
   }
   threads_ = std::max(threads_, threads);
   ++forwards_;
   tokens_ += m;
   last_ = now();
+  last_ticks_ = ticks();
   return true;
 }
 
 void ForwardProfile::mark(Phase p) {
   const double t = now();
+  const uint64_t k = ticks();
   wall_[static_cast<size_t>(p)] += t - last_;
+  marked_seconds_ += t - last_;
+  marked_ticks_ += static_cast<double>(k - last_ticks_);
   last_ = t;
+  last_ticks_ = k;
   if (p != Phase::kGemm1 && p != Phase::kGemm2) return;
   // The stage's busy phases: kernel calls, epilogue (and the stores after gemm2).
   const Phase parts1[] = {Phase::kGemm1, Phase::kEpilogue1}, parts2[] = {Phase::kGemm2, Phase::kEpilogue2, Phase::kStore};
@@ -55,10 +74,11 @@ void ForwardProfile::mark(Phase p) {
 std::string ForwardProfile::report(const std::string& what) const {
   if (forwards_ == 0) return {};
   const double per = 1e3 / static_cast<double>(forwards_);  // ms per forward
+  const double sec_per_tick = marked_ticks_ > 0 ? marked_seconds_ / marked_ticks_ : 0.0;
   auto busy = [&](Phase p) {
     double s = 0.0;
     for (const auto& b : busy_) s += b[static_cast<size_t>(p)];
-    return s * per / std::max(1, threads_);
+    return s * sec_per_tick * per / std::max(1, threads_);
   };
   auto wall = [&](Phase p) { return wall_[static_cast<size_t>(p)] * per; };
   double total = 0.0;
@@ -76,7 +96,8 @@ std::string ForwardProfile::report(const std::string& what) const {
                 wall(Phase::kRoute), wall(Phase::kPlan), wall(Phase::kGather), wall(Phase::kGemm1),
                 wall(Phase::kPost1), wall(Phase::kGemm2), total, busy(Phase::kGemm1), busy(Phase::kEpilogue1),
                 busy(Phase::kGemm2), busy(Phase::kEpilogue2), busy(Phase::kStore),
-                slowest_[static_cast<size_t>(Phase::kGemm1)] * per, slowest_[static_cast<size_t>(Phase::kGemm2)] * per);
+                slowest_[static_cast<size_t>(Phase::kGemm1)] * sec_per_tick * per,
+                slowest_[static_cast<size_t>(Phase::kGemm2)] * sec_per_tick * per);
   return buf;
 }
 

@@ -4,8 +4,14 @@
 // workspaces and would be counted as planning) and, when it is destroyed, prints one report to stderr: the wall time of each stage of the forward (runner.cpp NOTES), and inside the two
 // GEMM stages the threads' busy time split into kernel calls and epilogues (mean over threads), and the
 // slowest thread's busy time (wall minus slowest: barriers and wake-ups; slowest minus mean: imbalance). It is a
-// measurement aid for benchmarks (cpu_moe_bench rows run with it set), off by default, and costs two
-// clock reads per work item when on.
+// measurement aid for benchmarks (cpu_moe_bench rows run with it set), off by default, and costs three
+// tick reads per kernel call when on.
+//
+// Busy time is read in ticks (ticks(): the time-stamp counter on x86-64, nanoseconds elsewhere) and
+// turned into seconds at the report by the wall clock's seconds per tick over the same forwards; each
+// thread's row lies on cache lines of its own. Before (omp_get_wtime, 49 ns a read on the GPU host's
+// Xeon against the counter's 21; rows sharing lines), the profile made qwen3-30b-a3b bf16 at one token
+// 1.8% slower, alternated in one process; now 0.6% (256 tokens: 0.993x before, 1.002x now; session 51).
 #pragma once
 
 #include <array>
@@ -42,20 +48,28 @@ class ForwardProfile {
   // Wall time since the previous mark (or begin) goes to phase p. Called by one thread, after the
   // phase's barrier.
   void mark(Phase p);
-  // Busy seconds of one thread in phase p.
-  void add(int thread, Phase p, double seconds) { busy_[static_cast<size_t>(thread)][static_cast<size_t>(p)] += seconds; }
-  static double now();
+  // Busy ticks of one thread in phase p (the difference of two ticks() on that thread).
+  void add(int thread, Phase p, uint64_t ticks) {
+    busy_[static_cast<size_t>(thread)][static_cast<size_t>(p)] += static_cast<double>(ticks);
+  }
+  static double now();       // wall seconds (the stage marks)
+  static uint64_t ticks();   // a cheap monotonic count (the busy reads)
 
   // The report (empty when no forward ran); `what` names the layer.
   std::string report(const std::string& what) const;
 
  private:
   static constexpr size_t kN = static_cast<size_t>(Phase::kCount);
-  std::vector<std::array<double, kN>> busy_;
-  std::vector<std::array<double, kN>> seen_busy_;  // busy_ at the previous mark
+  // (ticks) each thread's row padded to whole cache lines of its own: the threads add to their rows
+  // after every call, and rows sharing a line would bounce it between the cores
+  struct alignas(64) Row : std::array<double, kN> {};
+  std::vector<Row> busy_;
+  std::vector<Row> seen_busy_;  // busy_ at the previous mark
   std::array<double, kN> wall_{};
-  std::array<double, kN> slowest_{};  // per GEMM stage: the sum over forwards of the slowest thread's busy
+  std::array<double, kN> slowest_{};  // per GEMM stage: the sum over forwards of the slowest thread's busy (ticks)
   double last_ = 0.0;
+  uint64_t last_ticks_ = 0;
+  double marked_seconds_ = 0.0, marked_ticks_ = 0.0;  // over every begin -> mark span: seconds per tick
   int64_t seen_ = 0, forwards_ = 0, tokens_ = 0;
   int threads_ = 0;
 };

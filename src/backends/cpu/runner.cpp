@@ -872,7 +872,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
     Scratch& s = ws.scratch[static_cast<size_t>(tid)];
     // Profiling (profile.hpp): thread 0 marks each stage's end after its barrier; items add busy time.
     const bool marker = pf && tid == 0;
-    auto clock = [pf] { return pf ? ForwardProfile::now() : 0.0; };
+    auto clock = [pf] { return pf ? ForwardProfile::ticks() : uint64_t{0}; };
 
     // ---- gather ----
 #pragma omp for schedule(static)
@@ -953,7 +953,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const bool paired = q0 < 2 * half;
         per_call = amx_job ? std::min(takes_amx4(w, job.m) ? 4 : 2, item.nb - q0) : paired ? 2 : 1;
         const auto block_of = [&](int q) { return item.b + (paired ? q0 / 2 + q * half : q0 + q); };
-        const double t0 = clock();
+        const uint64_t t0 = clock();
         if (paired) {
           run_pair(w, e, block_of(0), block_of(1), Xb ? Xb + job.row0 * ldx : nullptr, jq8 ? &xqj : nullptr,
                    s.acc.v.data(), s.acc.v.data() + acc_stride);
@@ -964,7 +964,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
                      Xb ? Xb + job.row0 * ldx : nullptr, jq8 ? &xqj : nullptr, ldx, job.m, s,
                      s.acc.v.data(), acc_stride, next);
         }
-        const double t1 = clock();
+        const uint64_t t1 = clock();
         for (int q = 0; q < per_call; ++q) {  // the epilogue per block, on that block's accumulators
           const int64_t b = block_of(q);
           float* acc = s.acc.v.data() + q * acc_stride;
@@ -1074,7 +1074,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
         const int64_t b0 = call_b0(jc);
         const int nbi = paired ? 2 : static_cast<int>(std::min(per2, b_item + nb_item - b0));
         const auto block_of = [&](int q) { return b0 + q * (paired ? half : 1); };
-        const double t0 = clock();
+        const uint64_t t0 = clock();
         if (paired) {
           run_pair(w, e, block_of(0), block_of(1), Hbb ? Hbb + job.row0 * ldh : nullptr, jq8 ? &hqj : nullptr,
                    s.acc.v.data(), s.acc.v.data() + acc_stride);
@@ -1084,7 +1084,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
           run_blocks(w, e, b0, nbi, Hb + job.row0 * ldh, Hbb ? Hbb + job.row0 * ldh : nullptr, jq8 ? &hqj : nullptr,
                      ldh, job.m, s, s.acc.v.data(), acc_stride, next);
         }
-        const double t1 = clock();
+        const uint64_t t1 = clock();
         for (int q = 0; q < nbi; ++q) {  // its accumulators into the block's [M][16] output buffer
           const int64_t b = block_of(q);
           float* outl = s.out.v.data() + (b - b_item) * M * 16;
@@ -1129,7 +1129,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
           pf->add(tid, Phase::kEpilogue2, clock() - t1);
         }
       }
-      const double t_store = clock();
+      const uint64_t t_store = clock();
       if (adt == DType::kBF16) {
         kernels::rows16_to_bf16_avx2(s.out.v.data(), M, nb_item, M * 16,
                                      static_cast<int>(std::min<int64_t>(16, H - (b_item + nb_item - 1) * 16)),
