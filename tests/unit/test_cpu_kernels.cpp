@@ -756,61 +756,67 @@ void stream_bf16_matches_f32_stream(const KernelSet& ks) {
       const bool fp8 = f == WeightFormat::kFp8PerTensor || f == WeightFormat::kFp8PerChannel || f == WeightFormat::kFp8Block;
       if (sparse && !fp8) continue;
       const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
-      const int64_t E = 1, N = 40, K = fp4 ? 352 : 331;  // kp 352: fp8 blocks 128 + 128 + 75 (padded to 96)
-      Stack s = make_stack(f, E, N, K, 4242u + static_cast<uint32_t>(f), sparse);
-      auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
-      ASSERT_EQ(p->kp, 352);
-      if (sparse) {  // both decoder paths: quads (128 codes, two VNNI-word loads) with and without a zero / subnormal
-        int with = 0, without = 0;
-        for (int64_t b = 0; b < p->nblocks; ++b)
-          for (int64_t q = 0; q < p->kp / 8; ++q) {
-            const uint8_t* c = p->block(0, b).data + q * 2 * kernels::kVnniWordBytes;
-            bool special = false;
-            for (int j = 0; j < 2 * kernels::kVnniWordBytes; ++j) special = special || (c[j] & 0x78) == 0;
-            ++(special ? with : without);
-          }
-        ASSERT_GT(with, 0);
-        ASSERT_GT(without, 0);
-      }
-      std::mt19937 g(11);
-      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      // 3-5: two chains a token; 13-16: one register group with its K groups' sums in acc (fp8 block);
-      // 17, 31, 33: groups of 9 + 8, 16 + 15, 11 + 11 + 11. 16-100: the AMX decode stream's passes of
-      // 2-4 row groups (64 tokens each, then the rest).
-      for (int m : {1, 2, 3, 4, 5, 8, 13, 16, 17, 31, 33, 48, 64, 65, 100}) {
-        const int64_t ldx = p->kp + 32;
-        std::vector<float> x(static_cast<size_t>(m * ldx), 0.0f);
-        for (int i = 0; i < m; ++i)
-          for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(i * ldx + k)] = u(g);
-        std::vector<uint16_t> xb(x.size());
-        for (int i = 0; i < m; ++i) kernels::f32_to_bf16_row(x.data() + i * ldx, ldx, xb.data() + i * ldx);
-        for (size_t j = 0; j < x.size(); ++j) x[j] = dec_bf16(xb[j]);  // the f32 kernel sees the same values
-        const std::string what = "format " + std::string(to_string(f)) + (sparse ? " (sparse specials)" : "") + " m " +
-                                 std::to_string(m);
-        std::vector<float> want(static_cast<size_t>(m * 16)), got(want.size());
-        for (int64_t b = 0; b < p->nblocks; ++b) {
-          kernels::BlockRef ref = p->block(0, b);
-          ks.stream(ref, x.data(), ldx, m, want.data());
-          ref.prefetch = b % 2 ? 4096 : 0;  // results must not depend on the software prefetch
-          ref.prefetch_l2 = b % 4 == 1 ? 16384 : 0;
-          ks.stream_bf16(ref, xb.data(), ldx, m, got.data());
-          for (int i = 0; i < m; ++i)
-            for (int l = 0; l < 16; ++l) {
-              const int32_t r = p->lane_row[static_cast<size_t>(b * 16 + l)];
-              double mag = 0;  // sum of |x w| (the packed scale of the lane is not applied to acc)
-              if (r >= 0)
-                for (int64_t k = 0; k < K; ++k)
-                  mag += std::fabs(static_cast<double>(x[static_cast<size_t>(i * ldx + k)]) *
-                                   s.dense[static_cast<size_t>(r * K + k)]);
-              const float* ls = p->lane_scales(0, b);
-              if (ls && ls[l] != 0.0f) mag /= ls[l];  // padding lanes: scale 0, mag 0
-              ASSERT_NEAR(got[static_cast<size_t>(i * 16 + l)], want[static_cast<size_t>(i * 16 + l)], 4e-6 * mag + 1e-30)
-                  << what << " block " << b << " token " << i << " lane " << l;
+      // fp8 block also gated at N = 2 x 132: block 15's up rows 252-259 straddle a 128-row scale block,
+      // so its lanes read three scale slots (kernels.hpp, group_scales_bytes)
+      for (const LaneMap map : {LaneMap::kPlain, LaneMap::kGatedSplit}) {
+        if (map == LaneMap::kGatedSplit && f != WeightFormat::kFp8Block) continue;
+        // kp 352: fp8 blocks 128 + 128 + 75 (padded to 96)
+        const int64_t E = 1, N = map == LaneMap::kPlain ? 40 : 2 * 132, K = fp4 ? 352 : 331;
+        Stack s = make_stack(f, E, N, K, 4242u + static_cast<uint32_t>(f), sparse);
+        auto p = pack_stack(s.m, map, ks.code_layout);
+        ASSERT_EQ(p->kp, 352);
+        if (sparse) {  // both decoder paths: quads (128 codes, two VNNI-word loads) with and without a zero / subnormal
+          int with = 0, without = 0;
+          for (int64_t b = 0; b < p->nblocks; ++b)
+            for (int64_t q = 0; q < p->kp / 8; ++q) {
+              const uint8_t* c = p->block(0, b).data + q * 2 * kernels::kVnniWordBytes;
+              bool special = false;
+              for (int j = 0; j < 2 * kernels::kVnniWordBytes; ++j) special = special || (c[j] & 0x78) == 0;
+              ++(special ? with : without);
             }
+          ASSERT_GT(with, 0);
+          ASSERT_GT(without, 0);
         }
-        check_against_dense(s, *p, x, ldx, m, what + " bf16 stream", [&](const kernels::BlockRef& b, float* acc) {
-          ks.stream_bf16(b, xb.data(), ldx, m, acc);
-        });
+        std::mt19937 g(11);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        // 3-5: two chains a token; 13-16: one register group with its K groups' sums in acc (fp8 block);
+        // 17, 31, 33: groups of 9 + 8, 16 + 15, 11 + 11 + 11. 16-100: the AMX decode stream's passes of
+        // 2-4 row groups (64 tokens each, then the rest).
+        for (int m : {1, 2, 3, 4, 5, 8, 13, 16, 17, 31, 33, 48, 64, 65, 100}) {
+          const int64_t ldx = p->kp + 32;
+          std::vector<float> x(static_cast<size_t>(m * ldx), 0.0f);
+          for (int i = 0; i < m; ++i)
+            for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(i * ldx + k)] = u(g);
+          std::vector<uint16_t> xb(x.size());
+          for (int i = 0; i < m; ++i) kernels::f32_to_bf16_row(x.data() + i * ldx, ldx, xb.data() + i * ldx);
+          for (size_t j = 0; j < x.size(); ++j) x[j] = dec_bf16(xb[j]);  // the f32 kernel sees the same values
+          const std::string what = "format " + std::string(to_string(f)) + (sparse ? " (sparse specials)" : "") + " N " +
+                                   std::to_string(N) + " m " + std::to_string(m);
+          std::vector<float> want(static_cast<size_t>(m * 16)), got(want.size());
+          for (int64_t b = 0; b < p->nblocks; ++b) {
+            kernels::BlockRef ref = p->block(0, b);
+            ks.stream(ref, x.data(), ldx, m, want.data());
+            ref.prefetch = b % 2 ? 4096 : 0;  // results must not depend on the software prefetch
+            ref.prefetch_l2 = b % 4 == 1 ? 16384 : 0;
+            ks.stream_bf16(ref, xb.data(), ldx, m, got.data());
+            for (int i = 0; i < m; ++i)
+              for (int l = 0; l < 16; ++l) {
+                const int32_t r = p->lane_row[static_cast<size_t>(b * 16 + l)];
+                double mag = 0;  // sum of |x w| (the packed scale of the lane is not applied to acc)
+                if (r >= 0)
+                  for (int64_t k = 0; k < K; ++k)
+                    mag += std::fabs(static_cast<double>(x[static_cast<size_t>(i * ldx + k)]) *
+                                     s.dense[static_cast<size_t>(r * K + k)]);
+                const float* ls = p->lane_scales(0, b);
+                if (ls && ls[l] != 0.0f) mag /= ls[l];  // padding lanes: scale 0, mag 0
+                ASSERT_NEAR(got[static_cast<size_t>(i * 16 + l)], want[static_cast<size_t>(i * 16 + l)], 4e-6 * mag + 1e-30)
+                    << what << " block " << b << " token " << i << " lane " << l;
+              }
+          }
+          check_against_dense(s, *p, x, ldx, m, what + " bf16 stream", [&](const kernels::BlockRef& b, float* acc) {
+            ks.stream_bf16(b, xb.data(), ldx, m, acc);
+          });
+        }
       }
     }
   }
@@ -829,31 +835,33 @@ TEST(CpuKernels, StreamPairsEqualTwoOneTokenCalls) {
       const bool fp8 = f == WeightFormat::kFp8PerTensor || f == WeightFormat::kFp8PerChannel || f == WeightFormat::kFp8Block;
       if (sparse && !fp8) continue;
       const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
-      for (int64_t K : {fp4 ? int64_t{352} : int64_t{331}, int64_t{1024}}) {
-        const int64_t E = 2, N = 72;
-        Stack s = make_stack(f, E, N, K, 777u + static_cast<uint32_t>(f) + static_cast<uint32_t>(K), sparse);
-        auto p = pack_stack(s.m, LaneMap::kPlain, ks.code_layout);
-        std::mt19937 g(5);
-        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-        std::vector<float> x(static_cast<size_t>(p->kp), 0.0f);
-        for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(k)] = u(g);
-        std::vector<uint16_t> xb(x.size());
-        kernels::f32_to_bf16_row(x.data(), p->kp, xb.data());
-        const std::string what = std::string(to_string(f)) + (sparse ? " (sparse specials)" : "") + " K " + std::to_string(K);
-        for (int64_t e = 0; e < E; ++e)
-          for (int64_t b0 = 0; b0 < p->nblocks; ++b0)
-            for (int64_t b1 : {b0, (b0 + 1) % p->nblocks, p->nblocks - 1 - b0}) {
-              kernels::BlockRef r0 = p->block(e, b0), r1 = p->block(E - 1 - e, b1);
-              r0.prefetch = r1.prefetch = (b0 % 2) ? 1024 : 0;
-              r0.prefetch_l2 = r1.prefetch_l2 = (b0 % 2) ? 4096 : 0;
-              float want0[16], want1[16], got0[16], got1[16];
-              ks.stream_bf16(r0, xb.data(), p->kp, 1, want0);
-              ks.stream_bf16(r1, xb.data(), p->kp, 1, want1);
-              ks.stream2_bf16(r0, r1, xb.data(), got0, got1);
-              EXPECT_EQ(std::memcmp(got0, want0, sizeof want0), 0) << what << " expert " << e << " block " << b0;
-              EXPECT_EQ(std::memcmp(got1, want1, sizeof want1), 0) << what << " expert " << E - 1 - e << " block " << b1;
-            }
-      }
+      for (int64_t K : {fp4 ? int64_t{352} : int64_t{331}, int64_t{1024}})
+        for (const LaneMap map : {LaneMap::kPlain, LaneMap::kGatedSplit}) {  // (gated, N = 2 x 132: fp8 block's three slots)
+          const int64_t E = 2, N = map == LaneMap::kPlain ? 72 : 2 * 132;
+          Stack s = make_stack(f, E, N, K, 777u + static_cast<uint32_t>(f) + static_cast<uint32_t>(K), sparse);
+          auto p = pack_stack(s.m, map, ks.code_layout);
+          std::mt19937 g(5);
+          std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+          std::vector<float> x(static_cast<size_t>(p->kp), 0.0f);
+          for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(k)] = u(g);
+          std::vector<uint16_t> xb(x.size());
+          kernels::f32_to_bf16_row(x.data(), p->kp, xb.data());
+          const std::string what = std::string(to_string(f)) + (sparse ? " (sparse specials)" : "") + " K " + std::to_string(K) +
+                                   " N " + std::to_string(N);
+          for (int64_t e = 0; e < E; ++e)
+            for (int64_t b0 = 0; b0 < p->nblocks; ++b0)
+              for (int64_t b1 : {b0, (b0 + 1) % p->nblocks, p->nblocks - 1 - b0}) {
+                kernels::BlockRef r0 = p->block(e, b0), r1 = p->block(E - 1 - e, b1);
+                r0.prefetch = r1.prefetch = (b0 % 2) ? 1024 : 0;
+                r0.prefetch_l2 = r1.prefetch_l2 = (b0 % 2) ? 4096 : 0;
+                float want0[16], want1[16], got0[16], got1[16];
+                ks.stream_bf16(r0, xb.data(), p->kp, 1, want0);
+                ks.stream_bf16(r1, xb.data(), p->kp, 1, want1);
+                ks.stream2_bf16(r0, r1, xb.data(), got0, got1);
+                EXPECT_EQ(std::memcmp(got0, want0, sizeof want0), 0) << what << " expert " << e << " block " << b0;
+                EXPECT_EQ(std::memcmp(got1, want1, sizeof want1), 0) << what << " expert " << E - 1 - e << " block " << b1;
+              }
+        }
     }
 }
 

@@ -28,24 +28,28 @@ std::shared_ptr<uint8_t> aligned_zeroed(size_t bytes) {
 }
 
 // One block's fp8 block scales (kernels.hpp, group_scales_bytes): each lane's source row block r / 128
-// gets a slot, in order of first use (padding lanes take slot 0; their codes are zero), then every K
-// group's slot scales, times 256 (the kernels' e4m3 decode gives value / 256). scale: [E][ceil(N /
-// 128)][ceil(K / 128)]; lane_row: the block's 16 canonical rows (-1: padding).
+// gets a slot, in order of first use, then every K group's slot scales, times 256 (the kernels' e4m3
+// decode gives value / 256). Padding lanes take the last slot, which no row block does and which stays
+// 0, so they read exactly 0 even beside an inf or NaN scale. scale: [E][ceil(N / 128)][ceil(K / 128)];
+// lane_row: the block's 16 canonical rows (-1: padding).
 void pack_fp8_block_scales(const float* scale, int64_t e, int64_t N, int64_t K, int64_t groups, const int32_t* lane_row,
                            uint8_t* dst) {
   const int64_t nbr = (N + 127) / 128, nbk = (K + 127) / 128;
   int64_t slot_rb[kernels::kFp8ScaleSlots];
   int slots = 0;
   for (int l = 0; l < kernels::kLanes; ++l) {
-    if (lane_row[l] < 0) continue;  // (dst[l] stays 0)
+    if (lane_row[l] < 0) {
+      dst[l] = static_cast<uint8_t>(kernels::kFp8ScaleSlots - 1);
+      continue;
+    }
     const int64_t rb = lane_row[l] / 128;
     int s = 0;
     while (s < slots && slot_rb[s] != rb) ++s;
     if (s == slots) {
-      // Lanes 0-7 and 8-15 each hold rows of at most two source row blocks (8 consecutive rows, or
-      // 16 aligned rows of which they take every other one), so four slots always suffice.
-      if (slots == kernels::kFp8ScaleSlots)
-        throw_error(ErrorKind::kInternal, "cpu backend: an fp8 block of 16 lanes spans more than 4 scale rows");
+      // Plain and interleaved blocks are 16 aligned rows (one row block); a gated block's gate half is 8
+      // rows aligned to 8 (one) and its up half 8 consecutive rows (at most two): three slots at most.
+      if (slots == kernels::kFp8ScaleSlots - 1)
+        throw_error(ErrorKind::kInternal, "cpu backend: an fp8 block of 16 lanes spans more than 3 scale rows");
       slot_rb[slots++] = rb;
     }
     dst[l] = static_cast<uint8_t>(s);

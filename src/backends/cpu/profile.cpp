@@ -25,7 +25,7 @@ double ForwardProfile::now() { return omp_get_wtime(); }
 
 uint64_t ForwardProfile::ticks() {
 #if defined(__x86_64__)
-  return __rdtsc();  // (an invariant TSC on the CPUs this backend runs on; the report converts it by now())
+  return __rdtsc();  // (profile.hpp: taken to be invariant and in step across cores)
 #else
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
@@ -51,7 +51,7 @@ void ForwardProfile::mark(Phase p) {
   const uint64_t k = ticks();
   wall_[static_cast<size_t>(p)] += t - last_;
   marked_seconds_ += t - last_;
-  marked_ticks_ += static_cast<double>(k - last_ticks_);
+  marked_ticks_ += span(last_ticks_, k);
   last_ = t;
   last_ticks_ = k;
   if (p != Phase::kGemm1 && p != Phase::kGemm2) return;

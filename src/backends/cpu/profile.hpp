@@ -5,13 +5,16 @@
 // GEMM stages the threads' busy time split into kernel calls and epilogues (mean over threads), and the
 // slowest thread's busy time (wall minus slowest: barriers and wake-ups; slowest minus mean: imbalance). It is a
 // measurement aid for benchmarks (cpu_moe_bench rows run with it set), off by default, and costs three
-// tick reads per kernel call when on.
+// tick reads per kernel call (and two per down item, for its stores) when on.
 //
 // Busy time is read in ticks (ticks(): the time-stamp counter on x86-64, nanoseconds elsewhere) and
 // turned into seconds at the report by the wall clock's seconds per tick over the same forwards; each
-// thread's row lies on cache lines of its own. Before (omp_get_wtime, 49 ns a read on the GPU host's
-// Xeon against the counter's 21; rows sharing lines), the profile made qwen3-30b-a3b bf16 at one token
-// 1.8% slower, alternated in one process; now 0.6% (256 tokens: 0.993x before, 1.002x now; session 51).
+// thread's row lies on cache lines of its own. The counter is taken to run at one rate on every core
+// (an invariant TSC, as on the CPUs this backend targets); a read that goes backwards (cores whose
+// counters are not in step) counts as no time rather than as 2^64 ticks. Before (omp_get_wtime, 49 ns
+// a read on the GPU host's Xeon against the counter's 21; rows sharing lines), the profile made
+// qwen3-30b-a3b bf16 at one token 1.8% slower, alternated in one process; now 0.6% (256 tokens: 0.993x
+// before, 1.002x now; session 51).
 #pragma once
 
 #include <array>
@@ -48,12 +51,13 @@ class ForwardProfile {
   // Wall time since the previous mark (or begin) goes to phase p. Called by one thread, after the
   // phase's barrier.
   void mark(Phase p);
-  // Busy ticks of one thread in phase p (the difference of two ticks() on that thread).
-  void add(int thread, Phase p, uint64_t ticks) {
-    busy_[static_cast<size_t>(thread)][static_cast<size_t>(p)] += static_cast<double>(ticks);
+  // Busy time of one thread in phase p: from tick t0 to tick t1, both read on that thread.
+  void add(int thread, Phase p, uint64_t t0, uint64_t t1) {
+    busy_[static_cast<size_t>(thread)][static_cast<size_t>(p)] += span(t0, t1);
   }
   static double now();       // wall seconds (the stage marks)
-  static uint64_t ticks();   // a cheap monotonic count (the busy reads)
+  static uint64_t ticks();   // a cheap count at a constant rate (the busy reads)
+  static double span(uint64_t t0, uint64_t t1) { return t1 > t0 ? static_cast<double>(t1 - t0) : 0.0; }
 
   // The report (empty when no forward ran); `what` names the layer.
   std::string report(const std::string& what) const;
@@ -62,7 +66,7 @@ class ForwardProfile {
   static constexpr size_t kN = static_cast<size_t>(Phase::kCount);
   // (ticks) each thread's row padded to whole cache lines of its own: the threads add to their rows
   // after every call, and rows sharing a line would bounce it between the cores
-  struct alignas(64) Row : std::array<double, kN> {};
+  struct alignas(128) Row : std::array<double, kN> {};  // (128: the adjacent-line prefetcher's pair)
   std::vector<Row> busy_;
   std::vector<Row> seen_busy_;  // busy_ at the previous mark
   std::array<double, kN> wall_{};

@@ -1004,8 +1004,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
           }
         }
         if (pf) {
-          pf->add(tid, Phase::kGemm1, t1 - t0);
-          pf->add(tid, Phase::kEpilogue1, clock() - t1);
+          pf->add(tid, Phase::kGemm1, t0, t1);
+          pf->add(tid, Phase::kEpilogue1, t1, clock());
         }
       }
     }
@@ -1125,8 +1125,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
           }
         }
         if (pf) {
-          pf->add(tid, Phase::kGemm2, t1 - t0);
-          pf->add(tid, Phase::kEpilogue2, clock() - t1);
+          pf->add(tid, Phase::kGemm2, t0, t1);
+          pf->add(tid, Phase::kEpilogue2, t1, clock());
         }
       }
       const uint64_t t_store = clock();
@@ -1143,7 +1143,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
             for (int l = 0; l < nl; ++l) store_act(args.output.data, adt, t * H + b * 16 + l, outl[t * 16 + l]);
         }
       }
-      if (pf) pf->add(tid, Phase::kStore, clock() - t_store);
+      if (pf) pf->add(tid, Phase::kStore, t_store, clock());
     }
     if (marker) pf->mark(Phase::kGemm2);
     if (ks_.amx) kernels::amx_release();

@@ -174,6 +174,7 @@ template <PackFmt F>
 template <PackFmt F>
 inline __m512 group_scale(const uint8_t* gs, int64_t g, float gmul) {
   if constexpr (F == PackFmt::kFp8Block) {
+    static_assert(kFp8ScaleSlots == 4, "one 128-bit load of slots a group");
     const __m512 slots = _mm512_broadcast_f32x4(_mm_loadu_ps(reinterpret_cast<const float*>(gs + kLanes) + g * kFp8ScaleSlots));
     return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(ld128(gs)), slots);
   } else if constexpr (F == PackFmt::kMxfp4) {

@@ -113,6 +113,7 @@ template <> struct Dec<PackFmt::kNvfp4> : Dec<PackFmt::kMxfp4> {};
 template <PackFmt F>
 inline void group_scale(const uint8_t* gs, int64_t g, float gmul, __m256& s0, __m256& s1) {
   if constexpr (F == PackFmt::kFp8Block) {  // each lane's slot (kernels.hpp, group_scales_bytes)
+    static_assert(kFp8ScaleSlots == 4, "one 128-bit load of slots a group");
     const __m256 slots = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(gs + kLanes) + g);
     s0 = _mm256_permutevar8x32_ps(slots, _mm256_cvtepu8_epi32(load_lo64(gs)));
     s1 = _mm256_permutevar8x32_ps(slots, _mm256_cvtepu8_epi32(load_lo64(gs + 8)));

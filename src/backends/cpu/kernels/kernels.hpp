@@ -98,9 +98,10 @@ constexpr int group_size(PackFmt f) noexcept {
 // Group scales of one block (BlockRef::gscale), per format:
 // - mxfp4, nvfp4: [groups][16], one e8m0 / e4m3 byte per lane and K group.
 // - fp8 block (kFp8Block): the source has one f32 per 128 x 128 block, so a block's 16 lanes read at most
-//   kFp8ScaleSlots distinct scale rows (lanes 0-7 and lanes 8-15 each lie within two 128-row blocks
-//   of the source: plain and interleaved blocks are 16 aligned rows, split gate / up halves 8 rows
-//   each). A block stores its lane -> slot map once (16 bytes, slot 0-3 per lane), then per K group
+//   three distinct scale rows (plain and interleaved blocks are 16 aligned rows; a gated block's gate
+//   half is 8 rows aligned to 8 and its up half 8 consecutive rows, which may straddle a 128-row
+//   boundary). A block stores its lane -> slot map once (16 bytes, slot 0-3 per lane; padding lanes
+//   take slot 3, which stays 0), then per K group
 //   the slots' f32 scales (16 bytes): a quarter of 16 lanes' f32, which at K = 2048 was 1 KiB per
 //   32 KiB block of codes, 3% more bytes for a one-token stream to read than the codes alone. Against
 //   that traffic, alternated in one process on the GPU host's Xeon (qwen3-30b-a3b fp8-block, 2 threads;
