@@ -64,8 +64,6 @@ const std::vector<Knob>& table() {
                        "0: a tile call's last prefetches run past its panels, not into the thread's next call"));
     v.push_back(choice("MOERUN_CPU_AMX_NBLOCKS", "cpu", "1|2|4", "4 (pairs above 16 tokens)",
                        "N-blocks per AMX tile call"));
-    v.push_back(choice("MOERUN_CPU_AMX_QUAD_ROWS", "cpu", "16|32", "16",
-                       "32 (measurement): calls of 17-32 rows take four-block AMX calls as two 16-row passes, not pairs"));
     v.push_back(on_off("MOERUN_CPU_AMX_STREAM", "cpu", "1",
                        "0: no AMX decode stream (2-64 tokens per expert take VDPBF16PS or tiles)"));
     v.push_back(count("MOERUN_CPU_JOB_ROWS", "cpu", 32, 65536, "256",

@@ -132,11 +132,6 @@ int amx_nblocks_override() {
   return v ? (*v)[0] - '0' : -1;  // one digit: the table takes 1 | 2 | 4
 }
 
-int amx_quad_rows_override() {
-  const auto v = knob_choice("MOERUN_CPU_AMX_QUAD_ROWS");
-  return v ? (*v == "32" ? 32 : 16) : -1;
-}
-
 bool amx_stream_enabled() { return knob_on("MOERUN_CPU_AMX_STREAM", true); }
 bool stream_pairs_enabled() { return knob_on("MOERUN_CPU_STREAM_PAIRS", true); }
 bool stream_taper_enabled() { return knob_on("MOERUN_CPU_STREAM_TAPER", true); }
@@ -253,7 +248,6 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   if (const int n = amx_stream_prefetch_override(); n >= 0) k.amx_stream_prefetch = n;
   k.amx_nblocks = kAmxNBlocks;
   if (const int n = amx_nblocks_override(); n > 0) k.amx_nblocks = n;
-  if (const int n = amx_quad_rows_override(); n > 0) k.amx_quad_rows = n;
   if (const int n = down_group_override(); n > 0) k.down_group = n;
   if (const int n = stream_run_override(); n > 0) k.stream_run = n;
   k.stream_taper = stream_taper_enabled();

@@ -266,10 +266,6 @@ struct KernelSet {
   // only, =1 for the one-block kernel (measurement). Only calls that take AMX tiles group their blocks
   // (runner.cpp); four only in calls of up to kernels::kAmxQuadMaxRows tokens, pairs above.
   int amx_nblocks = 4;
-  // The most rows a four-block call takes: kernels::kAmxQuadMaxRows, or 32 with MOERUN_CPU_AMX_QUAD_ROWS=32
-  // (measurement): calls of 17-32 rows then run tile_amx4 twice, rows 0-15 and 16 on, the second pass
-  // reading the four panels from L2, instead of two tile_amx2 pairs.
-  int amx_quad_rows = kernels::kAmxQuadMaxRows;
   // Down-GEMM N-blocks per work item when some job's down GEMM is tiled (0 = the runner decides:
   // runner.cpp, down groups), or MOERUN_CPU_DOWN_GROUP=<n> (measurement): n N-blocks per item, rounded
   // down to whole calls (pairs where AMX pairs blocks), 1 = one call's blocks; only where some job's
@@ -393,8 +389,6 @@ int amx_stream_prefetch_override();
 inline constexpr int kAmxNBlocks = 4;
 // MOERUN_CPU_AMX_NBLOCKS parsed: 1, 2 or 4, or -1 when unset or anything else.
 int amx_nblocks_override();
-// MOERUN_CPU_AMX_QUAD_ROWS parsed: 16 or 32, or -1 when unset.
-int amx_quad_rows_override();
 
 // Rows per job (runner.cpp NOTES: job rows): 256 bf16 rows of K = 2048 are 1 MiB, half this machine's
 // L2 per core.

@@ -392,7 +392,7 @@ bool CpuRunner::takes_amx(kernels::PackFmt f, int64_t m) const noexcept {
 }
 
 bool CpuRunner::takes_amx4(const PackedStack& w, int64_t m) const noexcept {
-  return ks_.amx_nblocks == 4 && m <= ks_.amx_quad_rows && w.kp <= kernels::kAmxQuadMaxK && takes_amx(w.fmt, m);
+  return ks_.amx_nblocks == 4 && m <= kernels::kAmxQuadMaxRows && w.kp <= kernels::kAmxQuadMaxK && takes_amx(w.fmt, m);
 }
 
 CpuRunner::CallPath CpuRunner::call_path(kernels::PackFmt f, int64_t m, bool q8_rows, bool bf16_rows) const noexcept {
@@ -497,14 +497,7 @@ void CpuRunner::run_blocks(const PackedStack& w, int64_t e, int64_t b, int nb, c
       return to_next == 0 ? 0 : to_next - q * static_cast<int64_t>(pn);
     };
     if (nb == 4 && takes_amx4(w, m)) {
-      if (mi <= kernels::kAmxQuadMaxRows) {
-        kernels::tile_amx4(panels, w.kp, xb, ldx, mi, acc, acc_stride, ks_.amx_prefetch, to_next);
-      } else {  // (MOERUN_CPU_AMX_QUAD_ROWS=32) rows 0-15, then the rest on the panels now in L2
-        constexpr int kQ = kernels::kAmxQuadMaxRows;
-        kernels::tile_amx4(panels, w.kp, xb, ldx, kQ, acc, acc_stride, ks_.amx_prefetch, 0);
-        kernels::tile_amx4(panels, w.kp, xb + kQ * ldx, ldx, mi - kQ, acc + kQ * 16, acc_stride, ks_.amx_prefetch,
-                           to_next);
-      }
+      kernels::tile_amx4(panels, w.kp, xb, ldx, mi, acc, acc_stride, ks_.amx_prefetch, to_next);
       return;
     }
     int q = 0;
