@@ -1206,6 +1206,51 @@ TEST(CudaBackend, FillGatherMatchesGatherPass) {
   }
 }
 
+// The expert-sorted combine loads a thread's slots 8 at a time (the default) or 4 at a time
+// (MOERUN_CUDA_COMBINE_BATCH=4): the same sums in the same order, so bit for bit the same output, and
+// both against the reference. Top-8 (one batch of 8, two of 4), top-6 (a partial batch), top-3 with
+// expert biases and a shared expert, top-1 all on one expert, fp16.
+TEST(CudaBackend, CombineBatchesAgreeBitwise) {
+  REQUIRE_GPU();
+  struct Case {
+    MoeSpec spec;
+    int64_t m;
+    Route route;
+  };
+  MoeSpec biased = make_spec(16, 3, 264, 200);
+  biased.expert_bias = true;
+  biased.shared.count = 1;
+  biased.shared.intermediate = 136;
+  const std::vector<Case> cases = {
+      {make_spec(32, 8, 264, 200), 300, Route::kLogits},
+      {make_spec(16, 6, 136, 72, ActivationKind::kGeluAndMul, WeightFormat::kF16), 77, Route::kTopkGiven},
+      {biased, 129, Route::kTopkGiven},
+      {make_spec(8, 1, 264, 200), 500, Route::kHotExpert},
+  };
+  const Platform plat = sm90_platform();
+  uint64_t seed = 5200;
+  for (const Case& c : cases) {
+    const MoeSpec& s = c.spec;
+    SCOPED_TRACE(s.summary() + " m=" + std::to_string(c.m));
+    const MoeWeights w = random_weights(s, seed++);
+    auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+    const Inputs in = make_inputs(s, c.m, seed++, c.route);
+    HostTensor by8(s.act_dtype, {c.m, s.hidden}), by4(s.act_dtype, {c.m, s.hidden}), want(s.act_dtype, {c.m, s.hidden});
+    poison(by8);
+    runner->forward(host_args(in, by8));
+    {
+      ScopedEnv four("MOERUN_CUDA_COMBINE_BATCH", "4");
+      poison(by4);
+      runner->forward(host_args(in, by4));
+    }
+    EXPECT_EQ(std::memcmp(by8.data(), by4.data(), by8.nbytes()), 0) << "batches of 8 and 4 differ";
+    make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
+    int64_t bad = 0;
+    EXPECT_LT(rel_error(by8, want, c.m * s.hidden, &bad), tolerance_for(s).rel_l2);
+    EXPECT_EQ(bad, 0);
+  }
+}
+
 // The own mma.sync kernels read the routed w13 in kBlocks8 (uploaded from split or interleaved
 // checkpoints): every variant, split and interleaved input, with and without biases, fp16, one
 // token (direct mode) and several tiles.

@@ -1429,6 +1429,22 @@ TEST(CpuBackend, StreamTaperAgreesBitwise) {
   }
 }
 
+// The down groups' tapered tail (runner.cpp NOTES: tapered tail) changes only which blocks share a
+// down item: bitwise the same output with MOERUN_CPU_DOWN_TAPER unset and 0, at every level and thread
+// count. Experts of 21-70 rows (every level tiles their down GEMM) and hidden 1040 (65 w2 blocks), so
+// that at 2 threads the down items are groups of several calls and the last ones split; a shared expert.
+TEST(CpuBackend, DownTaperAgreesBitwise) {
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  const Top2 r = top2_from_counts({40, 0, 70, 34, 5, 0, 64, 21}, 0.35f, 0.3f, 0.003f);  // M = 117
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block}) {
+    const MoeSpec s = bf16_act_spec(f, 1040, 264, 136);
+    const MoeWeights w = random_weights(s, 44);
+    const std::vector<float> want = run_given_topk(*ref, s, w, r.ids, r.tw, 0);
+    expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_DOWN_TAPER", {"", "0"}, std::string(to_string(f)));
+  }
+}
+
 // Job rows (runner.cpp NOTES): an expert's rows, and the shared expert's, split into jobs of at most
 // MOERUN_CPU_JOB_ROWS rows give bitwise the same output at every level and thread count, as long as no
 // part falls to a streaming kernel (parts of at least 130 / 2 rows here: above every stream cut).

@@ -135,6 +135,7 @@ int amx_nblocks_override() {
 bool amx_stream_enabled() { return knob_on("MOERUN_CPU_AMX_STREAM", true); }
 bool stream_pairs_enabled() { return knob_on("MOERUN_CPU_STREAM_PAIRS", true); }
 bool stream_taper_enabled() { return knob_on("MOERUN_CPU_STREAM_TAPER", true); }
+bool down_taper_enabled() { return knob_on("MOERUN_CPU_DOWN_TAPER", true); }
 bool dot_groups_of_8() { return knob_choice("MOERUN_CPU_DOT_TOKENS") == std::optional<std::string_view>("8"); }
 bool poison_enabled() { return knob_on("MOERUN_CPU_POISON", false); }
 bool e8m0_fold_enabled() { return knob_on("MOERUN_CPU_E8M0_FOLD", true); }
@@ -251,6 +252,7 @@ KernelSet kernels_for_variant(CpuIsa isa, const std::string& variant) {
   if (const int n = down_group_override(); n > 0) k.down_group = n;
   if (const int n = stream_run_override(); n > 0) k.stream_run = n;
   k.stream_taper = stream_taper_enabled();
+  k.down_taper = down_taper_enabled();
   k.poison = poison_enabled();
   k.e8m0_fold = e8m0_fold_enabled();
   k.bf16_intermediate = bf16_intermediate_enabled();

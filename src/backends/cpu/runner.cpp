@@ -66,7 +66,11 @@
 // keeps the runs whole. Side by side (session 38, three rounds): fp8-block and mxfp4 at one token
 // 0.8-2.5% faster, bf16 and four tokens within the host's spread. gemm2's items tapered the same way
 // (every job streaming) lost 1.4-2.6% at four tokens: each gemm2 item starts a stream per expert, so
-// eight more items cost more starts than the imbalance they removed.
+// eight more items cost more starts than the imbalance they removed. Where some job's down GEMM is
+// tiled, the down groups (below) are few and long instead (qwen3-30b-a3b M = 256: 8 items of 16 blocks
+// for 2 threads, and the slowest thread 1.0 ms above the mean, session 51), so their tail is tapered
+// the same way, in whole calls (MOERUN_CPU_DOWN_TAPER=0, measurement, keeps the groups whole); each
+// extra item re-reads the experts' intermediate rows once more (3 MB there, against 403 MB of weights).
 // AMX pairs: where a job's calls take AMX tiles, one tile_amx2 call computes two adjacent N-blocks (the
 // last one alone when the count is odd), and a gemm1 item covers a run of such pairs (up to kTileRunMax
 // blocks by the stream runs' rule, rounded down to whole pairs, at least one pair: the tiles read their
@@ -714,7 +718,16 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const int64_t per2 = pair2 == 2 && ks_.amx_nblocks == 4 && w2_->kp <= kernels::kAmxQuadMaxK && blocks_per_item2 >= 4
                            ? 4
                            : pair2;
-  const int64_t nitems2 = (w2_->nblocks + blocks_per_item2 - 1) / blocks_per_item2;
+  // The down items: groups of blocks_per_item2 blocks, the last ones tapered where the groups are tiled
+  // calls (NOTES: tapered tail); pieces stay whole calls of per2 blocks.
+  std::vector<Item>& items2 = ws.items2;
+  if (items2.capacity() < static_cast<size_t>(w2_->nblocks)) items2.reserve(static_cast<size_t>(w2_->nblocks));
+  items2.clear();
+  for (int64_t b = 0; b < w2_->nblocks; b += blocks_per_item2)
+    items2.push_back(Item{0, static_cast<int32_t>(b), static_cast<int32_t>(std::min(blocks_per_item2, w2_->nblocks - b))});
+  if (ks_.down_taper && tiled2 && threads > 1)
+    taper_tail(items2, threads, blocks_per_item2, per2, [](const Item&) { return true; });
+  const auto nitems2 = static_cast<int64_t>(items2.size());
 
   // ---- workspaces (grow only) ----
   // Row strides of X / Xb and Hb / Hbb: padded so that the rows of one A tile (or register group) fall
@@ -862,7 +875,6 @@ void CpuRunner::forward(const ForwardArgs& args) {
 
   const PackedStack& w13 = *w13_;
   const PackedStack& w2 = *w2_;
-  const int64_t nb2 = w2.nblocks;
   const float alpha = spec_.activation.swiglu_alpha, limit = spec_.activation.swiglu_limit;
 
   if (pf) pf->mark(Phase::kPlan);
@@ -1051,8 +1063,8 @@ void CpuRunner::forward(const ForwardArgs& args) {
     // ---- GEMM2 + bias + LoRA, router-weighted sum over experts, output ----
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < nitems2; ++it) {
-      const int64_t b_item = it * blocks_per_item2;
-      const int nb_item = static_cast<int>(std::min(blocks_per_item2, nb2 - b_item));
+      const int64_t b_item = items2[static_cast<size_t>(it)].b;
+      const int nb_item = items2[static_cast<size_t>(it)].nb;
       std::memset(s.out.v.data(), 0, static_cast<size_t>(nb_item) * static_cast<size_t>(M) * 16 * sizeof(float));
       const int64_t calls = (nb_item + per2 - 1) / per2, ncalls = static_cast<int64_t>(jobs.size()) * calls;
       // call c: job c / calls, blocks from b_item + (c % calls) * per2, on that job's stack and expert

@@ -77,6 +77,7 @@ struct Workspace {
   Grow<int32_t> topi, row_expert;
   std::vector<RunnerJob> jobs;     // grow only, like the rest: reserved by M (runner.cpp)
   std::vector<RunnerItem> items1;
+  std::vector<RunnerItem> items2;  // the down GEMM's: blocks b .. b + nb - 1 of every job (job unused)
   Grow<int32_t> q8_next, q8_tail;  // the gather's lists of a token's q8 rows (runner.cpp)
   Grow<uint8_t> q8_row;  // per activation row: 1 where its job's calls take the q8 kernel
   Grow<uint16_t> xb, hb;

@@ -144,14 +144,16 @@ __device__ float shared_gate_of(const T* __restrict__ hidden_row, const float* _
   return 1.0f / (1.0f + expf(-v));
 }
 
-// Slots whose rows one combine thread loads at once. Timed side by side against a loop of one load
-// per slot (unrolled by 4) and against batches of 8, H200, bench/cuda/tune passes build
-// (bench/results/2026-12-01_s14_h200/passes/): 4 was 3-15% faster than the loop on every shape with
-// top-4 and top-8 (qwen3-30b-a3b M = 1024 17.9-18.1 vs 19.8-19.9 us) and within 4% on mixtral's top-2;
-// batches of 8 were 25-60% slower than the loop (102 registers a thread: fewer threads in flight).
-constexpr int kCombineBatch = 4;
+// Slots whose rows one combine thread loads at once (kBatch), as raw 16-byte vectors: their loads are
+// issued before the first is summed, then summed in slot order, so every batch gives the same sum as
+// one slot at a time. Session 14 (H200, bench/results/2026-12-01_s14_h200/) timed 4 slots against a
+// loop of one load per slot: 3-15% faster on every shape with top-4 and top-8 (qwen3-30b-a3b M = 1024
+// 17.9-18.1 against 19.8-19.9 us) and within 4% on mixtral's top-2; 8 slots converted to f32 as they
+// were loaded took 102 registers a thread and ran 25-60% slower. Kept raw (4 registers a slot), all 8
+// slots of a top-8 token fit in one batch: kCombineBatchMax, chosen per call (launch_combine_sorted).
+constexpr int kCombineBatchMax = 8;
 
-template <typename T, bool kVec>
+template <typename T, bool kVec, int kBatch>
 __global__ void __launch_bounds__(kPassThreads)
     combine_sorted_kernel(const T* __restrict__ y, int h, int top_k, const int32_t* __restrict__ row_of_slot,
                           const float* __restrict__ weight_of_row, const int32_t* __restrict__ seg,
@@ -174,20 +176,18 @@ __global__ void __launch_bounds__(kPassThreads)
   if constexpr (kVec) {
     for (int c = c_begin + threadIdx.x * 8; c < c_end; c += kPassThreads * 8) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      // The loads of kCombineBatch slots are issued before the first is summed, then summed in slot
-      // order: the same sum as one slot at a time, with more loads in flight per thread.
-      for (int s0 = 0; s0 < top_k; s0 += kCombineBatch) {
-        float v[kCombineBatch][8];
+      for (int s0 = 0; s0 < top_k; s0 += kBatch) {
+        Vec8<T> v[kBatch];
 #pragma unroll
-        for (int q = 0; q < kCombineBatch; ++q)
-          if (s0 + q < top_k) load8(y + row_s[s0 + q] * h + c, v[q]);
+        for (int q = 0; q < kBatch; ++q)
+          if (s0 + q < top_k) v[q].u = *reinterpret_cast<const uint4*>(y + row_s[s0 + q] * h + c);
 #pragma unroll
-        for (int q = 0; q < kCombineBatch; ++q) {
+        for (int q = 0; q < kBatch; ++q) {
           if (s0 + q >= top_k) break;
           const float w = w_s[s0 + q];
           const float* b = b_s[s0 + q];
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[i] += w * (v[q][i] + (b ? b[c + i] : 0.0f));
+          for (int i = 0; i < 8; ++i) acc[i] += w * (to_f32(v[q].e[i]) + (b ? b[c + i] : 0.0f));
         }
       }
       if (shared) {
@@ -262,13 +262,16 @@ cudaError_t launch_combine_sorted(Elem elem, const void* y, int h, int64_t m, in
                                   const int32_t* row_of_slot, const float* weight_of_row,
                                   const int32_t* seg_offsets, int experts, const float* bias,
                                   const void* shared, const float* shared_gate, const void* hidden,
-                                  void* out, cudaStream_t stream) {
+                                  void* out, cudaStream_t stream, int batch) {
   if (m == 0) return cudaSuccess;
-  if (top_k > kMaxRoutingTopK || m > 0x7fffffff || (bias && !seg_offsets)) return cudaErrorInvalidValue;
+  if (top_k > kMaxRoutingTopK || m > 0x7fffffff || (bias && !seg_offsets) || (batch != 4 && batch != kCombineBatchMax))
+    return cudaErrorInvalidValue;
   const bool vec = h % 8 == 0 && aligned16(y) && aligned16(out) && (!shared || aligned16(shared));
   return by_half_elem(elem, [&](auto tag) {
     using T = decltype(tag);
-    const auto kernel = vec ? combine_sorted_kernel<T, true> : combine_sorted_kernel<T, false>;
+    const auto kernel = !vec ? combine_sorted_kernel<T, false, 1>
+                        : batch == 4 ? combine_sorted_kernel<T, true, 4>
+                                     : combine_sorted_kernel<T, true, kCombineBatchMax>;
     // One block per token and column chunk; with a router-gated shared expert one block per token,
     // since every block computes the token's gate (a dot product over the hidden row).
     const bool gate = shared && shared_gate;
