@@ -1206,8 +1206,8 @@ TEST(CudaBackend, FillGatherMatchesGatherPass) {
   }
 }
 
-// The expert-sorted combine loads a thread's slots 8 at a time (the default) or 4 at a time
-// (MOERUN_CUDA_COMBINE_BATCH=4): the same sums in the same order, so bit for bit the same output, and
+// The expert-sorted combine loads a thread's slots 4 at a time (the default) or 8 at a time
+// (MOERUN_CUDA_COMBINE_BATCH=8): the same sums in the same order, so bit for bit the same output, and
 // both against the reference. Top-8 (one batch of 8, two of 4), top-6 (a partial batch), top-3 with
 // expert biases and a shared expert, top-1 all on one expert, fp16.
 TEST(CudaBackend, CombineBatchesAgreeBitwise) {
@@ -1235,18 +1235,18 @@ TEST(CudaBackend, CombineBatchesAgreeBitwise) {
     const MoeWeights w = random_weights(s, seed++);
     auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
     const Inputs in = make_inputs(s, c.m, seed++, c.route);
-    HostTensor by8(s.act_dtype, {c.m, s.hidden}), by4(s.act_dtype, {c.m, s.hidden}), want(s.act_dtype, {c.m, s.hidden});
-    poison(by8);
-    runner->forward(host_args(in, by8));
+    HostTensor rule(s.act_dtype, {c.m, s.hidden}), other(s.act_dtype, {c.m, s.hidden}), want(s.act_dtype, {c.m, s.hidden});
+    poison(rule);
+    runner->forward(host_args(in, rule));
     {
-      ScopedEnv four("MOERUN_CUDA_COMBINE_BATCH", "4");
-      poison(by4);
-      runner->forward(host_args(in, by4));
+      ScopedEnv eight("MOERUN_CUDA_COMBINE_BATCH", "8");
+      poison(other);
+      runner->forward(host_args(in, other));
     }
-    EXPECT_EQ(std::memcmp(by8.data(), by4.data(), by8.nbytes()), 0) << "batches of 8 and 4 differ";
+    EXPECT_EQ(std::memcmp(rule.data(), other.data(), rule.nbytes()), 0) << "the two batch sizes differ";
     make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
     int64_t bad = 0;
-    EXPECT_LT(rel_error(by8, want, c.m * s.hidden, &bad), tolerance_for(s).rel_l2);
+    EXPECT_LT(rel_error(rule, want, c.m * s.hidden, &bad), tolerance_for(s).rel_l2);
     EXPECT_EQ(bad, 0);
   }
 }

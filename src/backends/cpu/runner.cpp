@@ -68,9 +68,10 @@
 // (every job streaming) lost 1.4-2.6% at four tokens: each gemm2 item starts a stream per expert, so
 // eight more items cost more starts than the imbalance they removed. Where some job's down GEMM is
 // tiled, the down groups (below) are few and long instead (qwen3-30b-a3b M = 256: 8 items of 16 blocks
-// for 2 threads, and the slowest thread 1.0 ms above the mean, session 51), so their tail is tapered
-// the same way, in whole calls (MOERUN_CPU_DOWN_TAPER=0, measurement, keeps the groups whole); each
-// extra item re-reads the experts' intermediate rows once more (3 MB there, against 403 MB of weights).
+// for 2 threads, and the slowest thread 1.0 ms above the mean, session 51), so their tail can be
+// tapered the same way, in whole calls (MOERUN_CPU_DOWN_TAPER=1, measurement): each extra item re-reads
+// the experts' intermediate rows once more (3 MB there, against 403 MB of weights). Off until timed on
+// an AMX host, where the imbalance was seen; on the Zen 4 it tied (session 52, no imbalance there).
 // AMX pairs: where a job's calls take AMX tiles, one tile_amx2 call computes two adjacent N-blocks (the
 // last one alone when the count is odd), and a gemm1 item covers a run of such pairs (up to kTileRunMax
 // blocks by the stream runs' rule, rounded down to whole pairs, at least one pair: the tiles read their

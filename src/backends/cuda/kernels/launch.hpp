@@ -560,7 +560,7 @@ cudaError_t launch_combine_sorted(Elem elem, const void* y, int h, int64_t m, in
                                   const int32_t* row_of_slot, const float* weight_of_row,
                                   const int32_t* seg_offsets, int experts, const float* bias,
                                   const void* shared, const float* shared_gate, const void* hidden,
-                                  void* out, cudaStream_t stream, int batch = 8);
+                                  void* out, cudaStream_t stream, int batch = 4);
 
 // ---- combine ----------------------------------------------------------------------------------------
 

@@ -150,7 +150,9 @@ __device__ float shared_gate_of(const T* __restrict__ hidden_row, const float* _
 // loop of one load per slot: 3-15% faster on every shape with top-4 and top-8 (qwen3-30b-a3b M = 1024
 // 17.9-18.1 against 19.8-19.9 us) and within 4% on mixtral's top-2; 8 slots converted to f32 as they
 // were loaded took 102 registers a thread and ran 25-60% slower. Kept raw (4 registers a slot), all 8
-// slots of a top-8 token fit in one batch: kCombineBatchMax, chosen per call (launch_combine_sorted).
+// slots of a top-8 token fit in one batch: kCombineBatchMax, chosen per call (launch_combine_sorted;
+// MOERUN_CUDA_COMBINE_BATCH=8). Built in session 52, whose device calls found no GPU: 4 stays the
+// default until it is timed (bench/results/2026-12-07_s52_gpu/call1.sh).
 constexpr int kCombineBatchMax = 8;
 
 template <typename T, bool kVec, int kBatch>
