@@ -1,4 +1,4 @@
-// cpu/work_items.hpp — the runner's gate_up work items, and how their tail is cut.
+// cpu/work_items.hpp — the runner's work items (gate_up's, and the down GEMM's), and how their tail is cut.
 //
 // The runner (runner.cpp NOTES) hands a stage's items to the threads by a dynamic schedule in list
 // order. Items are runs of consecutive N-blocks so that each thread streams contiguous weights; the
@@ -12,7 +12,8 @@
 
 namespace moerun::cpu {
 
-// A gemm1 work item: N-blocks b .. b + nb - 1 (whole pairs for calls that take AMX tiles) of job `job`.
+// A work item: N-blocks b .. b + nb - 1 (whole pairs for calls that take AMX tiles) of job `job`; the down
+// GEMM's items (ws.items2) cover every job's blocks b .. b + nb - 1 and leave `job` at 0.
 struct RunnerItem {
   int32_t job = 0, b = 0, nb = 1;
 };
