@@ -39,7 +39,8 @@ struct HfModel {
 
 // Reads config.json (+ its quantization_config, or hf_quant_config.json beside it). Unknown fields
 // are ignored; a missing required one throws Error{kParse} naming it ("config.json: missing
-// num_local_experts (Mixtral needs it)"); an unsupported model_type lists the supported ones. The
+// 'num_local_experts' (mixtral needs it)"); a model_type, activation, routing or quantization moerun does
+// not run is Error{kUnsupported} (the model types listing the supported ones). The
 // spec that comes back is validated (Error{kInvalidSpec} otherwise), for tp = ep = 1; a config with no
 // MoE layer is Error{kParse}.
 HfModel read_hf_config(const std::string& config_path);

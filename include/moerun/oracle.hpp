@@ -22,7 +22,8 @@ struct Policy {
   std::string name;                // kExplicit
   std::vector<std::string> order;  // kOrder: first capable in this order wins
 
-  // "auto", a backend name, or "order:a,b,c". Throws Error{kParse} for an empty text.
+  // "auto", a backend name, or "order:a,b,c". Throws Error{kParse} for an empty text, an "order:" that
+  // lists nothing, or an empty entry in it ("order:a,,b"). Names are looked up by select (below).
   static Policy parse(std::string_view text);
   std::string str() const;
 };
@@ -68,7 +69,7 @@ struct SelectOptions {
 
 // Throws Error{kUnsupported}: for an explicit request that cannot run, with that backend's reasons
 // and the backends that would work; for "nothing fits", with every candidate and its reasons.
-// Throws Error{kNotFound} for an unknown explicit name, listing the registered ones.
+// Throws Error{kNotFound} for an unknown name, explicit or in an order, listing the registered ones.
 Selection select(const MoeSpec& spec, const Platform& platform, const Policy& policy,
                  const Registry& registry, const SelectOptions& options = {});
 

@@ -48,8 +48,10 @@ struct Platform {
   // a driver is present. MOERUN_CPU_ISA caps the CPU level ("scalar", "avx2", "avx512", ...).
   static Platform detect();
 
-  // A named description ("cpu-avx2", "cpu-avx512", "cpu-amx", "sm80", "sm90", "sm100", "sm120") or
-  // the path of a JSON file. Unknown names throw Error{kParse} listing the known ones.
+  // A named description ("cpu-avx2", "cpu-avx512", "cpu-amx", "sm80", "sm90", "sm100", "sm120"),
+  // "detected" (or "detect": detect()), or the path of a JSON file (a name ending in .json). Unknown
+  // names throw Error{kParse} listing the known ones; a file that cannot be opened Error{kIo}; a file
+  // that is not a platform description (docs/platform-json.md) Error{kParse} naming the problem.
   static Platform describe(std::string_view name_or_path);
   static Platform from_json_text(std::string_view json_text, std::string_view origin);
 

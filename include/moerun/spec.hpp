@@ -116,7 +116,7 @@ struct MoeSpec {
   // Rows of w13 per expert: 2*I when gated, I otherwise.
   int w13_rows() const noexcept { return activation.gated() ? 2 * intermediate : intermediate; }
 
-  // Throws Error{kInvalidSpec} naming the first bad field ("top_k = 9: must be in [1, num_experts=8]").
+  // Throws Error{kInvalidSpec} naming the first bad field ("spec.top_k = 9: must be in [1, num_experts=8]").
   void validate() const;
 
   // A one-line human summary: "E=128 top8 H=2048 I=768 bf16 act=BF16 silu-and-mul softmax renorm".

@@ -56,7 +56,9 @@ struct TensorView {
 class HostTensor {
  public:
   HostTensor() = default;
-  HostTensor(DType dtype, Shape shape);  // zero-filled; throws Error{kInvalidArgument} if too large
+  // Zero-filled. Throws Error{kInvalidArgument} for a bad shape or dtype or a size past what size_t
+  // counts, std::bad_alloc when the memory is not there.
+  HostTensor(DType dtype, Shape shape);
   HostTensor(HostTensor&& o) noexcept;
   HostTensor& operator=(HostTensor&& o) noexcept;
   TensorView view() const;

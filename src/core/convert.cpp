@@ -22,7 +22,7 @@ void convert_to_f32(const TensorView& src, float* dst) {
     case DType::kF32: if (n) std::memcpy(dst, src.data, static_cast<size_t>(n) * 4); return;
     case DType::kF16: for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(half_at(src.data, i)); return;
     case DType::kBF16: for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(half_at(src.data, i)); return;
-    default: throw_error(ErrorKind::kInvalidArgument, "cannot read " + std::string(dtype_name(src.dtype)) + " activations (F32, F16, BF16)");
+    default: throw_error(ErrorKind::kInvalidArgument, "cannot read " + std::string(dtype_name(src.dtype)) + " values as floats (F32, F16, BF16 only)");
   }
 }
 
@@ -43,7 +43,7 @@ void convert_from_f32(const float* src, const TensorView& dst) {
         std::memcpy(static_cast<char*>(dst.data) + 2 * i, &v, 2);
       }
       return;
-    default: throw_error(ErrorKind::kInvalidArgument, "cannot write " + std::string(dtype_name(dst.dtype)) + " activations (F32, F16, BF16)");
+    default: throw_error(ErrorKind::kInvalidArgument, "cannot write floats as " + std::string(dtype_name(dst.dtype)) + " values (F32, F16, BF16 only)");
   }
 }
 

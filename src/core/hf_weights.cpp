@@ -1081,7 +1081,7 @@ MoeWeights load_hf_layer(const HfModel& model, const std::vector<std::shared_ptr
   } else {
     if (layers.size() > 1)
       throw_error(ErrorKind::kInvalidArgument, std::to_string(layers.size()) + " MoE layers in " + idx.desc() + " (" +
-                                                   list_layers(layers) + "): pass the layer to load");
+                                                   list_layers(layers) + "): pass the layer to load (the CLI's --layer N)");
     chosen = layers.begin()->first;
   }
   const auto& prefixes = layers.at(chosen);

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 
 #include "moerun/error.hpp"
 
@@ -79,7 +80,7 @@ HostTensor::HostTensor(DType dtype, Shape shape) : dtype_(dtype), shape_(shape) 
   if (nbytes_ == 0) return;
   const size_t rounded = (nbytes_ + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);
-  if (!p) throw_error(ErrorKind::kInvalidArgument, "out of memory allocating " + std::to_string(rounded) + " bytes");
+  if (!p) throw std::bad_alloc();  // the API's out-of-memory signal (layer.hpp), as random_weights' vectors give
   std::memset(p, 0, rounded);
   data_.reset(p);
 }

@@ -43,13 +43,18 @@ Policy Policy::parse(std::string_view text) {
   if (text.rfind("order:", 0) == 0) {
     p.kind = Kind::kOrder;
     std::string rest(text.substr(6));
+    if (rest.empty()) throw_error(ErrorKind::kParse, "policy 'order:' lists no backend");
     size_t start = 0;
     while (start <= rest.size()) {
       const size_t end = std::min(rest.find(',', start), rest.size());
-      if (end > start) p.order.push_back(rest.substr(start, end - start));
+      // An empty entry ("order:cpu,,reference", a trailing comma) is a typo more often than not: a
+      // dropped name would change the order without a word.
+      if (end == start)
+        throw_error(ErrorKind::kParse, "policy '" + std::string(text) + "': entry " + std::to_string(p.order.size() + 1) +
+                                           " is empty; list backend names separated by single commas");
+      p.order.push_back(rest.substr(start, end - start));
       start = end + 1;
     }
-    if (p.order.empty()) throw_error(ErrorKind::kParse, "policy 'order:' lists no backend");
     return p;
   }
   p.kind = Kind::kExplicit;

@@ -64,6 +64,9 @@ void add_check(CLI::App& root);
 
 // A --seed: digits only (CLI11 would wrap "-1" round to 2^64 - 1).
 CLI::Validator seed_value();
+// A value that must not be empty: `--preset ""` would read as no --preset at all (the layer flags'
+// error, or for --act-quant the model's own setting kept without a word).
+CLI::Validator non_empty(std::string what = "VALUE");
 
 // Prints "moerun: <message>" to stderr (one line) and returns the exit code for the error kind
 // (README: exit codes).

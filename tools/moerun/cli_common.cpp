@@ -9,11 +9,13 @@
 namespace moerun::cli {
 
 void SpecOptions::add_to(CLI::App& app, bool allow_config) {
-  app.add_option("--preset", preset, "a named layer shape (see `moerun presets`)");
-  if (allow_config) app.add_option("--config", config, "a Hugging Face config.json (+ hf_quant_config.json beside it)");
+  app.add_option("--preset", preset, "a named layer shape (see `moerun presets`)")->check(non_empty("NAME"));
+  if (allow_config)
+    app.add_option("--config", config, "a Hugging Face config.json (+ hf_quant_config.json beside it)")->check(non_empty("PATH"));
   app.add_option("--act-quant", act_quant,
                  "dynamic activation quantization: " + allowed_act_quants() +
-                     " (default none; with --preset/--config it replaces the model's own)");
+                     " (default none; with --preset/--config it replaces the model's own)")
+      ->check(non_empty("MODE"));
   auto* g = app.add_option_group("layer flags", "describe a layer by hand (not with --preset/--config)");
   layer_flags_ = {
       g->add_option("--experts", experts, "number of routed experts E"),
@@ -34,7 +36,7 @@ void SpecOptions::add_to(CLI::App& app, bool allow_config) {
       g->add_option("--shared-intermediate", shared_intermediate, "total shared-expert intermediate size"),
       g->add_flag("--expert-bias", expert_bias, "biases on the expert GEMMs"),
       g->add_flag("--router-bias", router_bias, "bias on the router"),
-      g->add_option("--lora-adapters", lora_adapters, "max LoRA adapters"),
+      g->add_option("--lora-adapters", lora_adapters, "max LoRA adapters (`run`: that many random ones, on random tokens)"),
       g->add_option("--lora-rank", lora_rank, "max LoRA rank"),
   };
   auto* p = app.add_option_group("parallel", "this process's shard");
@@ -178,9 +180,10 @@ MoeSpec SpecOptions::resolve() const {
 void CommonOptions::add_to(CLI::App& app, bool with_backend, bool with_threads) {
   app.add_option("--platform", platform, "detected, or a description: " +
                                              [] { std::string s; for (auto& n : Platform::known_descriptions()) s += (s.empty() ? "" : ", ") + n; return s; }() +
-                                             ", or a .json file (docs/platform-json.md)");
-  if (with_backend) app.add_option("--backend", backend, "auto, a backend name, or order:a,b,c");
-  app.add_option("--plugin", plugins, "load a backend plugin (.so); repeatable. Also MOERUN_PLUGIN_PATH");
+                                             ", or a .json file (docs/platform-json.md)")
+      ->check(non_empty("PLATFORM"));
+  if (with_backend) app.add_option("--backend", backend, "auto, a backend name, or order:a,b,c")->check(non_empty("POLICY"));
+  app.add_option("--plugin", plugins, "load a backend plugin (.so); repeatable. Also MOERUN_PLUGIN_PATH")->check(non_empty("PATH"));
   if (with_threads) app.add_option("--threads", threads, "CPU threads (0 = all)")->check(CLI::Range(0, 4096));
 }
 
@@ -237,6 +240,11 @@ Registry& CommonOptions::registry() const {
   Registry& r = registry_with_env_plugins();
   for (const std::string& p : plugins) r.load_plugin(p);
   return r;
+}
+
+CLI::Validator non_empty(std::string what) {
+  return CLI::Validator([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
+                        std::move(what));
 }
 
 CLI::Validator seed_value() {

@@ -44,8 +44,9 @@ void explain(const ExplainOptions& o) {
       j["platform"] = json_io::to_json(platform);
       j["policy"] = o.common.backend;
       j["refused"] = e.what();
-      // The same candidates array as a plan's (each backend, whether it is capable, and why not), so a
-      // refusal reads as one: the message alone holds the reasons as one multi-line string.
+      // A candidates array as a plan's (each backend, whether it is capable, and why not: name, origin,
+      // capable, reasons, chosen), so a refusal reads as one: the message alone holds the reasons as one
+      // multi-line string. A plan's priority and variant are not there: no ranking was made.
       nlohmann::json t = nlohmann::json::array();
       for (const BackendEntry& b : registry.entries()) {
         const Support sup = supports(*b.backend, spec, platform);
@@ -101,7 +102,8 @@ void backends(const BackendsOptions& o) {
                              c.host_sync, c.lora, c.tensor_parallel, c.expert_parallel, c.shared_experts);
     if (!variants.empty()) std::cout << "             kernels: " << variants << "\n";
   }
-  if (o.json) std::cout << all.dump(2) << "\n";
+  // (plugin paths and descriptions are bytes from outside: replaced where not UTF-8, not an exception)
+  if (o.json) std::cout << all.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
 struct KnobsOptions {
@@ -128,7 +130,9 @@ void knobs(const KnobsOptions& o) {
     nlohmann::json unknown = nlohmann::json::array();
     for (const KnobProblem& p : problems)
       if (!p.error) unknown.push_back({{"name", p.name}, {"message", p.message}});
-    std::cout << nlohmann::json{{"knobs", all}, {"unknown", unknown}}.dump(2) << "\n";
+    // (the environment's values and names may be any bytes: replaced where not UTF-8)
+    std::cout << nlohmann::json{{"knobs", all}, {"unknown", unknown}}.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
   } else {
     std::cout << "MOERUN_* environment variables. Settings first; the rest are measurement knobs for side-by-side\n"
                  "benchmarks (their defaults measured fastest). A malformed value is refused by every command but\n"

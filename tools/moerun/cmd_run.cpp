@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <limits>
 
@@ -30,13 +31,29 @@ struct RunOptions {
   bool verify = false;
 };
 
-// Converts a host tensor of any float dtype into a new tensor of `dtype`.
-HostTensor converted(const TensorView& t, DType dtype) {
+// Converts a host tensor of any float dtype into a new tensor of `dtype`; `what` ("file: tensor") prefixes
+// the error for another dtype.
+HostTensor converted(const TensorView& t, DType dtype, const std::string& what) {
   std::vector<float> f(static_cast<size_t>(t.numel()));
-  convert_to_f32(t, f.data());
+  try {
+    convert_to_f32(t, f.data());
+  } catch (const Error& e) {
+    throw_error(ErrorKind::kFormat, what + ": " + e.what());
+  }
   HostTensor out(dtype, t.shape);
   convert_from_f32(f.data(), out.view());
   return out;
+}
+
+// MemAvailable of /proc/meminfo in bytes, or 0 where it cannot be read.
+double available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024.0;
+  return 0;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -49,8 +66,12 @@ void run(const RunOptions& o) {
     const std::filesystem::path dir = std::filesystem::absolute(o.output, ec).parent_path();
     if (ec || !std::filesystem::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
       throw_error(ErrorKind::kIo, "--output " + o.output + ": cannot write in " + dir.string());
+    if (std::filesystem::is_directory(o.output, ec) || o.output.back() == '/')
+      throw_error(ErrorKind::kIo, "--output " + o.output + ": is a directory (name the file to write)");
   }
   const MoeSpec spec = o.spec.resolve();
+  if (!o.weights.empty() && !o.spec.model())
+    throw_error(ErrorKind::kInvalidArgument, "--weights needs --config (or --preset) to know the tensor names");
   const Platform platform = o.common.resolve_platform_to_run("run");
   Registry& registry = o.common.registry();
   const Policy policy = o.common.resolve_policy();
@@ -63,20 +84,28 @@ void run(const RunOptions& o) {
     const TensorView h = in_file->get("hidden_states");
     if (h.shape.rank != 2 || h.shape[1] != spec.hidden)
       throw_error(ErrorKind::kFormat, o.input + ": hidden_states: expected [M, " + std::to_string(spec.hidden) + "], got " + h.shape.str());
-    hidden = converted(h, spec.act_dtype);
+    hidden = converted(h, spec.act_dtype, o.input + ": hidden_states");
     if (in_file->contains("router_logits")) {
       const TensorView l = in_file->get("router_logits");
       if (!(l.shape == Shape{h.shape[0], spec.num_experts}))
         throw_error(ErrorKind::kFormat, o.input + ": router_logits: expected [" + std::to_string(h.shape[0]) + ", " +
                                             std::to_string(spec.num_experts) + "], got " + l.shape.str());
-      logits = converted(l, DType::kF32);
+      logits = converted(l, DType::kF32, o.input + ": router_logits");
     }
   } else {
-    // (--tokens is range-checked when parsed; this bounds what the random inputs take.)
-    const double bytes = static_cast<double>(o.tokens) * (spec.hidden + spec.num_experts) * (4 + 4);
-    if (bytes > 64.0 * (1ull << 30))
-      throw_error(ErrorKind::kInvalidArgument, fmt::format("--tokens {}: the random inputs alone would take {:.0f} GiB",
-                                                           o.tokens, bytes / (1ull << 30)));
+    // (--tokens is range-checked when parsed; this bounds what the random inputs and the outputs take,
+    // by the memory available now: past it the process would be killed while filling them, not refused.
+    // The backend's own workspace comes on top, and a single allocation too large for it fails cleanly.)
+    const double gib = 1ull << 30;
+    const double bytes = static_cast<double>(o.tokens) *
+                         ((spec.hidden + spec.num_experts) * (4.0 + 4.0) + spec.hidden * 2.0 * dtype_size(spec.act_dtype));
+    const double avail = available_memory_bytes();
+    const double limit = avail > 0 ? std::min(avail, 64.0 * gib) : 64.0 * gib;
+    if (bytes > limit)
+      throw_error(ErrorKind::kInvalidArgument,
+                  fmt::format("--tokens {}: the random inputs and outputs alone would take {:.1f} GiB, more than {}", o.tokens,
+                              bytes / gib, avail > 0 && avail < 64.0 * gib ? fmt::format("the {:.1f} GiB available", avail / gib)
+                                                                          : std::string("the 64 GiB this command allows")));
     SplitMix64 g(o.seed ^ 0x5eed);
     std::vector<float> x(static_cast<size_t>(o.tokens * spec.hidden)), l(static_cast<size_t>(o.tokens * spec.num_experts));
     for (float& v : x) v = g.uniform_pm1();
@@ -99,9 +128,7 @@ void run(const RunOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<MoeWeights> weights;
   if (!o.weights.empty()) {
-    const std::optional<HfModel> model = o.spec.model();
-    if (!model) throw_error(ErrorKind::kInvalidArgument, "--weights needs --config (or --preset) to know the tensor names");
-    HfModel mm = *model;
+    HfModel mm = *o.spec.model();  // (checked above)
     mm.spec = spec;
     std::vector<std::shared_ptr<SafetensorsFile>> files;
     for (const std::string& p : o.weights)  // a file, or a model folder's shards
@@ -127,6 +154,28 @@ void run(const RunOptions& o) {
   args.hidden = hidden.view();
   if (!logits.empty() || m == 0) args.router_logits = logits.view();
   args.output = out.view();
+  // A layer with LoRA slots (--lora-adapters) runs with random adapters, each token using one of them
+  // or none (-1), drawn from --seed: checkpoints hold no adapters, and a layer that takes them should
+  // be timed and verified with them applied. The reference gets the same batch (ra below).
+  LoraWeights lora;
+  HostTensor token_adapter;
+  LoraBatch lora_batch;
+  if (spec.lora.max_adapters > 0) {
+    lora = random_lora(spec, o.seed ^ 0x10aa);
+    token_adapter = HostTensor(DType::kI32, {m});
+    SplitMix64 g(o.seed ^ 0xada);
+    int64_t with = 0;
+    for (int64_t t = 0; t < m; ++t) {
+      const int32_t a = static_cast<int32_t>(g.below(static_cast<uint32_t>(lora.adapters + 1))) - 1;
+      token_adapter.as<int32_t>()[t] = a;
+      with += a >= 0;
+    }
+    lora_batch.weights = &lora;
+    lora_batch.token_adapter = token_adapter.view();
+    args.lora = &lora_batch;
+    std::cout << fmt::format("lora:      {} random adapters of rank {} (seed {}); {} of {} tokens use one, the rest none\n",
+                             lora.adapters, lora.rank, o.seed, with, m);
+  }
 
   // Warm-up, then the median of --iters timed calls.
   layer.forward(args);
@@ -184,8 +233,6 @@ void add_run(CLI::App& root) {
   auto o = std::make_shared<RunOptions>();
   o->spec.add_to(*app);
   o->common.add_to(*app);
-  const CLI::Validator not_empty([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
-                                 "PATH");
   auto* weights = app->add_option("--weights", o->weights,
                                   "safetensors file(s) holding the layer under its Hugging Face names, or a model "
                                   "folder (its shards, by model.safetensors.index.json when present)")
@@ -194,7 +241,7 @@ void add_run(CLI::App& root) {
   auto* input = app->add_option("--input", o->input, "safetensors with hidden_states [M, H] (+ router_logits [M, E])")
                     ->check(CLI::ExistingFile);
   app->add_option("--output", o->output, "write tensor 'output' [M, H] here (also when --verify finds a mismatch)")
-      ->check(not_empty);
+      ->check(non_empty("PATH"));
   app->add_option("--tokens", o->tokens, "tokens M for random inputs (default 64)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24))
       ->excludes(input);

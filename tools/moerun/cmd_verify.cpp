@@ -121,9 +121,10 @@ void add_verify(CLI::App& root) {
 void add_check(CLI::App& root) {
   auto* app = root.add_subcommand("check", "the launch matrix: every preset x platform x parallel x backend plans or is refused, never crashes");
   auto o = std::make_shared<CheckOptions>();
-  app->add_option("--plugin", o->plugins, "load a backend plugin (.so); repeatable. Also MOERUN_PLUGIN_PATH");
-  app->add_option("--preset", o->presets, "restrict to these presets");
-  app->add_option("--platform", o->platforms, "restrict to these platform descriptions");
+  app->add_option("--plugin", o->plugins, "load a backend plugin (.so); repeatable. Also MOERUN_PLUGIN_PATH")
+      ->check(non_empty("PATH"));
+  app->add_option("--preset", o->presets, "restrict to these presets")->check(non_empty("NAME"));
+  app->add_option("--platform", o->platforms, "restrict to these platform descriptions")->check(non_empty("PLATFORM"));
   app->add_option("--tokens", o->tokens, "tokens per scaled-down forward (--no-run plans without any)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app->add_flag("--no-run", o->no_run, "plan only; run no forward");
