@@ -7,10 +7,12 @@
 // against the reference like any built-in.
 #include <moerun/plugin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -206,6 +208,9 @@ int forward_unguarded(void* handle, const moerun_forward_args* a, char* err, siz
 // No exception may leave a C entry point (the host is not bound to catch it): std::bad_alloc from the
 // scratch vectors becomes an error return.
 int forward(void* handle, const moerun_forward_args* a, char* err, size_t len) {
+#ifdef EXAMPLE_FORWARD_THROWS  // (testing: a C++ plugin that breaks that rule; the host reports it as a failure)
+  throw std::runtime_error(EXAMPLE_FORWARD_THROWS);
+#endif
   try {
     return forward_unguarded(handle, a, err, len);
   } catch (const std::exception& e) {
@@ -225,8 +230,11 @@ const char* kCapabilities = R"({
   "softmax_after_topk": true, "correction_bias": true, "grouped_topk": true,
   "expert_bias": true, "router_bias": true, "shared_experts": true, "shared_gate": true,
   "apply_router_weight_on_input": true, "tensor_parallel": true, "expert_parallel": true,
-  "variants": [{"name": "scalar-fp32", "why": "one token at a time, fp32 accumulation"}]
-})";
+  "variants": [{"name": "scalar-fp32", "why": "one token at a time, fp32 accumulation"}])"
+#ifdef EXAMPLE_GRAPH_SAFE  // (testing: a claim ABI v1 cannot honour, refused at load)
+    R"(, "cuda_graph_safe": true)"
+#endif
+    "}";
 
 const moerun_backend_v1 kBackends[] = {
     {"example-scalar", "example out-of-tree backend: dense weights, scalar fp32 (examples/plugin)", kCapabilities, create, forward, destroy},

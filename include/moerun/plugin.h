@@ -12,11 +12,34 @@
  * non-zero. The host refuses a plugin whose out->abi_version differs from its own, whose symbol is
  * missing, or whose init fails or throws, and says which. Everything crosses as C types: the spec and
  * the capabilities as JSON text (the same schema `moerun explain --json` and `moerun backends --json`
- * print), tensors as moerun_tensor; a plugin whose capabilities say "device": "cpu" is given host
- * tensors only. A library is unloaded when its init fails or what init returned is refused (bad
- * capabilities, a name already registered), so init must leave nothing behind that points into it
- * (no thread, no callback) until it returns 0 with backends the host accepts; a library whose
- * backends were registered is never unloaded, and all pointers it returned must stay valid.
+ * print), tensors as moerun_tensor. The host refuses more than 64 backends from one plugin.
+ *
+ * What a plugin may rely on, and what it must do (ABI v1):
+ * - Memory: a forward's tensors (hidden, top-k, output) are host tensors, whatever the capabilities'
+ *   "device": the host routes every call on the CPU, so a call with device tensors is refused before
+ *   it reaches the plugin (a "cuda" plugin copies to its device and returns with the output written,
+ *   synchronized). For the same reason "cuda_graph_safe": true is refused at load. A "cpu" plugin's
+ *   weights are host tensors; a "cuda" plugin gets the weights where the caller placed them.
+ * - Lifetimes: the moerun_weights struct passed to create lives for that call only, but the memory
+ *   its tensors point to stays valid until the runner's destroy (keep the pointers, not the struct's
+ *   address). spec_json and err live for their call. A runner is destroyed exactly once.
+ * - Threads: create may be called from several threads at once (different layers); one runner gets
+ *   one forward at a time, never overlapping its destroy.
+ * - No callback may throw or longjmp past the ABI: report failures by a non-zero return and a message
+ *   in err (at most err_len bytes; the host adds a NUL). The host does catch a C++ exception that gets
+ *   out of init, create or forward and reports it as the plugin's failure; one out of destroy is
+ *   dropped.
+ * - Parallel shards (spec "parallel": tp, ep, rank): the expert-parallel rank is rank % ep (experts
+ *   [rank % ep * E / ep, ...) are this shard's, the rest it skips), the tensor-parallel rank is
+ *   rank / ep; the weights are this shard's slice (moerun/weights.hpp, shard_weights). The down bias
+ *   is added on tensor-parallel rank 0 only, and shared experts on expert-parallel rank 0 only, so that
+ *   the shards' outputs sum to the layer's.
+ * - Loading: the host dlcloses a library whose init fails or whose backends it refuses (bad
+ *   capabilities, a name already registered), so init must leave nothing behind that points into it (no
+ *   thread, no callback) until it returns 0 with backends the host accepts; the dynamic loader may keep
+ *   such a library mapped (a C++ library with unique symbols), so a later load may run init again in a
+ *   process that ran it before, and init may run once per moerun::Registry that loads it. A library
+ *   whose backends were registered is never unloaded, and all pointers it returned must stay valid.
  */
 #ifndef MOERUN_PLUGIN_H_
 #define MOERUN_PLUGIN_H_

@@ -46,8 +46,9 @@ class Registry {
   std::vector<BackendEntry> entries() const;
   std::vector<std::string> names() const;
 
-  // Loads a plugin shared library and adds its backends. Throws Error{kPlugin} with a precise reason:
-  // cannot open, missing moerun_plugin_init, ABI version mismatch, failing init, bad capabilities.
+  // Loads a plugin shared library and adds its backends, all or none (also against an add() on another
+  // thread). Throws Error{kPlugin} with a precise reason: cannot open, missing moerun_plugin_init, ABI
+  // version mismatch, failing init, bad capabilities, a taken name.
   void load_plugin(const std::string& path, AddOptions options = {});
   // Loads every path in MOERUN_PLUGIN_PATH (':'-separated files); returns the errors, one per failure.
   // Loading a library that is already loaded (by any path) is a no-op.
@@ -66,6 +67,11 @@ class Registry {
   std::function<void(const std::string&)> log_;
   std::vector<void*> plugin_libs_;              // dlopen handles whose backends are registered
   std::vector<std::string> env_plugin_errors_;  // global(): MOERUN_PLUGIN_PATH failures
+
+  // add() for several backends under one lock: every name is checked against the entries before any
+  // is added, so a conflict adds none; `lib` (a plugin's handle, or null) is recorded with them.
+  void add_all(std::vector<std::shared_ptr<const Backend>> backends, const std::string& origin, AddOptions options,
+               void* lib);
 };
 
 // Registers reference, cpu and (when built with CUDA) cuda and cublas.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -54,15 +55,34 @@ std::string message(char (&err)[N]) {
   return err[0] ? std::string(err) : std::string("(no message)");
 }
 
+// Calls a plugin's C callback. plugin.h says none may throw, but a C++ plugin may let an exception out
+// anyway: that is the plugin's failure (its message, or a note, in err and a non-zero return), not an
+// unknown exception in the host.
+template <class Call>
+int guarded(Call&& call, char* err, size_t err_len) {
+  try {
+    return call();
+  } catch (const std::exception& e) {
+    std::snprintf(err, err_len, "threw: %s", e.what());
+  } catch (...) {
+    std::snprintf(err, err_len, "threw a non-standard exception");
+  }
+  return -1;
+}
+
 class PluginRunner final : public Runner {
  public:
   PluginRunner(const moerun_backend_v1& b, void* handle, const MoeSpec& spec, const MoeWeights& w)
       : b_(b), handle_(handle), spec_(spec), w_(w) {}
-  ~PluginRunner() override { b_.destroy(handle_); }
+  ~PluginRunner() override {
+    char err[64];
+    guarded([&] { b_.destroy(handle_); return 0; }, err, sizeof err);  // (a destructor: nowhere to report it)
+  }
 
   void forward(const ForwardArgs& args) override {
-    // The host routes for plugins (plugin.h): the plugin sees hidden, top-k and output only. What the
-    // routing reads must be host memory (a CUDA plugin gets device hidden and output, host top-k).
+    // The host routes for plugins (plugin.h), on the CPU: the plugin sees hidden, top-k and output
+    // only, and ABI v1 gives it host tensors alone (MoeLayer keeps a call's tensors on one device, so a
+    // device-tensor call is refused here with the tensor it would route from).
     const int64_t m = args.hidden.shape[0];
     if (m == 0) return;
     const auto host_only = [&](const TensorView& v, const char* what) {
@@ -92,7 +112,7 @@ class PluginRunner final : public Runner {
     a.output = to_c(args.output);
     a.stream = args.stream;
     char err[512] = {};
-    if (b_.forward(handle_, &a, err, sizeof err) != 0)
+    if (guarded([&] { return b_.forward(handle_, &a, err, sizeof err); }, err, sizeof err) != 0)
       throw_error(ErrorKind::kPlugin, "plugin backend '" + std::string(b_.name) + "' forward failed: " + message(err));
   }
 
@@ -130,7 +150,8 @@ class PluginBackend final : public Backend {
     const std::string spec_json = json_io::to_json(spec).dump();
     void* handle = nullptr;
     char err[512] = {};
-    if (b_.create(spec_json.c_str(), &cw, o.threads, &handle, err, sizeof err) != 0 || !handle)
+    if (guarded([&] { return b_.create(spec_json.c_str(), &cw, o.threads, &handle, err, sizeof err); }, err, sizeof err) != 0 ||
+        !handle)
       throw_error(ErrorKind::kPlugin, "plugin backend '" + name_ + "' (" + origin_ + ") could not prepare: " + message(err));
     return std::make_unique<PluginRunner>(b_, handle, spec, w);
   }
@@ -222,12 +243,17 @@ void Registry::load_plugin(const std::string& path, AddOptions options) {
     }
     if (caps.lora) fail(std::string("backend '") + b.name + "' declares lora, which plugin ABI v1 cannot carry");
     if (caps.owns_dispatch) fail(std::string("backend '") + b.name + "' declares owns_dispatch, which plugin ABI v1 cannot carry");
+    if (caps.cuda_graph_safe)
+      fail(std::string("backend '") + b.name + "' declares cuda_graph_safe, which a plugin of ABI v1 cannot be: the host "
+                                               "routes each of its calls on the CPU, with host tensors");
     backends.push_back(std::make_shared<PluginBackend>(b, std::move(caps), path));
   }
-  unload.keep = true;  // (before add: its backends point into the library from the first one on)
-  for (auto& b : backends) add(std::move(b), path, options);
-  std::lock_guard<std::mutex> lock(mu_);
-  plugin_libs_.push_back(lib);
+  try {  // all or none, and the library recorded with them (an add() on another thread may take a name)
+    add_all(std::move(backends), path, options, lib);
+  } catch (const Error& e) {
+    fail(e.what());  // (nothing of it registered: unloaded again)
+  }
+  unload.keep = true;
 }
 
 }  // namespace moerun

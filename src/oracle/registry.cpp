@@ -32,34 +32,53 @@ std::string check_backend_name(std::string_view name) {
 }
 
 void Registry::add(std::shared_ptr<const Backend> backend, std::string origin, AddOptions options) {
-  if (!backend) throw_error(ErrorKind::kRegistry, "cannot register a null backend (from " + origin + ")");
-  const std::string name(backend->name());
-  if (const std::string bad = check_backend_name(name); !bad.empty())
-    throw_error(ErrorKind::kRegistry, bad + " (from " + origin + ")");
-  // The override notice goes to the log after the lock is released: a log callback may well ask the
+  std::vector<std::shared_ptr<const Backend>> one;
+  one.push_back(std::move(backend));
+  add_all(std::move(one), origin, options, nullptr);
+}
+
+void Registry::add_all(std::vector<std::shared_ptr<const Backend>> backends, const std::string& origin, AddOptions options,
+                       void* lib) {
+  for (const auto& b : backends) {
+    if (!b) throw_error(ErrorKind::kRegistry, "cannot register a null backend (from " + origin + ")");
+    if (const std::string bad = check_backend_name(b->name()); !bad.empty())
+      throw_error(ErrorKind::kRegistry, bad + " (from " + origin + ")");
+  }
+  // Override notices go to the log after the lock is released: a log callback may well ask the
   // registry something (its names), and mu_ is not recursive.
   std::function<void(const std::string&)> log;
-  std::string notice;
+  std::vector<std::string> notices;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const BackendEntry& e) { return e.backend->name() == name; });
-    if (it == entries_.end()) {
-      entries_.push_back(BackendEntry{std::move(backend), origin, origin == "built-in"});
-      return;
+    const auto entry_of = [&](std::string_view name) {
+      return std::find_if(entries_.begin(), entries_.end(), [&](const BackendEntry& e) { return e.backend->name() == name; });
+    };
+    for (const auto& b : backends) {  // every conflict first: a refused call adds nothing
+      const auto it = entry_of(b->name());
+      if (it != entries_.end() && it->backend != b && !options.allow_override)
+        throw_error(ErrorKind::kRegistry, "backend '" + std::string(b->name()) + "' is already registered (from " + it->origin +
+                                              "); " + origin +
+                                              " may replace it only with an explicit override (AddOptions::allow_override; from "
+                                              "the command line, give the backends different names)");
     }
-    if (it->backend == backend) return;  // the very same backend again: a no-op
-    if (!options.allow_override)
-      throw_error(ErrorKind::kRegistry, "backend '" + name + "' is already registered (from " + it->origin + "); " + origin +
-                                            " may replace it only with an explicit override (AddOptions::allow_override; from the command line, give the "
-                                            "backends different names)");
-    notice = "moerun: backend '" + name + "' from " + it->origin + " overridden by " + origin;
-    it->backend = std::move(backend);
-    it->origin = std::move(origin);
-    it->builtin = false;
+    for (auto& b : backends) {
+      const auto it = entry_of(b->name());
+      if (it == entries_.end()) {
+        entries_.push_back(BackendEntry{std::move(b), origin, origin == "built-in"});
+      } else if (it->backend != b) {  // (the very same backend again: a no-op)
+        notices.push_back("moerun: backend '" + std::string(b->name()) + "' from " + it->origin + " overridden by " + origin);
+        it->backend = std::move(b);
+        it->origin = origin;
+        it->builtin = false;
+      }
+    }
+    if (lib) plugin_libs_.push_back(lib);
     log = log_;
   }
-  if (log) log(notice);
-  else std::cerr << notice << "\n";
+  for (const std::string& n : notices) {
+    if (log) log(n);
+    else std::cerr << n << "\n";
+  }
 }
 
 const BackendEntry* Registry::find(std::string_view name) const {
