@@ -50,8 +50,10 @@ int first_local_expert(const MoeSpec& spec) noexcept;  // (rank % ep) * E / ep
 int local_intermediate(const MoeSpec& spec) noexcept;  // I / tp
 int tp_rank(const MoeSpec& spec) noexcept;             // rank / ep
 
-// Random weights for a validated spec from a fixed seed: values uniform with variance 1/K quantized into the
-// spec's format, biases and router tensors where the spec has them. Deterministic across machines.
+// Random weights for a validated spec from a fixed seed: values uniform with variance about 1/K, their
+// amplitude varying by up to 1.41x either way per expert, per row, per 128 x 128 block and per 16
+// columns (so that every quantization scale differs from its neighbours), quantized into the spec's
+// format; biases and router tensors where the spec has them. Deterministic across machines.
 MoeWeights random_weights(const MoeSpec& spec, uint64_t seed);
 
 // Approximate bytes of this rank's expert + shared weights in the spec's format (for progress and

@@ -20,12 +20,40 @@ int tp_rank(const MoeSpec& s) noexcept { return s.parallel.ep > 0 ? s.parallel.r
 
 namespace {
 
-// Fills [rows, cols] with uniform values of variance 1/cols (a = sqrt(3/cols)): the scale of a trained
-// layer's weights, so activations neither vanish nor blow up through the two GEMMs.
-void fill_uniform(float* dst, int64_t n, int64_t cols, uint64_t seed) {
+// Fills one expert's [rows, cols] with uniform values of variance about 1/cols (a = sqrt(3/cols)): the
+// scale of a trained layer's weights, so activations neither vanish nor blow up through the two GEMMs.
+// The amplitude varies by a factor 2^(k/8), k uniform in -4..4, per expert, per row, per 128 x 128
+// block and per 16 columns of a row: every scale a quantized format keeps (per tensor, per channel, per
+// block, per 32 or 16 columns) then differs from its neighbours, so a kernel that reads the wrong
+// scale fails the harness. With one amplitude for all, 99% of mxfp4's group scales came out equal
+// and a kernel reading scale[0] for every group gave the same bits (session 53's review). (The levels
+// are literals, not exp2: the weights of a seed are the same bits with any libm.)
+constexpr float kAmplitudeLevels[9] = {0.70710678f, 0.77110541f, 0.84089642f, 0.91700404f, 1.0f,
+                                       1.09050773f, 1.18920712f, 1.29683955f, 1.41421356f};
+constexpr float kLevelMeanSquare = [] {
+  float s = 0.0f;
+  for (float f : kAmplitudeLevels) s += f * f;
+  return s / 9.0f;
+}();
+
+void fill_uniform(float* dst, int64_t rows, int64_t cols, uint64_t seed) {
+  constexpr int64_t kBlock = 128, kGroup = 16;
+  const auto factor = [](SplitMix64& g) { return kAmplitudeLevels[g.below(9)]; };
+  SplitMix64 gs(derive_seed(seed, 1));
+  const int64_t row_blocks = (rows + kBlock - 1) / kBlock, col_blocks = (cols + kBlock - 1) / kBlock;
+  std::vector<float> block(static_cast<size_t>(row_blocks * col_blocks));
+  for (float& f : block) f = factor(gs);
+  // Four factors multiply the variance by kLevelMeanSquare^4 on average: divided out again.
+  const float a = std::sqrt(3.0f / static_cast<float>(cols)) * factor(gs) / (kLevelMeanSquare * kLevelMeanSquare);
   SplitMix64 g(seed);
-  const float a = std::sqrt(3.0f / static_cast<float>(cols));
-  for (int64_t i = 0; i < n; ++i) dst[i] = a * g.uniform_pm1();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float ar = a * factor(gs);
+    float ag = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) {
+      if (c % kGroup == 0) ag = ar * factor(gs) * block[static_cast<size_t>((r / kBlock) * col_blocks + c / kBlock)];
+      dst[r * cols + c] = ag * g.uniform_pm1();
+    }
+  }
 }
 
 HostTensor random_f32(Shape shape, float amplitude, uint64_t seed) {
@@ -69,7 +97,7 @@ ExpertMatrix random_stack(WeightFormat format, int64_t experts, int64_t rows, in
     for (int64_t e = 0; e < experts; ++e) {
       if (buf.empty() && rows * cols > 0) continue;  // (this thread's buffer failed: recorded above)
       try {
-        fill_uniform(buf.data(), rows * cols, cols, derive_seed(seed, static_cast<uint64_t>(e)));
+        fill_uniform(buf.data(), rows, cols, derive_seed(seed, static_cast<uint64_t>(e)));
         parts[static_cast<size_t>(e)] = quantize_experts(format, buf.data(), 1, rows, cols);
       } catch (...) {
 #pragma omp critical

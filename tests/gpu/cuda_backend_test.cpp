@@ -260,17 +260,19 @@ void capture(Graph& graph, cudaStream_t st, F&& record) {
   cuda_or_throw(cudaGraphInstantiate(&graph.exec, graph.g, 0), "cudaGraphInstantiate");
 }
 
-// ||out - ref|| / ||ref|| over finite outputs; any non-finite output fails.
-double rel_error(const HostTensor& out, const HostTensor& ref, int64_t n, int64_t* bad) {
-  double num = 0.0, den = 0.0;
-  *bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double o = act_at(out, i), r = act_at(ref, i);
-    if (!std::isfinite(o)) { ++*bad; continue; }
-    num += (o - r) * (o - r);
-    den += r * r;
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
+// The harness's criterion (verify.hpp: compare_outputs, tolerance_for): the normalized max error and the
+// relative L2 error over the whole output, and no non-finite output where the reference is finite. (A
+// relative L2 alone, which these tests used before session 53, let one dropped (token, slot) row of 2500
+// pass at bf16.)
+::testing::AssertionResult close_to(const HostTensor& out, const HostTensor& ref, const Tolerance& tol) {
+  const VerifyResult r = compare_outputs(out.view(), ref.view(), tol);
+  if (r.passed) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << r.message << " (normalized max " << r.error << ", relative L2 " << r.rel_l2 << ")";
+}
+Tolerance halved(Tolerance t) {
+  t.max_normalized /= 2;
+  t.rel_l2 /= 2;
+  return t;
 }
 
 std::shared_ptr<const Backend> backend_named(const std::string& name) {
@@ -314,10 +316,7 @@ void check_case(const std::string& backend, const MoeSpec& spec, int64_t m, uint
   poison(out);
   runner->forward(host_args(in, out));
   ref->forward(host_args(in, want));
-  int64_t bad = 0;
-  const double err = m ? rel_error(out, want, m * spec.hidden, &bad) : 0.0;
-  EXPECT_EQ(bad, 0) << backend << " left non-finite outputs, " << spec.summary() << " m=" << m;
-  EXPECT_LT(err, tolerance_for(spec).rel_l2) << backend << " " << spec.summary() << " m=" << m << " variant "
+  EXPECT_TRUE(close_to(out, want, tolerance_for(spec))) << backend << " " << spec.summary() << " m=" << m << " variant "
                          << runner->variant_for(m);
   if (want_variant) EXPECT_EQ(runner->variant_for(m), want_variant) << spec.summary() << " m=" << m;
 }
@@ -354,10 +353,7 @@ TEST_P(GpuConformance, SmallAlignManyRows) {
     poison(out);
     runner->forward(host_args(in, out));
     ref->forward(host_args(in, want));
-    int64_t bad = 0;
-    const double err = rel_error(out, want, m * s.hidden, &bad);
-    EXPECT_EQ(bad, 0) << what << " m=" << m;
-    EXPECT_LT(err, tolerance_for(s).rel_l2) << what << " m=" << m << " variant " << runner->variant_for(m);
+    EXPECT_TRUE(close_to(out, want, tolerance_for(s))) << what << " m=" << m << " variant " << runner->variant_for(m);
   };
   for (int64_t m : {700, 2500, 3, 2500, 513, 1200})
     for (Route r : {Route::kTopkGiven, Route::kHotExpert}) run(m, r, "rule");
@@ -472,9 +468,7 @@ TEST_P(GpuConformance, SmallDeviceHiddenOffAVectorBoundary) {
       const HostTensor got = d.output();
       HostTensor want(s.act_dtype, {m, s.hidden});
       ref->forward(host_args(in, want));
-      int64_t bad = 0;
-      EXPECT_LT(rel_error(got, want, m * s.hidden, &bad), tolerance_for(s).rel_l2);
-      EXPECT_EQ(bad, 0);
+      EXPECT_TRUE(close_to(got, want, tolerance_for(s)));
     }
   }
 }
@@ -550,20 +544,13 @@ TEST(CudaBackend, SmallNaNTokensStayNaN) {
       runner->forward(host_args(in, got));
       make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
       int64_t nan_got = 0, nan_want = 0;
-      double num = 0, den = 0;
-      for (int64_t i = 0; i < m * s.hidden; ++i) {
-        const float g = act_at(got, i), r = act_at(want, i);
-        if (i < s.hidden) {
-          nan_got += std::isnan(g);
-          nan_want += std::isnan(r);
-          continue;
-        }
-        num += (g - r) * (g - r);
-        den += r * r;
+      for (int64_t i = 0; i < s.hidden; ++i) {
+        nan_got += std::isnan(act_at(got, i));
+        nan_want += std::isnan(act_at(want, i));
       }
       EXPECT_EQ(nan_want, s.hidden) << "the reference itself";
       EXPECT_EQ(nan_got, s.hidden) << "the NaN token's outputs that came out NaN";
-      if (m > 1) EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), tolerance_for(s).rel_l2) << "the other tokens";
+      EXPECT_TRUE(close_to(got, want, tolerance_for(s))) << "the other tokens (NaN where the reference is)";
     }
 }
 
@@ -586,9 +573,7 @@ TEST(CudaBackend, SmallRouterWeightWhenNoLogits) {
   runner->forward(a);
   a.output = want.view();
   ref->forward(a);
-  int64_t bad = 0;
-  EXPECT_LT(rel_error(out, want, 17 * s.hidden, &bad), tolerance_for(s).rel_l2);
-  EXPECT_EQ(bad, 0);
+  EXPECT_TRUE(close_to(out, want, tolerance_for(s)));
 }
 
 // ---- the CUTLASS sm90 grouped GEMM path (large M), forced at small sizes and chosen at large ----
@@ -992,14 +977,11 @@ void check_fused_vs_unfused_on(const char* variant, const MoeSpec& spec, int64_t
     runner->forward(host_args(in, unfused));
   }
   ref->forward(host_args(in, want));
-  const double tol = tolerance_for(spec).rel_l2;
+  const Tolerance tol = tolerance_for(spec);
   const int64_t n = m * spec.hidden;
-  int64_t bad = 0;
-  EXPECT_LT(rel_error(fused, want, n, &bad), tol) << "fused " << spec.summary() << " m=" << m;
-  EXPECT_EQ(bad, 0) << "fused left non-finite outputs, " << spec.summary() << " m=" << m;
-  EXPECT_LT(rel_error(unfused, want, n, &bad), tol) << "unfused " << spec.summary() << " m=" << m;
-  EXPECT_EQ(bad, 0) << "unfused left non-finite outputs, " << spec.summary() << " m=" << m;
-  EXPECT_LT(rel_error(fused, unfused, n, &bad), tol) << "fused vs unfused " << spec.summary() << " m=" << m;
+  EXPECT_TRUE(close_to(fused, want, tol)) << "fused " << spec.summary() << " m=" << m;
+  EXPECT_TRUE(close_to(unfused, want, tol)) << "unfused " << spec.summary() << " m=" << m;
+  EXPECT_TRUE(close_to(fused, unfused, tol)) << "fused vs unfused " << spec.summary() << " m=" << m;
   // The fused form skips gate_up's rounding to the element type, so some output differs in its last
   // bits; bitwise equal outputs would mean both forwards took the same (unfused) path.
   EXPECT_NE(std::memcmp(fused.data(), unfused.data(), fused.nbytes()), 0)
@@ -1105,9 +1087,7 @@ void check_gather_in_gemm(const MoeSpec& spec, int64_t m, uint64_t seed, Route r
     runner->forward(host_args(in, by_pass));
   }
   make_reference_backend()->create_runner(spec, w, plat, {})->forward(host_args(in, want));
-  int64_t bad = 0;
-  EXPECT_LT(rel_error(in_gemm, want, m * spec.hidden, &bad), tolerance_for(spec).rel_l2);
-  EXPECT_EQ(bad, 0);
+  EXPECT_TRUE(close_to(in_gemm, want, tolerance_for(spec)));
   EXPECT_EQ(std::memcmp(in_gemm.data(), by_pass.data(), in_gemm.nbytes()), 0)
       << "the gather in the GEMM and the gather pass gave different outputs";
 }
@@ -1141,9 +1121,7 @@ TEST(CudaBackend, SmallGatherInGemmEqualsGatherPass) {
   const HostTensor got = d.output();
   HostTensor want(s.act_dtype, {m, s.hidden});
   make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
-  int64_t bad = 0;
-  EXPECT_LT(rel_error(got, want, m * s.hidden, &bad), tolerance_for(s).rel_l2) << "misaligned device hidden";
-  EXPECT_EQ(bad, 0);
+  EXPECT_TRUE(close_to(got, want, tolerance_for(s))) << "misaligned device hidden";
 }
 
 // The tokens gathered by the alignment's fill grid (launch.hpp, AlignGather; the default) against the
@@ -1200,9 +1178,7 @@ TEST(CudaBackend, FillGatherMatchesGatherPass) {
     }
     EXPECT_EQ(std::memcmp(fill.data(), pass.data(), hb), 0) << "the fill's gather and the pass differ";
     make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
-    int64_t bad = 0;
-    EXPECT_LT(rel_error(fill, want, c.m * s.hidden, &bad), tolerance_for(s).rel_l2);
-    EXPECT_EQ(bad, 0);
+    EXPECT_TRUE(close_to(fill, want, tolerance_for(s)));
   }
 }
 
@@ -1245,9 +1221,7 @@ TEST(CudaBackend, CombineBatchesAgreeBitwise) {
     }
     EXPECT_EQ(std::memcmp(rule.data(), other.data(), rule.nbytes()), 0) << "the two batch sizes differ";
     make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
-    int64_t bad = 0;
-    EXPECT_LT(rel_error(rule, want, c.m * s.hidden, &bad), tolerance_for(s).rel_l2);
-    EXPECT_EQ(bad, 0);
+    EXPECT_TRUE(close_to(rule, want, tolerance_for(s)));
   }
 }
 
@@ -1296,11 +1270,9 @@ void check_split_k(const MoeSpec& spec, int64_t m, uint64_t seed, Route route, i
   runner->forward(host_args(in, by_default));  // (unset: no split)
   EXPECT_EQ(std::memcmp(by_default.data(), whole.data(), whole.nbytes()), 0) << "the default split";
   make_reference_backend()->create_runner(spec, w, plat, {})->forward(host_args(in, want));
-  const double tol = tolerance_for(spec).rel_l2;
-  int64_t bad = 0;
-  EXPECT_LT(rel_error(split, want, m * spec.hidden, &bad), tol);
-  EXPECT_EQ(bad, 0);
-  EXPECT_LT(rel_error(split, whole, m * spec.hidden, &bad), tol);
+  const Tolerance tol = tolerance_for(spec);
+  EXPECT_TRUE(close_to(split, want, tol));
+  EXPECT_TRUE(close_to(split, whole, tol));
   EXPECT_EQ(std::memcmp(split.data(), again.data(), split.nbytes()), 0) << "two split forwards differ";
   EXPECT_NE(std::memcmp(split.data(), whole.data(), split.nbytes()), 0)
       << "the split forward gave the unsplit output bit for bit: no split ran";
@@ -1341,11 +1313,9 @@ void check_engine_form(const char* knob, const MoeSpec& spec, int64_t m, uint64_
     runner->forward(host_args(in, single));
   }
   make_reference_backend()->create_runner(spec, w, plat, {})->forward(host_args(in, want));
-  const double tol = tolerance_for(spec).rel_l2;
-  int64_t bad = 0;
-  EXPECT_LT(rel_error(paired, want, m * spec.hidden, &bad), tol);
-  EXPECT_EQ(bad, 0);
-  EXPECT_LT(rel_error(paired, single, m * spec.hidden, &bad), tol);
+  const Tolerance tol = tolerance_for(spec);
+  EXPECT_TRUE(close_to(paired, want, tol));
+  EXPECT_TRUE(close_to(paired, single, tol));
   EXPECT_EQ(std::memcmp(paired.data(), again.data(), paired.nbytes()), 0)
       << "two forwards with " << knob << "=" << on_value << " differ";
   const bool same = std::memcmp(paired.data(), single.data(), paired.nbytes()) == 0;
@@ -1758,9 +1728,7 @@ TEST(CudaBackend, SmallOneTokenDirect) {
   poison(out);
   runner->forward(host_args(in, out));
   ref->forward(host_args(in, want));
-  int64_t bad = 0;
-  EXPECT_LT(rel_error(out, want, s.hidden, &bad), tolerance_for(s).rel_l2);
-  EXPECT_EQ(bad, 0);
+  EXPECT_TRUE(close_to(out, want, tolerance_for(s)));
   setenv("MOERUN_CUDA_DIRECT", "0", 1);
   runner->forward(host_args(in, aligned));
   unsetenv("MOERUN_CUDA_DIRECT");
@@ -1808,10 +1776,8 @@ void check_one_token_fused(const std::vector<OneTokenCase>& cases, uint64_t seed
         runner->forward(host_args(in, chain));
       }
       ref->forward(host_args(in, want));
-      int64_t bad = 0;
-      EXPECT_LT(rel_error(fused, want, s.hidden, &bad), tolerance_for(s).rel_l2);
-      EXPECT_EQ(bad, 0);
-      EXPECT_LT(rel_error(fused, chain, s.hidden, &bad), tolerance_for(s).rel_l2 / 2) << "against the chain";
+      EXPECT_TRUE(close_to(fused, want, tolerance_for(s)));
+      EXPECT_TRUE(close_to(fused, chain, halved(tolerance_for(s)))) << "against the chain";
     }
   }
 }
@@ -2030,9 +1996,7 @@ TEST(CudaBackend, SmallOneTokenDownPrefetch) {
   setenv("MOERUN_CUDA_DOWN_PREFETCH", "0", 1);
   runner->forward(host_args(in, off));
   ref->forward(host_args(in, want));
-  int64_t bad = 0;
-  EXPECT_LT(rel_error(off, want, s.hidden, &bad), tolerance_for(s).rel_l2);
-  EXPECT_EQ(bad, 0);
+  EXPECT_TRUE(close_to(off, want, tolerance_for(s)));
   for (const char* at : {"start", "mid", "end", "default"}) {
     if (std::strcmp(at, "default") == 0) unsetenv("MOERUN_CUDA_DOWN_PREFETCH");
     else setenv("MOERUN_CUDA_DOWN_PREFETCH", at, 1);
@@ -2105,9 +2069,7 @@ TEST(CudaBackend, SmallTunedRunnerMatchesReference) {
     poison(out);
     runner->forward(host_args(in, out));
     ref->forward(host_args(in, want));
-    int64_t bad = 0;
-    EXPECT_LT(rel_error(out, want, m * s.hidden, &bad), tolerance_for(s).rel_l2) << "m=" << m << " " << v;
-    EXPECT_EQ(bad, 0);
+    EXPECT_TRUE(close_to(out, want, tolerance_for(s))) << "m=" << m << " " << v;
   }
   ForceGemm force("mma-tile-m64");
   EXPECT_EQ(runner->variant_for(1), "mma-tile-m64");
@@ -2512,9 +2474,7 @@ TEST(CudaBackend, GraphReplayEqualsEager) {
     EXPECT_EQ(std::memcmp(o1.data(), o2.data(), o1.nbytes()), 0) << "m=" << m;
     HostTensor want(s.act_dtype, {m, s.hidden});
     make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
-    int64_t bad = 0;
-    EXPECT_LT(rel_error(o2, want, m * s.hidden, &bad), tolerance_for(s).rel_l2);
-    EXPECT_EQ(bad, 0);
+    EXPECT_TRUE(close_to(o2, want, tolerance_for(s)));
   }
 }
 
@@ -2663,9 +2623,7 @@ TEST(CublasBackend, CaptureIsRefusedWithTheReason) {
   const HostTensor got = d.output();
   HostTensor want(s.act_dtype, {in.hidden.shape()[0], s.hidden});
   make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
-  int64_t bad = 0;
-  EXPECT_LT(rel_error(got, want, in.hidden.shape()[0] * s.hidden, &bad), tolerance_for(s).rel_l2);
-  EXPECT_EQ(bad, 0);
+  EXPECT_TRUE(close_to(got, want, tolerance_for(s)));
 }
 
 // Device tensors on another device than the runner's are refused by name (not read over peer access, or

@@ -117,8 +117,10 @@ Result run_backend(const Backend& b, const Case& c, const MoeWeights& w, const L
   return {to_f32(out), runner->variant_for(c.m)};
 }
 
-// Relative L2 error and max error relative to the reference's largest magnitude.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
+// Relative L2 error and max error relative to the reference's largest magnitude, each held to its bound of
+// moerun/verify.hpp (the harness's criterion; the max error had a bound of its own here, 10 x the relative
+// L2 one, until session 53: 0.15 of max |ref| at bf16 against the harness's 0.025).
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const Tolerance& tol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size());
   double num = 0, den = 0, maxerr = 0, maxref = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -130,12 +132,12 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
     maxref = std::max(maxref, std::fabs(static_cast<double>(want[i])));
   }
   const double rel = std::sqrt(num / std::max(den, 1e-30));
-  EXPECT_LE(rel, tol) << what << " (max abs err " << maxerr << ", max |ref| " << maxref << ")";
-  EXPECT_LE(maxerr, 10 * tol * maxref + 1e-6) << what << " (rel L2 " << rel << ")";
+  EXPECT_LE(rel, tol.rel_l2) << what << " (max abs err " << maxerr << ", max |ref| " << maxref << ")";
+  EXPECT_LE(maxerr, tol.max_normalized * maxref) << what << " (rel L2 " << rel << ")";
 }
 
-// The relative L2 tolerance of moerun/verify.hpp (the one place tolerances are stated).
-double tolerance(const MoeSpec& s) { return tolerance_for(s).rel_l2; }
+// The tolerances of moerun/verify.hpp (the one place they are stated).
+Tolerance tolerance(const MoeSpec& s) { return tolerance_for(s); }
 
 std::vector<CpuIsa> levels() {
   std::vector<CpuIsa> v;
@@ -161,12 +163,14 @@ void check_case(const Case& c, const std::string& what) {
   for (CpuIsa isa : levels()) {
     set_cpu_isa_cap(isa);
     const Result got = run_backend(*cpu, c, w, c.lora ? &lw : nullptr, 2);
-    double tol = tolerance(c.spec);
-    // AMX tiles multiply bf16-rounded activations (2^-9 relative); only large calls take them.
+    Tolerance tol = tolerance(c.spec);
+    // AMX tiles multiply bf16-rounded activations (2^-9 relative); only large calls take them: held to
+    // the tolerances of bf16 activations.
     if (isa == CpuIsa::kAmx && got.variant == "amx-bf16-tiles") {
       MoeSpec bf16 = c.spec;
       bf16.act_dtype = DType::kBF16;
-      tol = std::max(tol, tolerance_for(bf16).rel_l2);
+      const Tolerance b = tolerance_for(bf16);
+      tol = {std::max(tol.max_normalized, b.max_normalized), std::max(tol.rel_l2, b.rel_l2)};
     }
     expect_close(got.out, want.out, tol, what + " [" + std::string(to_string(isa)) + ", " + got.variant + "]");
   }
@@ -628,7 +632,7 @@ TEST(CpuBackend, Q15MatchesReference) {
     set_cpu_isa_cap(isa);
     const Result got = run_backend(*make_cpu_backend(), c, w, nullptr);
     if (got.variant.find("q15") == std::string::npos) continue;
-    EXPECT_LT(rel_l2(got.out, want.out), 0.1 * tolerance(c.spec)) << to_string(isa) << " " << got.variant;
+    EXPECT_LT(rel_l2(got.out, want.out), 0.1 * tolerance(c.spec).rel_l2) << to_string(isa) << " " << got.variant;
   }
 }
 

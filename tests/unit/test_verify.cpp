@@ -21,12 +21,55 @@ enum class Defect {
   kIgnoresRouterWeight,    // without logits or top-k, routes as if every logit were 0
   kSkipsActQuant,          // computes as if act_quant were none
   kNotRepeatable,          // every call after the first flips the lowest bit of one output element (within tolerance)
+  kFirstScaleOnly,         // reads every w13 / w2 scale (and global scale) as the stack's first one
 };
+
+// A tensor's bytes with every element replaced by its first one (the stack's first scale).
+std::shared_ptr<HostTensor> first_everywhere(const TensorView& t) {
+  auto out = std::make_shared<HostTensor>(t.dtype, t.shape);
+  const size_t es = dtype_size(t.dtype);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    std::memcpy(static_cast<char*>(out->data()) + static_cast<size_t>(i) * es, t.data, es);
+  return out;
+}
+
+// weights with the scales of both stacks replaced that way: the expert matrices' views are copied (their
+// data shared), the other tensors do not matter to the defect and stay empty where they may.
+struct FirstScaleWeights {
+  MoeWeights w;
+  std::vector<std::shared_ptr<HostTensor>> keep;
+};
+std::shared_ptr<FirstScaleWeights> first_scale_weights(const MoeWeights& src) {
+  auto r = std::make_shared<FirstScaleWeights>();
+  const auto clone = [](const HostTensor& t) {
+    if (t.empty()) return HostTensor();
+    HostTensor c(t.dtype(), t.shape());
+    std::memcpy(c.data(), t.data(), t.nbytes());
+    return c;
+  };
+  r->w.w13 = src.w13;
+  r->w.w2 = src.w2;
+  r->w.shared_w13 = src.shared_w13;
+  r->w.shared_w2 = src.shared_w2;
+  r->w.w13_bias = clone(src.w13_bias);
+  r->w.w2_bias = clone(src.w2_bias);
+  r->w.router_weight = clone(src.router_weight);
+  r->w.router_bias = clone(src.router_bias);
+  r->w.correction_bias = clone(src.correction_bias);
+  r->w.shared_gate = clone(src.shared_gate);
+  for (ExpertMatrix* m : {&r->w.w13, &r->w.w2})
+    for (TensorView* v : {&m->scale, &m->global_scale})
+      if (v->data) {
+        r->keep.push_back(first_everywhere(*v));
+        *v = r->keep.back()->view();
+      }
+  return r;
+}
 
 class DefectiveRunner final : public Runner {
  public:
-  DefectiveRunner(std::unique_ptr<Runner> inner, const MoeSpec& spec, Defect d)
-      : inner_(std::move(inner)), spec_(spec), defect_(d) {}
+  DefectiveRunner(std::unique_ptr<Runner> inner, const MoeSpec& spec, Defect d, std::shared_ptr<const void> keep = nullptr)
+      : inner_(std::move(inner)), spec_(spec), defect_(d), keep_(std::move(keep)) {}
   void forward(const ForwardArgs& args) override {
     const int64_t m = args.hidden.shape[0];
     if (defect_ == Defect::kIgnoresRouterWeight && args.router_logits.empty() && args.topk_ids.empty()) {
@@ -56,6 +99,7 @@ class DefectiveRunner final : public Runner {
   std::unique_ptr<Runner> inner_;
   MoeSpec spec_;
   Defect defect_;
+  std::shared_ptr<const void> keep_;  // (kFirstScaleOnly: the weights the inner runner reads)
   int64_t first_m_ = -1;
   bool saw_other_ = false;
   int64_t calls_ = 0;
@@ -72,6 +116,11 @@ class DefectiveBackend final : public Backend {
                                         const RunnerOptions& o) const override {
     MoeSpec s = spec;
     if (defect_ == Defect::kSkipsActQuant) s.act_quant = ActQuant::kNone;
+    if (defect_ == Defect::kFirstScaleOnly) {
+      auto fw = first_scale_weights(w);
+      auto inner = inner_->create_runner(s, fw->w, p, o);
+      return std::make_unique<DefectiveRunner>(std::move(inner), spec, defect_, fw);
+    }
     return std::make_unique<DefectiveRunner>(inner_->create_runner(s, w, p, o), spec, defect_);
   }
 
@@ -155,6 +204,25 @@ TEST(VerifyHarness, SkippingActivationQuantizationFailsAtF32) {
     for (uint64_t seed = 1; seed <= 4; ++seed)
       failed += !verify_case(b, here(), case_of(s, 16, RoutingPattern::kRandom, seed)).passed;
     EXPECT_EQ(failed, 4) << to_string(format);
+  }
+}
+
+// A kernel that reads the wrong quantization scale (here: the stack's first, for every group, block,
+// channel or expert) fails for every scaled format, at bf16 activations too: the random weights' amplitude
+// varies per expert, row, 128 x 128 block and 16 columns (weights.hpp). With one amplitude everywhere,
+// mxfp4's group scales were 99% the same and this defect passed.
+TEST(VerifyHarness, ReadingTheWrongScaleFails) {
+  const DefectiveBackend b(Defect::kFirstScaleOnly);
+  MoeSpec s = small_spec(DType::kBF16);
+  s.hidden = 256;  // two 128 x 128 blocks along K, and (w2's rows) along N
+  s.intermediate = 192;
+  for (WeightFormat f : {WeightFormat::kFp8PerTensor, WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block,
+                         WeightFormat::kMxfp4, WeightFormat::kNvfp4, WeightFormat::kInt8PerChannel}) {
+    s.weight_format = f;
+    int failed = 0;
+    for (uint64_t seed = 1; seed <= 3; ++seed)
+      failed += !verify_case(b, here(), case_of(s, 16, RoutingPattern::kRandom, seed)).passed;
+    EXPECT_EQ(failed, 3) << to_string(f);
   }
 }
 
