@@ -20,7 +20,9 @@ namespace moerun {
 enum class RoutingPattern {
   kRandom,        // random logits
   kOneHot,        // every token prefers the same top_k experts
-  kSparse,        // only a few experts ever get tokens: the rest are empty
+  kSparse,        // a quarter of the experts (at least top_k) get logits, the rest -30: those stay empty,
+                  // but for a softmax router with a correction bias, where a bias can outweigh a kept
+                  // expert's small score and send a token to a masked one (as such a router would)
   kNanRows,       // some rows of logits are all NaN, some partly NaN
   kGivenTopk,     // top-k ids/weights given directly (routing skipped)
   kFromWeights,   // neither: the backend computes the logits with the router weight (and bias)

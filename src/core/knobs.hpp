@@ -42,9 +42,10 @@ struct Knob {
   std::string_view what;   // one line: what it changes
 };
 
-// MOERUN_* variables that the repository's scripts read, not the library (scripts/run-tests.sh: seconds
-// per fuzzer): not knobs, and no warning about them.
-inline constexpr std::string_view kScriptVariables[] = {"MOERUN_FUZZ_SECONDS"};
+// MOERUN_* variables that the repository's scripts and tests read, not the library (scripts/run-tests.sh:
+// seconds per fuzzer; the conformance suite's fresh-seed test: the seed to replay): not knobs, and no
+// warning about them.
+inline constexpr std::string_view kScriptVariables[] = {"MOERUN_FUZZ_SECONDS", "MOERUN_TEST_SEED"};
 
 // Every knob, grouped by area, in the order `moerun knobs` prints them.
 std::span<const Knob> knobs();

@@ -94,7 +94,7 @@ MoeSpec random_spec(uint64_t seed, const std::vector<WeightFormat>& formats) {
     s.routing.correction_bias = g.below(2);
     if (s.num_experts % 4 == 0 && g.below(2)) {
       s.routing.n_group = 4;
-      s.routing.topk_group = 2 + static_cast<int>(g.below(3));
+      s.routing.topk_group = 1 + static_cast<int>(g.below(3));  // (1-3 of 4: 4 would keep every group)
       s.top_k = std::min(s.top_k, s.routing.topk_group * s.num_experts / 4);
     }
   }
