@@ -80,8 +80,8 @@ const std::vector<Knob>& table() {
                        "0: one-token decode calls stream one N-block at a time, not two blocks' weights together"));
     v.push_back(on_off("MOERUN_CPU_STREAM_TAPER", "cpu", "1",
                        "0: the last decode work items of gate_up keep their full runs, not split smaller"));
-    v.push_back(on_off("MOERUN_CPU_DOWN_TAPER", "cpu", "0",
-                       "1: the last tiled work items of the down GEMM split smaller (session 52; not yet timed on an AMX host)"));
+    v.push_back(on_off("MOERUN_CPU_DOWN_TAPER", "cpu", "1",
+                       "0: the last tiled work items of the down GEMM keep their full groups, not split smaller"));
     v.push_back(choice("MOERUN_CPU_DOT_TOKENS", "cpu", "8|16", "16",
                        "8: the VDPBF16PS stream runs at most 8 tokens per pass over a block (the kernel before session 39)"));
     v.push_back(on_off("MOERUN_CPU_E8M0_FOLD", "cpu", "1", "0: mxfp4 scales applied per group, never folded into the weights"));
@@ -115,8 +115,6 @@ const std::vector<Knob>& table() {
                        "1: the wgmma gate_up GEMM gathers the tokens in its operand load"));
     v.push_back(on_off("MOERUN_CUDA_FILL_GATHER", "cuda", "1",
                        "0: the tokens gathered by a pass after the alignment, not by its fill grid"));
-    v.push_back(choice("MOERUN_CUDA_COMBINE_BATCH", "cuda", "4|8", "4",
-                       "slots whose rows a thread of the expert-sorted combine loads at once (8: session 52, not yet timed on a GPU)"));
     v.push_back(choice("MOERUN_CUDA_DOWN_PREFETCH", "cuda", "end|start|mid|0|off", "end",
                        "where a one-token gate_up block asks the L2 for its expert's down weights; 0 / off: never"));
     v.push_back(choice("MOERUN_CUDA_N128", "cuda", "0|1|auto", "0",

@@ -1182,49 +1182,6 @@ TEST(CudaBackend, FillGatherMatchesGatherPass) {
   }
 }
 
-// The expert-sorted combine loads a thread's slots 4 at a time (the default) or 8 at a time
-// (MOERUN_CUDA_COMBINE_BATCH=8): the same sums in the same order, so bit for bit the same output, and
-// both against the reference. Top-8 (one batch of 8, two of 4), top-6 (a partial batch), top-3 with
-// expert biases and a shared expert, top-1 all on one expert, fp16.
-TEST(CudaBackend, CombineBatchesAgreeBitwise) {
-  REQUIRE_GPU();
-  struct Case {
-    MoeSpec spec;
-    int64_t m;
-    Route route;
-  };
-  MoeSpec biased = make_spec(16, 3, 264, 200);
-  biased.expert_bias = true;
-  biased.shared.count = 1;
-  biased.shared.intermediate = 136;
-  const std::vector<Case> cases = {
-      {make_spec(32, 8, 264, 200), 300, Route::kLogits},
-      {make_spec(16, 6, 136, 72, ActivationKind::kGeluAndMul, WeightFormat::kF16), 77, Route::kTopkGiven},
-      {biased, 129, Route::kTopkGiven},
-      {make_spec(8, 1, 264, 200), 500, Route::kHotExpert},
-  };
-  const Platform plat = sm90_platform();
-  uint64_t seed = 5200;
-  for (const Case& c : cases) {
-    const MoeSpec& s = c.spec;
-    SCOPED_TRACE(s.summary() + " m=" + std::to_string(c.m));
-    const MoeWeights w = random_weights(s, seed++);
-    auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
-    const Inputs in = make_inputs(s, c.m, seed++, c.route);
-    HostTensor rule(s.act_dtype, {c.m, s.hidden}), other(s.act_dtype, {c.m, s.hidden}), want(s.act_dtype, {c.m, s.hidden});
-    poison(rule);
-    runner->forward(host_args(in, rule));
-    {
-      ScopedEnv eight("MOERUN_CUDA_COMBINE_BATCH", "8");
-      poison(other);
-      runner->forward(host_args(in, other));
-    }
-    EXPECT_EQ(std::memcmp(rule.data(), other.data(), rule.nbytes()), 0) << "the two batch sizes differ";
-    make_reference_backend()->create_runner(s, w, plat, {})->forward(host_args(in, want));
-    EXPECT_TRUE(close_to(rule, want, tolerance_for(s)));
-  }
-}
-
 // The own mma.sync kernels read the routed w13 in kBlocks8 (uploaded from split or interleaved
 // checkpoints): every variant, split and interleaved input, with and without biases, fp16, one
 // token (direct mode) and several tiles.

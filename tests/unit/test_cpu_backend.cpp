@@ -1434,7 +1434,7 @@ TEST(CpuBackend, StreamTaperAgreesBitwise) {
 }
 
 // The down groups' tapered tail (runner.cpp NOTES: tapered tail) changes only which blocks share a
-// down item: bitwise the same output with MOERUN_CPU_DOWN_TAPER unset and 1, at every level and thread
+// down item: bitwise the same output with MOERUN_CPU_DOWN_TAPER unset (on) and 0, at every level and thread
 // count. Experts of 21-70 rows (every level tiles their down GEMM) and hidden 1040 (65 w2 blocks), so
 // that at 2 threads the down items are groups of several calls and the last ones split; a shared expert.
 TEST(CpuBackend, DownTaperAgreesBitwise) {
@@ -1445,7 +1445,7 @@ TEST(CpuBackend, DownTaperAgreesBitwise) {
     const MoeSpec s = bf16_act_spec(f, 1040, 264, 136);
     const MoeWeights w = random_weights(s, 44);
     const std::vector<float> want = run_given_topk(*ref, s, w, r.ids, r.tw, 0);
-    expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_DOWN_TAPER", {"", "1"}, std::string(to_string(f)));
+    expect_knob_invariant(*cpu, s, w, r.ids, r.tw, want, "MOERUN_CPU_DOWN_TAPER", {"", "0"}, std::string(to_string(f)));
   }
 }
 

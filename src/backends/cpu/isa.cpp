@@ -135,7 +135,7 @@ int amx_nblocks_override() {
 bool amx_stream_enabled() { return knob_on("MOERUN_CPU_AMX_STREAM", true); }
 bool stream_pairs_enabled() { return knob_on("MOERUN_CPU_STREAM_PAIRS", true); }
 bool stream_taper_enabled() { return knob_on("MOERUN_CPU_STREAM_TAPER", true); }
-bool down_taper_enabled() { return knob_on("MOERUN_CPU_DOWN_TAPER", false); }
+bool down_taper_enabled() { return knob_on("MOERUN_CPU_DOWN_TAPER", true); }
 bool dot_groups_of_8() { return knob_choice("MOERUN_CPU_DOT_TOKENS") == std::optional<std::string_view>("8"); }
 bool poison_enabled() { return knob_on("MOERUN_CPU_POISON", false); }
 bool e8m0_fold_enabled() { return knob_on("MOERUN_CPU_E8M0_FOLD", true); }

@@ -280,9 +280,8 @@ struct KernelSet {
   // tapered tail); MOERUN_CPU_STREAM_TAPER=0 (measurement) keeps every item its run.
   bool stream_taper = true;
   // Whether the runner splits the last down-GEMM work items (down groups) smaller where some job's down
-  // GEMM is tiled (runner.cpp, tapered tail): MOERUN_CPU_DOWN_TAPER=1 (measurement; off until timed on an
-  // AMX host).
-  bool down_taper = false;
+  // GEMM is tiled (runner.cpp, tapered tail); MOERUN_CPU_DOWN_TAPER=0 (measurement) keeps them whole.
+  bool down_taper = true;
   // MOERUN_CPU_POISON=1 (tests): every forward first fills its intermediate buffers with NaN, so that
   // work a forward skips shows in its output instead of an earlier forward's values in a warm workspace.
   bool poison = false;
@@ -420,7 +419,7 @@ bool amx_stream_enabled();
 bool stream_pairs_enabled();
 // MOERUN_CPU_STREAM_TAPER=0: false; unset (or malformed): true.
 bool stream_taper_enabled();
-// MOERUN_CPU_DOWN_TAPER=1: true; unset (or malformed): false.
+// MOERUN_CPU_DOWN_TAPER=0: false; unset (or malformed): true.
 bool down_taper_enabled();
 // MOERUN_CPU_DOT_TOKENS=8: true (stream_bf16 is kernels::stream_avx512bf16_g8); unset (or 16): false.
 bool dot_groups_of_8();

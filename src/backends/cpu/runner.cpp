@@ -69,9 +69,11 @@
 // eight more items cost more starts than the imbalance they removed. Where some job's down GEMM is
 // tiled, the down groups (below) are few and long instead (qwen3-30b-a3b M = 256: 8 items of 16 blocks
 // for 2 threads, and the slowest thread 1.0 ms above the mean, session 51), so their tail can be
-// tapered the same way, in whole calls (MOERUN_CPU_DOWN_TAPER=1, measurement): each extra item re-reads
-// the experts' intermediate rows once more (3 MB there, against 403 MB of weights). Off until timed on
-// an AMX host, where the imbalance was seen; on the Zen 4 it tied (session 52, no imbalance there).
+// tapered the same way, in whole calls (MOERUN_CPU_DOWN_TAPER=0, measurement, keeps them whole): each
+// extra item re-reads the experts' intermediate rows once more (3 MB there, against 403 MB of weights).
+// On the GPU host's Xeon (session 53, bf16, 2 threads, alternated in one process) the taper was 1.9% /
+// 1.5% faster at M = 256 on qwen3-30b-a3b / deepseek-v2-lite and 2.3% at qwen3 M = 64, and tied at
+// M = 1024 (bench/results/2026-12-07_s53_gpu); on the Zen 4 it tied (session 52, no imbalance there).
 // AMX pairs: where a job's calls take AMX tiles, one tile_amx2 call computes two adjacent N-blocks (the
 // last one alone when the count is odd), and a gemm1 item covers a run of such pairs (up to kTileRunMax
 // blocks by the stream runs' rule, rounded down to whole pairs, at least one pair: the tiles read their

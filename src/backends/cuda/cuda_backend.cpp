@@ -138,11 +138,6 @@ bool gemm_gather_enabled() { return knob_on("MOERUN_CUDA_GEMM_GATHER", false); }
 // or runs as its own pass after it (MOERUN_CUDA_FILL_GATHER=0; side-by-side runs). Read per call.
 bool fill_gather_enabled() { return knob_on("MOERUN_CUDA_FILL_GATHER", true); }
 
-// Slots whose rows a thread of the expert-sorted combine loads at once (sorted_passes.cu): 4, or 8 with
-// MOERUN_CUDA_COMBINE_BATCH=8 (session 52: built and tested here, not yet timed on a GPU; the sums are
-// bitwise the same). Read per call.
-int combine_batch() { return knob_choice_strict("MOERUN_CUDA_COMBINE_BATCH").value_or("4") == "8" ? 8 : 4; }
-
 // The wgmma engine's tail tiles (launch.hpp, WgmmaTiles): MOERUN_CUDA_SWAP_TAILS=0|16|32|48 (an
 // expert's last rows up to that many as swap-AB tiles; default 0, which measured fastest) and MOERUN_CUDA_NARROW_N=0|1 (the
 // last column block's MMA as wide as its columns; default 1) and MOERUN_CUDA_PAIR=0|1 (clusters of two
@@ -688,7 +683,7 @@ class CudaRunner final : public Runner {
     MOERUN_CUDA_CHECK(launch_combine_sorted(el, xs, H, m, K, al.row_of_slot, al.weight_of_row, al.seg_offsets, E,
                                             sp.expert_bias ? d_.b2.as<float>() : nullptr, shared,
                                             sp.shared.gated_by_router ? d_.sgate.as<float>() : nullptr, call.hidden,
-                                            call.out, s, combine_batch()));
+                                            call.out, s));
     d_.finish(args, call);
   }
 

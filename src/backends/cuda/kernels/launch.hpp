@@ -554,13 +554,12 @@ cudaError_t launch_activation_sorted(Elem elem, const void* gate_up, int n, cons
                                      void* inter, cudaStream_t stream);
 // combine: out[t, :] = sum_s w[r] * (y[r, :] + bias[e(r), :]) (+ g_t * shared[t, :]) with
 // r = row_of_slot[t*k + s], w = weight_of_row, e(r) from seg_offsets; g_t = 1 or
-// sigmoid(hidden[t] . shared_gate). y, shared, hidden and out in `elem`; accumulation in fp32. batch:
-// the slots whose rows a thread loads at once, 8 or 4 (MOERUN_CUDA_COMBINE_BATCH; the same sums).
+// sigmoid(hidden[t] . shared_gate). y, shared, hidden and out in `elem`; accumulation in fp32.
 cudaError_t launch_combine_sorted(Elem elem, const void* y, int h, int64_t m, int top_k,
                                   const int32_t* row_of_slot, const float* weight_of_row,
                                   const int32_t* seg_offsets, int experts, const float* bias,
                                   const void* shared, const float* shared_gate, const void* hidden,
-                                  void* out, cudaStream_t stream, int batch = 4);
+                                  void* out, cudaStream_t stream);
 
 // ---- combine ----------------------------------------------------------------------------------------
 

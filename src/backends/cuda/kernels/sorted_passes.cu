@@ -149,11 +149,10 @@ __device__ float shared_gate_of(const T* __restrict__ hidden_row, const float* _
 // one slot at a time. Session 14 (H200, bench/results/2026-12-01_s14_h200/) timed 4 slots against a
 // loop of one load per slot: 3-15% faster on every shape with top-4 and top-8 (qwen3-30b-a3b M = 1024
 // 17.9-18.1 against 19.8-19.9 us) and within 4% on mixtral's top-2; 8 slots converted to f32 as they
-// were loaded took 102 registers a thread and ran 25-60% slower. Kept raw (4 registers a slot), all 8
-// slots of a top-8 token fit in one batch: kCombineBatchMax, chosen per call (launch_combine_sorted;
-// MOERUN_CUDA_COMBINE_BATCH=8). Built in session 52, whose device calls found no GPU: 4 stays the
-// default until it is timed (bench/results/2026-12-07_s52_gpu/call1.sh).
-constexpr int kCombineBatchMax = 8;
+// were loaded took 102 registers a thread and ran 25-60% slower. 8 slots kept raw (4 registers a
+// slot) tied 4 at M = 128 and 1024 and lost 0.3-0.8% at 8192 on the four sweep shapes (session 53,
+// H100, alternated graph replay: bench/results/2026-12-07_s53_gpu), so 4 it is.
+constexpr int kCombineBatch = 4;
 
 template <typename T, bool kVec, int kBatch>
 __global__ void __launch_bounds__(kPassThreads)
@@ -264,16 +263,13 @@ cudaError_t launch_combine_sorted(Elem elem, const void* y, int h, int64_t m, in
                                   const int32_t* row_of_slot, const float* weight_of_row,
                                   const int32_t* seg_offsets, int experts, const float* bias,
                                   const void* shared, const float* shared_gate, const void* hidden,
-                                  void* out, cudaStream_t stream, int batch) {
+                                  void* out, cudaStream_t stream) {
   if (m == 0) return cudaSuccess;
-  if (top_k > kMaxRoutingTopK || m > 0x7fffffff || (bias && !seg_offsets) || (batch != 4 && batch != kCombineBatchMax))
-    return cudaErrorInvalidValue;
+  if (top_k > kMaxRoutingTopK || m > 0x7fffffff || (bias && !seg_offsets)) return cudaErrorInvalidValue;
   const bool vec = h % 8 == 0 && aligned16(y) && aligned16(out) && (!shared || aligned16(shared));
   return by_half_elem(elem, [&](auto tag) {
     using T = decltype(tag);
-    const auto kernel = !vec ? combine_sorted_kernel<T, false, 1>
-                        : batch == 4 ? combine_sorted_kernel<T, true, 4>
-                                     : combine_sorted_kernel<T, true, kCombineBatchMax>;
+    const auto kernel = vec ? combine_sorted_kernel<T, true, kCombineBatch> : combine_sorted_kernel<T, false, 1>;
     // One block per token and column chunk; with a router-gated shared expert one block per token,
     // since every block computes the token's gate (a dot product over the hidden row).
     const bool gate = shared && shared_gate;
