@@ -62,6 +62,9 @@ int64_t estimate_weight_bytes(const MoeSpec& spec) noexcept;
 
 // Random LoRA adapters (spec.lora.max_adapters, spec.lora.max_rank) from a seed.
 LoraWeights random_lora(const MoeSpec& spec, uint64_t seed);
+// Which of `adapters` adapters each of `tokens` tokens uses, I32 [tokens], uniform over -1 (none) and
+// 0 .. adapters - 1, from a seed: the token_adapter of a LoraBatch.
+HostTensor random_token_adapters(int64_t tokens, int adapters, uint64_t seed);
 
 // This rank's shard of full-layer weights (spec.parallel = 1/1 in `full`, in host memory: else
 // Error{kInvalidArgument}), cut exactly from the stored bytes (no requantization): experts of rank % ep, intermediate slice of rank / ep. Both specs

@@ -203,6 +203,14 @@ LoraWeights random_lora(const MoeSpec& spec, uint64_t seed) {
   return l;
 }
 
+HostTensor random_token_adapters(int64_t tokens, int adapters, uint64_t seed) {
+  HostTensor t(DType::kI32, {tokens});
+  SplitMix64 g(seed);
+  for (int64_t i = 0; i < tokens; ++i)
+    t.as<int32_t>()[i] = static_cast<int32_t>(g.below(static_cast<uint32_t>(adapters + 1))) - 1;
+  return t;
+}
+
 void check_weights(const MoeSpec& spec, const MoeWeights& w) {
   const int64_t el = local_experts(spec), il = local_intermediate(spec), h = spec.hidden;
   const int64_t r = spec.w13_rows() / spec.parallel.tp;

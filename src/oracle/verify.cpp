@@ -225,9 +225,7 @@ Inputs make_inputs(const MoeSpec& spec, const VerifyCase& c) {
   }
   if (c.with_lora && spec.lora.max_adapters > 0) {
     in.lora = random_lora(spec, derive_seed(c.seed, 101));
-    in.adapter = HostTensor(DType::kI32, {m});
-    for (int64_t t = 0; t < m; ++t)
-      in.adapter.as<int32_t>()[t] = static_cast<int32_t>(g.below(static_cast<uint32_t>(spec.lora.max_adapters + 1))) - 1;
+    in.adapter = random_token_adapters(m, spec.lora.max_adapters, derive_seed(c.seed, 102));
     in.batch.weights = &in.lora;
     in.batch.token_adapter = in.adapter.view();
   }

@@ -162,14 +162,8 @@ void run(const RunOptions& o) {
   LoraBatch lora_batch;
   if (spec.lora.max_adapters > 0) {
     lora = random_lora(spec, o.seed ^ 0x10aa);
-    token_adapter = HostTensor(DType::kI32, {m});
-    SplitMix64 g(o.seed ^ 0xada);
-    int64_t with = 0;
-    for (int64_t t = 0; t < m; ++t) {
-      const int32_t a = static_cast<int32_t>(g.below(static_cast<uint32_t>(lora.adapters + 1))) - 1;
-      token_adapter.as<int32_t>()[t] = a;
-      with += a >= 0;
-    }
+    token_adapter = random_token_adapters(m, lora.adapters, o.seed ^ 0xada);
+    const int64_t with = std::count_if(token_adapter.as<int32_t>(), token_adapter.as<int32_t>() + m, [](int32_t a) { return a >= 0; });
     lora_batch.weights = &lora;
     lora_batch.token_adapter = token_adapter.view();
     args.lora = &lora_batch;
