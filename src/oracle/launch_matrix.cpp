@@ -1,5 +1,6 @@
 #include "oracle/launch_matrix.hpp"
 
+#include <algorithm>
 #include <map>
 #include <numeric>
 
@@ -27,6 +28,45 @@ MoeSpec scaled_for_check(const MoeSpec& spec) {
   s.num_experts = (s.num_experts + l - 1) / l * l;
   return s;
 }
+
+namespace {
+
+// One scaled-down layer through the harness at the sizes a launch meets: o.tokens tokens with router
+// logits given, one token whose logits the backend computes from the router weight (the decode step's
+// path), and an empty call. The first failure is the layer's result, its message prefixed with the
+// case; a passed layer is repeatable only if every case was.
+VerifyResult verify_layer(const Backend& backend, const Platform& here, const MoeSpec& small, int64_t tokens, uint64_t seed) {
+  struct Size {
+    int64_t tokens;
+    RoutingPattern routing;
+  };
+  const Size sizes[] = {{tokens, RoutingPattern::kRandom}, {1, RoutingPattern::kFromWeights}, {0, RoutingPattern::kRandom}};
+  VerifyResult all;
+  all.passed = all.repeatable = true;
+  for (const Size& size : sizes) {
+    VerifyCase c;
+    c.spec = small;
+    c.tokens = size.tokens;
+    c.routing = size.routing;
+    c.seed = seed;
+    c.with_lora = small.lora.max_adapters > 0;
+    VerifyResult v = verify_case(backend, here, c);
+    if (!v.passed) {
+      const std::string at = "M=" + std::to_string(size.tokens) +
+                             (size.routing == RoutingPattern::kFromWeights ? " (logits from the router weight)" : "");
+      v.message = v.message.rfind("threw: ", 0) == 0 ? "threw at " + at + ": " + v.message.substr(7) : "at " + at + ": " + v.message;
+      v.repeatable = false;
+      return v;
+    }
+    all.repeatable = all.repeatable && v.repeatable;
+    all.error = std::max(all.error, v.error);
+    all.rel_l2 = std::max(all.rel_l2, v.rel_l2);
+    all.tolerance = v.tolerance;
+  }
+  return all;
+}
+
+}  // namespace
 
 LaunchMatrixResult run_launch_matrix(const Registry& registry, const LaunchMatrixOptions& o) {
   LaunchMatrixResult r;
@@ -95,12 +135,7 @@ LaunchMatrixResult run_launch_matrix(const Registry& registry, const LaunchMatri
               const std::string key = sel.backend + "|" + json_io::to_json(small).dump();
               auto it = runs.find(key);
               if (it == runs.end()) {
-                VerifyCase c;
-                c.spec = small;
-                c.tokens = o.tokens;
-                c.seed = o.seed + runs.size();
-                c.with_lora = small.lora.max_adapters > 0;
-                it = runs.emplace(key, verify_case(*sel.chosen, here, c)).first;
+                it = runs.emplace(key, verify_layer(*sel.chosen, here, small, o.tokens, o.seed + runs.size())).first;
                 if (o.progress && runs.size() % 25 == 0)
                   o.progress("check: " + std::to_string(combos) + " combinations, " + std::to_string(runs.size()) + " forwards run");
               }

@@ -1,7 +1,8 @@
 // oracle/launch_matrix.hpp — the launch matrix behind `moerun check`: every preset x platform
 // description x parallel config (its last rank, and rank 0 when sharded) x policy either plans or is
-// refused with a reason, and every plan that can run on this machine runs a scaled-down forward that
-// must match the reference.
+// refused with a reason, and every plan that can run on this machine runs its scaled-down layer
+// through the reference comparison three times: `tokens` tokens with router logits given, one token
+// whose logits the backend computes from the router weight (a decode step's path), and M = 0.
 #pragma once
 
 #include <functional>
@@ -26,9 +27,9 @@ struct LaunchMatrixOptions {
 
 struct LaunchMatrixResult {
   int planned = 0, refused = 0, crashed = 0, mismatched = 0;
-  int ran = 0;             // distinct scaled-down forwards run (each compared with the reference)
-  int matched = 0;         // of those, the ones that matched the reference
-  int repeatable = 0;      // of those that matched, the ones whose repeated call gave the same bits (verify.hpp)
+  int ran = 0;             // distinct scaled-down layers run (each at the three sizes above)
+  int matched = 0;         // of those, the ones that matched the reference at every size
+  int repeatable = 0;      // of those that matched, the ones whose repeated calls gave the same bits (verify.hpp)
   int not_runnable_here = 0;
   std::vector<std::string> failures;  // one line per crash or mismatch
   std::string summary() const;        // "planned N, refused R, crashed C, mismatched M"

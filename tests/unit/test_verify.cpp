@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "backends/reference/reference_backend.hpp"
+#include "moerun/error.hpp"
 #include "moerun/presets.hpp"
 #include "moerun/verify.hpp"
+#include "oracle/launch_matrix.hpp"
 
 namespace moerun {
 namespace {
@@ -22,6 +24,7 @@ enum class Defect {
   kSkipsActQuant,          // computes as if act_quant were none
   kNotRepeatable,          // every call after the first flips the lowest bit of one output element (within tolerance)
   kFirstScaleOnly,         // reads every w13 / w2 scale (and global scale) as the stack's first one
+  kThrowsWithoutTokens,    // an M = 0 call throws (as a kernel launched with an empty grid would fail)
 };
 
 // A tensor's bytes with every element replaced by its first one (the stack's first scale).
@@ -72,6 +75,7 @@ class DefectiveRunner final : public Runner {
       : inner_(std::move(inner)), spec_(spec), defect_(d), keep_(std::move(keep)) {}
   void forward(const ForwardArgs& args) override {
     const int64_t m = args.hidden.shape[0];
+    if (defect_ == Defect::kThrowsWithoutTokens && m == 0) throw Error(ErrorKind::kDevice, "empty grid");
     if (defect_ == Defect::kIgnoresRouterWeight && args.router_logits.empty() && args.topk_ids.empty()) {
       zeros_.assign(static_cast<size_t>(m * spec_.num_experts), 0.0f);
       ForwardArgs a = args;
@@ -240,6 +244,37 @@ TEST(VerifyHarness, CasesAreDrawnFromWhatTheBackendAccepts) {
   bool from_weights = false;
   for (const VerifyCase& c : standard_cases(5, 60)) from_weights |= c.routing == RoutingPattern::kFromWeights;
   EXPECT_TRUE(from_weights);
+}
+
+// `moerun check` runs each layer it plans at one token with logits from the router weight and at M = 0
+// besides its --tokens call with logits given: a backend wrong only on the decode step's routing path,
+// or one that fails an empty call, is a failure of the launch matrix, with the size named.
+TEST(LaunchMatrix, RunsTheRouterWeightPathAndTheEmptyCall) {
+  const auto run = [](Defect d) {
+    Registry r;
+    r.add(std::make_shared<DefectiveBackend>(d), "test");
+    LaunchMatrixOptions o;
+    o.presets = {"qwen3-30b-a3b"};
+    o.platforms = {"detected"};
+    o.parallel_sizes = {1};
+    return run_launch_matrix(r, o);
+  };
+  const LaunchMatrixResult fine = run(Defect::kNone);
+  EXPECT_GT(fine.ran, 0);
+  EXPECT_EQ(fine.matched, fine.ran);
+  EXPECT_EQ(fine.crashed + fine.mismatched, 0) << (fine.failures.empty() ? "" : fine.failures[0]);
+
+  const LaunchMatrixResult router = run(Defect::kIgnoresRouterWeight);
+  EXPECT_GT(router.mismatched, 0);
+  EXPECT_EQ(router.matched, 0);
+  ASSERT_FALSE(router.failures.empty());
+  EXPECT_NE(router.failures[0].find("at M=1 (logits from the router weight)"), std::string::npos) << router.failures[0];
+
+  const LaunchMatrixResult empty = run(Defect::kThrowsWithoutTokens);
+  EXPECT_GT(empty.crashed, 0);
+  ASSERT_FALSE(empty.failures.empty());
+  EXPECT_NE(empty.failures[0].find("threw at M=0: "), std::string::npos) << empty.failures[0];
+  EXPECT_NE(empty.failures[0].find("empty grid"), std::string::npos) << empty.failures[0];
 }
 
 }  // namespace

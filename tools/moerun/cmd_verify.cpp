@@ -98,13 +98,14 @@ void check(const CheckOptions& o) {
   if (o.no_run)
     std::cout << "planned only (--no-run): no forward ran\n";
   else
-    std::cout << fmt::format("ran {} distinct scaled-down forwards on this machine, each compared with reference{}; {} plans need "
+    std::cout << fmt::format("ran {} distinct scaled-down layers on this machine, each compared with reference at M = {}, at M = 1 "
+                             "with logits from the router weight and at M = 0{}; {} plans need "
                              "hardware this machine lacks{}\n",
-                             r.ran, r.crashed || r.mismatched ? " (the failures are listed above)" : "", r.not_runnable_here,
+                             r.ran, o.tokens, r.crashed || r.mismatched ? " (the failures are listed above)" : "", r.not_runnable_here,
                              r.matched == 0 ? ""
                              : r.repeatable == r.matched
-                                 ? fmt::format(", all {} matched forwards bitwise repeatable (the same call again on one runner)", r.matched)
-                                 : fmt::format(", {} of {} matched forwards bitwise repeatable (the same call again on one runner)",
+                                 ? fmt::format(", all {} matched layers bitwise repeatable (the same call again on one runner)", r.matched)
+                                 : fmt::format(", {} of {} matched layers bitwise repeatable (the same call again on one runner)",
                                                r.repeatable, r.matched));
   std::cout << r.summary() << "\n";
   if (r.crashed || r.mismatched) throw CLI::RuntimeError(1);
