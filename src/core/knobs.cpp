@@ -126,7 +126,7 @@ const std::vector<Knob>& table() {
                        "an expert's last rows up to that many as swap-AB tiles in the wgmma engine"));
     v.push_back(on_off("MOERUN_CUDA_NARROW_N", "cuda", "1", "0: the last column block's MMA full width"));
     v.push_back(on_off("MOERUN_CUDA_PAIR", "cuda", "0",
-                       "1: the wgmma engine in clusters of two CTAs sharing each weight tile"));
+                       "1: the wgmma engine in clusters of two CTAs sharing each weight tile (not with MOERUN_CUDA_SWAP_TAILS)"));
     return v;
   }();
   return t;

@@ -2609,6 +2609,110 @@ TEST(CudaBackend, TensorsOfAnotherDeviceAreRefused) {
   EXPECT_EQ(now, 0);
 }
 
+// A failed CUDA call of the caller leaves the thread's last error set (its return value told the
+// caller); a forward after it must not report that error as its own (the launchers read the last error
+// after their launches). Sizes that take the stream, the tile and the grouped-GEMM paths; both backends.
+TEST(CudaBackend, TheCallersStaleErrorDoesNotFailAForward) {
+  REQUIRE_GPU();
+  const MoeSpec s = make_spec(8, 2, 128, 64);
+  const MoeWeights w = random_weights(s, 71);
+  const Platform plat = sm90_platform();
+  auto ref = make_reference_backend()->create_runner(s, w, plat, {});
+  for (const std::string name : {"cuda", "cublas"}) {
+    auto runner = backend_named(name)->create_runner(s, w, plat, {});
+    for (const int64_t m : {1, 37, 1500}) {
+      const Inputs in = make_inputs(s, m, 72 + m, Route::kLogits);
+      HostTensor out(s.act_dtype, {m, s.hidden}), want(s.act_dtype, {m, s.hidden});
+      void* p = nullptr;
+      ASSERT_EQ(cudaMalloc(&p, size_t{1} << 60), cudaErrorMemoryAllocation);  // (left as the last error)
+      runner->forward(host_args(in, out));
+      ref->forward(host_args(in, want));
+      EXPECT_TRUE(close_to(out, want, tolerance_for(s))) << name << " m=" << m;
+    }
+  }
+}
+
+// Out of device memory in a forward (its workspace) is an Error{kDevice} naming the allocation, and the
+// runner stays usable: once memory is free again the same call runs and is right (the failed growth
+// left no capacity behind, and no stale last error).
+TEST(CudaBackend, OutOfDeviceMemoryIsAnErrorAndTheRunnerRecovers) {
+  REQUIRE_GPU();
+  const MoeSpec s = make_spec(8, 2, 1024, 64);  // (I = 64: a cheap reference at 8192 tokens)
+  const MoeWeights w = random_weights(s, 73);
+  const Platform plat = sm90_platform();
+  auto runner = make_cuda_backend()->create_runner(s, w, plat, {});
+  auto ref = make_reference_backend()->create_runner(s, w, plat, {});
+  const int64_t m = 8192;  // hidden and output staged on the device alone: 32 MB
+  const Inputs in = make_inputs(s, m, 74, Route::kLogits);
+  HostTensor out(s.act_dtype, {m, s.hidden}), want(s.act_dtype, {m, s.hidden});
+  {
+    // All but about 32 MB of the free memory, in one block (smaller blocks if one that large is refused).
+    size_t free = 0, total = 0;
+    CK(cudaMemGetInfo(&free, &total));
+    std::vector<void*> hog;
+    size_t left = free > (size_t{32} << 20) ? free - (size_t{32} << 20) : 0, block = left;
+    while (left > 0 && block >= (size_t{1} << 20)) {
+      void* p = nullptr;
+      if (cudaMalloc(&p, block) == cudaSuccess) {
+        hog.push_back(p);
+        left -= block;
+        block = std::min(block, left);
+      } else {
+        (void)cudaGetLastError();
+        block /= 2;
+      }
+    }
+    bool threw = false;
+    try {
+      runner->forward(host_args(in, out));
+    } catch (const Error& e) {
+      threw = true;
+      EXPECT_EQ(e.kind(), ErrorKind::kDevice) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cudaErrorMemoryAllocation"), std::string::npos) << e.what();
+    }
+    for (void* p : hog) cudaFree(p);
+    EXPECT_TRUE(threw) << "a forward of " << m << " tokens ran in about 32 MB of free device memory";
+  }
+  runner->forward(host_args(in, out));
+  ref->forward(host_args(in, want));
+  EXPECT_TRUE(close_to(out, want, tolerance_for(s)));
+}
+
+// Device tensors: output overlapping hidden is refused before anything runs (layer.hpp), and a runner
+// called directly refuses top-k ids without their weights.
+TEST(CudaBackend, OverlappingOutputAndLoneTopkIdsAreRefused) {
+  REQUIRE_GPU();
+  MoeSpec s = make_spec(8, 2, 128, 64);
+  s.shared.count = 1;
+  s.shared.intermediate = 64;
+  s.shared.gated_by_router = true;
+  s.validate();
+  const MoeWeights w = random_weights(s, 75);
+  auto runner = make_cuda_backend()->create_runner(s, w, sm90_platform(), {});
+  const DeviceInputs d(s, make_inputs(s, 5, 76, Route::kLogits));
+  const auto refused = [&](const ForwardArgs& a, const char* what) {
+    try {
+      runner->forward(a);
+      ADD_FAILURE() << "taken: " << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  ForwardArgs a = d.args();
+  a.output.data = a.hidden.data;
+  refused(a, "output overlaps hidden");
+  a.output.data = static_cast<char*>(a.hidden.data) + 4 * s.hidden * 2;  // from the fifth row on
+  refused(a, "output overlaps hidden");
+  const Inputs given = make_inputs(s, 5, 77, Route::kTopkGiven);
+  HostTensor out(s.act_dtype, {5, s.hidden});
+  ForwardArgs h = host_args(given, out);
+  h.topk_weights = {};
+  refused(h, "come together");
+  runner->forward(d.args());  // the same runner, right arguments: runs
+  CK(cudaDeviceSynchronize());
+}
+
 TEST(CudaBackend, CapabilitiesAreHonest) {
   const auto be = make_cuda_backend();
   EXPECT_TRUE(be->capabilities().cuda_graph_safe);

@@ -95,7 +95,9 @@ void backends(const BackendsOptions& o) {
     std::cout << fmt::format("{:<12} {} [{}]\n", e.backend->name(), e.backend->description(), e.origin);
     std::cout << fmt::format("             device {}{}; {} on {}\n", c.device == DeviceKind::kCpu ? "cpu" : "cuda",
                              c.device == DeviceKind::kCpu ? " (min isa " + std::string(to_string(c.min_cpu_isa)) + ")"
-                                                          : " (min sm" + std::to_string(c.min_sm) + ")",
+                             : c.max_sm == 0 || c.max_sm == c.min_sm
+                                 ? " (" + std::string(c.max_sm == 0 ? "min " : "") + "sm" + std::to_string(c.min_sm) + ")"
+                                 : " (sm" + std::to_string(c.min_sm) + " to sm" + std::to_string(c.max_sm) + ")",
                              runs_here ? "runs" : "cannot run", platform.description);
     std::cout << "             formats: " << formats << "\n";
     std::cout << fmt::format("             graph-safe {}, host sync {}, lora {}, tp {}, ep {}, shared experts {}\n", c.cuda_graph_safe,
@@ -167,7 +169,7 @@ void add_explain(CLI::App& root) {
   auto o = std::make_shared<ExplainOptions>();
   o->spec.add_to(*app);
   o->common.add_to(*app, true, false);
-  app->add_option("--tokens", o->tokens, "tokens per call (picks the kernel variant shown)")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  app->add_option("--tokens", o->tokens, "tokens per call, which picks the kernel variant shown (default 1; run's is 64)")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app->add_flag("--json", o->json, "print JSON");
   app->callback([o] {
     check_knob_environment();

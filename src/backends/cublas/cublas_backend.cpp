@@ -41,6 +41,7 @@ class CublasRunner final : public Runner {
     }
   }
   ~CublasRunner() override {
+    teardown_.enter(d_.device());  // (cublasDestroy synchronizes the current device)
     if (handle_) cublasDestroy(handle_);
     if (host_seg_) cudaFreeHost(host_seg_);
   }
@@ -152,6 +153,7 @@ class CublasRunner final : public Runner {
   }
 
  private:
+  cuda_detail::TeardownDevice teardown_;  // first: destroyed last (cuda_check.hpp)
   DeviceMoe d_;
   cublasHandle_t handle_ = nullptr;
   int32_t* host_seg_ = nullptr;

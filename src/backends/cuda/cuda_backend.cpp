@@ -228,6 +228,7 @@ class CudaRunner final : public Runner {
       }
     }
   }
+  ~CudaRunner() override { teardown_.enter(d_.device()); }
 
   std::string variant_for(int64_t m) const override { return path_for(m).name(); }
 
@@ -446,15 +447,15 @@ class CudaRunner final : public Runner {
                             std::to_string(static_cast<int>(sp.act_dtype)) + " b" + std::to_string(sp.expert_bias ? 1 : 0) +
                             " direct" + env("MOERUN_CUDA_DIRECT") + " pdl" + env("MOERUN_CUDA_PDL") + " l2pf" +
                             env("MOERUN_CUDA_DOWN_PREFETCH");
-    picks_ = cuda_detail::stream_tune_cache().get(key, [&] {
-      try {
-        return measure_stream_picks(device);
-      } catch (const std::exception&) {
-        cudaGetLastError();  // a non-sticky error (allocation) must not reach the next CUDA call
-        MOERUN_CUDA_CHECK(cudaDeviceSynchronize());  // a sticky one does: then making the runner fails
-        return std::vector<cuda_detail::StreamPick>{};
-      }
-    });
+    // A timing that fails leaves this runner on the rule's tiling and the shape untimed in the cache, so
+    // the next runner of the shape times it again (a failure is not a result to keep for the process).
+    try {
+      picks_ = cuda_detail::stream_tune_cache().get(key, [&] { return measure_stream_picks(device); });
+    } catch (const std::exception&) {
+      cudaGetLastError();  // a non-sticky error (allocation) must not reach the next CUDA call
+      MOERUN_CUDA_CHECK(cudaDeviceSynchronize());  // a sticky one does: then making the runner fails
+      picks_.clear();
+    }
   }
 
   // Times the 16x32 and 16x64 stream tilings on this runner's weights at each of tune_points' token
@@ -731,6 +732,7 @@ class CudaRunner final : public Runner {
     return split_ws_.get();
   }
 
+  cuda_detail::TeardownDevice teardown_;  // first: destroyed last (cuda_check.hpp)
   DeviceMoe d_;
   int sm_count_ = 0;
   int l2_bytes_ = 0;

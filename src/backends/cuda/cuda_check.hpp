@@ -1,7 +1,10 @@
 // cuda/cuda_check.hpp — checked CUDA runtime calls and an owning device buffer.
 //
 // Every CUDA call in the cuda and cublas backends goes through MOERUN_CUDA_CHECK: a failure throws
-// moerun::Error{kDevice} naming the call, the error's name and text, and the file and line.
+// moerun::Error{kDevice} naming the call, the error's name and text, and the file and line. The
+// runtime also keeps a failed call's error as the thread's last error, which the kernel launchers read
+// after their launches (cudaGetLastError): throw_cuda clears it, so that after a caught failure (out of
+// device memory at a large M, say) the next forward on the thread does not fail on the old error.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +17,7 @@
 namespace moerun::cuda_detail {
 
 [[noreturn]] inline void throw_cuda(cudaError_t err, const char* call, const char* file, int line) {
+  (void)cudaGetLastError();  // (a sticky error stays: every later call reports it, as it should)
   throw_error(ErrorKind::kDevice, std::string("CUDA call ") + call + " failed with " +
                                       cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
                                       ") at " + file + ":" + std::to_string(line));
@@ -70,6 +74,34 @@ class DeviceScope {
 
  private:
   int saved_ = 0;
+};
+
+// DeviceScope for teardown, which must not throw: declared as an object's first member, so that it is
+// destroyed last, and entered at the top of the object's destructor, it makes the object's device
+// current while the destructor body and every later member free their memory, streams and handles
+// (cublasDestroy synchronizes the current device; a cudaFree on a thread that never used CUDA would
+// create a context on device 0), then restores the caller's device.
+class TeardownDevice {
+ public:
+  TeardownDevice() = default;
+  TeardownDevice(const TeardownDevice&) = delete;
+  TeardownDevice& operator=(const TeardownDevice&) = delete;
+  void enter(int device) noexcept {  // (a failure of its own is cleared, not left for the caller's next check)
+    if (cudaGetDevice(&saved_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (saved_ == device) return;
+    entered_ = cudaSetDevice(device) == cudaSuccess;
+    if (!entered_) (void)cudaGetLastError();
+  }
+  ~TeardownDevice() {
+    if (entered_ && cudaSetDevice(saved_) != cudaSuccess) (void)cudaGetLastError();
+  }
+
+ private:
+  int saved_ = 0;
+  bool entered_ = false;
 };
 
 }  // namespace moerun::cuda_detail

@@ -165,6 +165,18 @@ DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index,
   if (device_ < 0 || device_ >= count)
     throw_error(ErrorKind::kInvalidArgument, "cuda: RunnerOptions::device_index " + std::to_string(device_) +
                                                  ", but this machine has " + std::to_string(count) + " CUDA devices");
+  // The kernels are built for sm_90a alone. supports() judged the platform's first GPU; the runner's
+  // may be another (RunnerOptions::device_index), so its own compute capability is checked here, before
+  // a launch would fail with "no kernel image".
+  int major = 0, minor = 0;
+  MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+  MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
+  if (major != 9 || minor != 0)
+    throw_error(ErrorKind::kUnsupported, "cuda: device " + std::to_string(device_) + " is sm" + std::to_string(major) +
+                                             std::to_string(minor) + "; this build's kernels run on sm90 (Hopper) only");
+  if (spec.parallel.tp != 1 || spec.parallel.ep != 1)
+    throw_error(ErrorKind::kUnsupported, "cuda: tensor or expert parallel shards (tp = " + std::to_string(spec.parallel.tp) +
+                                             ", ep = " + std::to_string(spec.parallel.ep) + ") are not supported");
   const DeviceScope scope(device_);  // (the caller's current device back afterwards)
   elem_ = elem_of(spec.act_dtype);
   E_ = spec.num_experts;
@@ -172,13 +184,11 @@ DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index,
   H_ = spec.hidden;
   I_ = spec.intermediate;
   R_ = spec.w13_rows();
-  // The small tensors' shapes (the kernels read E, E x H, H floats from them): create_runner can be
-  // called without MoeLayer's check_weights.
-  check_weight_tensors(spec, w);
+  // Every stack's and small tensor's shape, format and byte count (the uploads copy what the spec says
+  // the kernels read): create_runner can be called without MoeLayer's check.
   check_matrix(w.w13, spec.weight_format, "w13");
   check_matrix(w.w2, spec.weight_format, "w2");
-  if (w.w13.experts != E_ || w.w13.rows != R_ || w.w13.cols != H_ || w.w2.rows != H_ || w.w2.cols != I_)
-    throw_error(ErrorKind::kInvalidArgument, "cuda: expert weight shapes do not match the spec");
+  check_weights(spec, w);
   // Gated: w13 (and its bias) in the row order the runner's kernels read; not gated: as given.
   const cuda_kernels::GateUpLayout given = spec_gate_up_layout(spec);
   gate_up_ = spec.activation.gated() ? gate_up : cuda_kernels::GateUpLayout::kHalves;
@@ -193,7 +203,7 @@ DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index,
   if (spec.routing.correction_bias) upload_view(corr, w.correction_bias.view(), "correction_bias");
   if (!w.router_weight.empty()) upload_view(router_w, w.router_weight.view(), "router_weight");
   if (spec.router_bias && !w.router_bias.empty()) upload_view(router_b, w.router_bias.view(), "router_bias");
-  if (spec.shared.count > 0) {
+  if (spec.shared.count > 0) {  // (check_weights: [1, 2 Is, H] and [1, H, Is])
     check_matrix(w.shared_w13, spec.weight_format, "shared_w13");
     check_matrix(w.shared_w2, spec.weight_format, "shared_w2");
     Rs_ = static_cast<int>(w.shared_w13.rows);
@@ -206,13 +216,17 @@ DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index,
 }
 
 DeviceMoe::~DeviceMoe() {
+  teardown_.enter(device_);
   if (own_stream_) cudaStreamDestroy(own_stream_);
   for (void* p : retired_) cudaFree(p);
 }
 
 bool DeviceMoe::grow(DeviceBuffer& b, size_t bytes) {
   if (bytes <= b.capacity()) return false;
-  if (captured_ && b.get()) retired_.push_back(b.detach());
+  if (captured_ && b.get()) {
+    retired_.reserve(retired_.size() + 1);  // (so that push_back cannot throw with the allocation detached)
+    retired_.push_back(b.detach());
+  }
   return b.reserve(bytes);
 }
 
@@ -275,7 +289,11 @@ void DeviceMoe::reserve(int64_t m, cudaStream_t s, size_t scratch_bytes, bool ro
   const size_t aws = cuda_kernels::align_workspace_bytes(static_cast<int64_t>(rows), E_);
   // Zero on first use, ordered before this call's alignment on its stream (a plain cudaMemset goes to
   // the legacy stream, which a non-blocking stream does not wait for).
-  if (aws && grow(align_ws, aws)) MOERUN_CUDA_CHECK(cudaMemsetAsync(align_ws.get(), 0, aws, s));
+  if (aws && grow(align_ws, aws)) {
+    const cudaError_t e = cudaMemsetAsync(align_ws.get(), 0, aws, s);
+    if (e != cudaSuccess) align_ws.release();  // (the next call allocates and zeroes it again)
+    MOERUN_CUDA_CHECK(e);
+  }
   grow(inter_buf, rows * I_ * es);
   grow(rows_buf, static_cast<size_t>(rm) * K_ * H_ * 4);
   if (Is_ > 0) {
@@ -303,10 +321,29 @@ DeviceMoe::Call DeviceMoe::begin(const ForwardArgs& args, int block_m, size_t sc
         throw_error(ErrorKind::kInvalidArgument, "cuda: a tensor on CUDA device " + std::to_string(v->device_index) +
                                                      ", but this runner's weights are on device " + std::to_string(device_));
   MOERUN_CUDA_CHECK(cudaSetDevice(device_));
+  // The launchers read the thread's last error after each launch: one that the caller's own failed CUDA
+  // call left there (its return value already told the caller) would otherwise fail this forward.
+  (void)cudaGetLastError();
   c.stream = c.host ? own_stream_ : static_cast<cudaStream_t>(args.stream);
   if (c.m == 0) return c;
-  if (elem_of(args.hidden.dtype) != elem_)
-    throw_error(ErrorKind::kInvalidArgument, "cuda: hidden dtype differs from the spec's act_dtype");
+  // What MoeLayer checks, again for a runner called directly: a kernel given the wrong element type, or
+  // top-k ids without their weights (a null pointer on the device), would not fail cleanly.
+  const auto is = [](const TensorView& v, DType t) { return v.empty() || v.dtype == t; };
+  if (args.hidden.dtype != spec_.act_dtype || args.output.dtype != spec_.act_dtype)
+    throw_error(ErrorKind::kInvalidArgument, "cuda: hidden and output must be " + std::string(dtype_name(spec_.act_dtype)) +
+                                                 " (the spec's act_dtype)");
+  if (args.topk_ids.empty() != args.topk_weights.empty() || !is(args.topk_ids, DType::kI32) ||
+      !is(args.topk_weights, DType::kF32) || !is(args.router_logits, DType::kF32))
+    throw_error(ErrorKind::kInvalidArgument,
+                "cuda: topk_ids (I32) and topk_weights (F32) come together, router_logits are F32");
+  // Device tensors: output must not overlap hidden (layer.hpp). The combine of a router-gated shared
+  // expert re-reads a token's hidden row in every block while other blocks write its output row.
+  if (!c.host) {
+    const size_t bytes = static_cast<size_t>(c.m) * H_ * elem_size(elem_);
+    const auto h0 = reinterpret_cast<uintptr_t>(args.hidden.data), o0 = reinterpret_cast<uintptr_t>(args.output.data);
+    if (h0 < o0 + bytes && o0 < h0 + bytes)
+      throw_error(ErrorKind::kInvalidArgument, "cuda: output overlaps hidden; give the output its own memory");
+  }
   reserve(c.m, c.stream, scratch_bytes, rows_f32);
   if (!captured_) {
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;

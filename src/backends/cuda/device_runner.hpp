@@ -95,6 +95,10 @@ class DeviceMoe {
   // Row order of w13 and b13 on the device (gated activations; non-gated: kHalves, unused).
   cuda_kernels::GateUpLayout gate_up_layout() const noexcept { return gate_up_; }
 
+ private:
+  TeardownDevice teardown_;  // first: destroyed last, after the buffers below (cuda_check.hpp)
+
+ public:
   // Weights.
   DeviceBuffer w13, w2, b13, b2, corr, router_w, router_b, sw13, sw2, sgate;
   // Workspaces (sized for capacity() tokens).
