@@ -123,7 +123,9 @@ class Runner {
   // must be finished (synchronized) before one. Different CUDA runners may run on different threads,
   // but a forward that grows its workspaces allocates and synchronizes the device, which a capture in
   // cudaStreamCaptureModeGlobal on another thread forbids (the capture is invalidated): capture in
-  // cudaStreamCaptureModeThreadLocal there, or warm every runner up before any capture starts.
+  // cudaStreamCaptureModeThreadLocal there, or warm every runner up before any capture starts. A
+  // CUDA runner's forward starts by clearing the calling thread's last CUDA error (cudaGetLastError):
+  // check your own kernel launches before calling it.
   // The built-in backends are bitwise reproducible: with the same MOERUN_* settings, the same inputs
   // give the same output bits on every call of a runner, whatever calls of other sizes ran between
   // (cpu also across thread counts). cublas as far as cuBLAS promises it: one GPU and toolkit, and no

@@ -29,8 +29,9 @@ class MoeLayer {
   // allow it, the CUDA ones do not (their combine re-reads hidden for a router-gated shared expert
   // while other blocks write output). A failure inside the backend is an Error naming it (kInternal
   // for a built-in backend, kPlugin for one registered from outside); running out of host memory is
-  // std::bad_alloc, out of device memory an Error{kDevice} naming cudaErrorMemoryAllocation, after
-  // which the layer stays usable (a call that fits runs). One call at a time per layer: on CUDA, order calls on different streams
+  // std::bad_alloc, out of device memory an Error{kDevice} naming cudaErrorMemoryAllocation (or
+  // cuBLAS's CUBLAS_STATUS_ALLOC_FAILED), after which the layer stays usable (a call that fits runs).
+  // A CUDA forward clears the thread's last CUDA error first (Runner::forward). One call at a time per layer: on CUDA, order calls on different streams
   // (Runner::forward). The built-in CPU backends serialize calls from several threads; other layers
   // run at the same time.
   void forward(const ForwardArgs& args);

@@ -137,7 +137,7 @@ LaunchMatrixResult run_launch_matrix(const Registry& registry, const LaunchMatri
               if (it == runs.end()) {
                 it = runs.emplace(key, verify_layer(*sel.chosen, here, small, o.tokens, o.seed + runs.size())).first;
                 if (o.progress && runs.size() % 25 == 0)
-                  o.progress("check: " + std::to_string(combos) + " combinations, " + std::to_string(runs.size()) + " forwards run");
+                  o.progress("check: " + std::to_string(combos) + " combinations, " + std::to_string(runs.size()) + " layers run");
               }
               const VerifyResult& v = it->second;
               if (v.passed) continue;

@@ -36,7 +36,10 @@ namespace moerun {
 //   session 43, seed 13). That is as much as skipping the quantization costs, so no bound can tell
 //   the two apart at these dtypes: fp8 is held to 5e-2 and int8 to the dtype's own bound (bf16
 //   1.5e-2, f16 1e-2), and the f32 cases of the same specs are the ones that catch a backend that
-//   skips the quantization.
+//   skips the quantization. The normalized max error of one output element can move by a whole step
+//   of the intermediate element that dominates it, up to 1/8 of that term for e4m3: fp8's is held to
+//   1.25e-1 (at 6e-2 it failed 1 case in over 10^5: session 54, seed 14923874746823924602, relu2
+//   squaring the dominant term, 6.2% of max|ref|, the relative L2 at 1.5%).
 // Routing is exact only where a backend computes the same logits: with logits from the router weight
 // (RoutingPattern::kFromWeights) a backend that sums them in another order (the GPU's router linear
 // sums in float, the host's in double) can flip two experts whose logits differ by about 1e-6, and
@@ -49,7 +52,7 @@ Tolerance tolerance_for(const MoeSpec& spec) {
     default: t = {2.5e-2, 1.5e-2}; break;  // BF16
   }
   const bool f32 = spec.act_dtype == DType::kF32;
-  if (spec.act_quant == ActQuant::kFp8PerTokenGroup) t = f32 ? Tolerance{4e-2, 3e-2} : Tolerance{6e-2, 5e-2};
+  if (spec.act_quant == ActQuant::kFp8PerTokenGroup) t = f32 ? Tolerance{4e-2, 3e-2} : Tolerance{1.25e-1, 5e-2};
   if (spec.act_quant == ActQuant::kInt8PerTokenGroup)
     t = f32 ? Tolerance{1e-2, 3e-3} : Tolerance{std::max(t.max_normalized, 2.5e-2), std::max(t.rel_l2, 1e-2)};
   return t;

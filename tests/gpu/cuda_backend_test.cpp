@@ -2669,6 +2669,8 @@ TEST(CudaBackend, OutOfDeviceMemoryIsAnErrorAndTheRunnerRecovers) {
       threw = true;
       EXPECT_EQ(e.kind(), ErrorKind::kDevice) << e.what();
       EXPECT_NE(std::string(e.what()).find("cudaErrorMemoryAllocation"), std::string::npos) << e.what();
+      // moerun's failure is not left as the thread's last error for the caller's next launch check
+      EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
     }
     for (void* p : hog) cudaFree(p);
     EXPECT_TRUE(threw) << "a forward of " << m << " tokens ran in about 32 MB of free device memory";
@@ -2678,8 +2680,10 @@ TEST(CudaBackend, OutOfDeviceMemoryIsAnErrorAndTheRunnerRecovers) {
   EXPECT_TRUE(close_to(out, want, tolerance_for(s)));
 }
 
-// Device tensors: output overlapping hidden is refused before anything runs (layer.hpp), and a runner
-// called directly refuses top-k ids without their weights.
+// Device tensors: output overlapping hidden is refused before anything runs (layer.hpp); output right
+// after hidden is not. A runner called directly refuses what MoeLayer would (top-k ids without their
+// weights, tensors of other dtypes, shards), naming the tensor, and still takes router logits of any
+// dtype beside given top-k (not read: routing is skipped).
 TEST(CudaBackend, OverlappingOutputAndLoneTopkIdsAreRefused) {
   REQUIRE_GPU();
   MoeSpec s = make_spec(8, 2, 128, 64);
@@ -2704,13 +2708,46 @@ TEST(CudaBackend, OverlappingOutputAndLoneTopkIdsAreRefused) {
   refused(a, "output overlaps hidden");
   a.output.data = static_cast<char*>(a.hidden.data) + 4 * s.hidden * 2;  // from the fifth row on
   refused(a, "output overlaps hidden");
+  {  // output starting right where hidden's rows end: not an overlap
+    const size_t bytes = static_cast<size_t>(5) * s.hidden * 2;
+    DeviceBuffer both(2 * bytes);
+    CK(cudaMemcpy(both.get(), d.hidden.get(), bytes, cudaMemcpyDeviceToDevice));
+    ForwardArgs b = d.args();
+    b.hidden.data = both.get();
+    b.output.data = both.get(bytes);
+    runner->forward(b);
+    CK(cudaDeviceSynchronize());
+  }
   const Inputs given = make_inputs(s, 5, 77, Route::kTopkGiven);
   HostTensor out(s.act_dtype, {5, s.hidden});
   ForwardArgs h = host_args(given, out);
   h.topk_weights = {};
-  refused(h, "come together");
+  refused(h, "topk_ids given without topk_weights");
+  h = host_args(given, out);
+  h.topk_weights.dtype = DType::kBF16;
+  refused(h, "topk_weights is BF16, expected F32");
+  h = host_args(given, out);
+  h.output.dtype = DType::kF16;
+  refused(h, "output is F16, expected BF16");
+  h = host_args(given, out);
+  HostTensor bf16_logits(DType::kBF16, {5, s.num_experts});
+  h.router_logits = bf16_logits.view();  // beside top-k: not read
+  runner->forward(h);
+  h.topk_ids = h.topk_weights = {};
+  refused(h, "router_logits is BF16, expected F32");
   runner->forward(d.args());  // the same runner, right arguments: runs
   CK(cudaDeviceSynchronize());
+  MoeSpec sharded = make_spec(8, 2, 128, 64);
+  sharded.parallel.ep = 2;
+  sharded.parallel.rank = 1;
+  sharded.validate();
+  try {
+    make_cuda_backend()->create_runner(sharded, random_weights(sharded, 78), sm90_platform(), {});
+    ADD_FAILURE() << "a runner for an ep = 2 shard";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expert parallel shards"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaBackend, CapabilitiesAreHonest) {

@@ -198,8 +198,8 @@ void run(const RunOptions& o) {
       HostTensor expect(spec.act_dtype, {m, spec.hidden});
       ForwardArgs ra = args;
       ra.output = expect.view();
-      // One reference forward, timed without its construction (which converts the weights), so the
-      // ratio compares forwards. With no tokens both are a few microseconds of bookkeeping: no ratio.
+      // One reference forward, timed alone (not the layer's planning and checks), so the ratio compares
+      // forwards. With no tokens both are a few microseconds of bookkeeping: no ratio.
       auto t1 = std::chrono::steady_clock::now();
       reference.forward(ra);
       const double ref_time = seconds_since(t1);

@@ -134,7 +134,7 @@ void add_check(CLI::App& root) {
       ->check(non_empty("PATH"));
   app->add_option("--preset", o->presets, "restrict to these presets")->check(non_empty("NAME"));
   app->add_option("--platform", o->platforms, "restrict to these platform descriptions")->check(non_empty("PLATFORM"));
-  app->add_option("--tokens", o->tokens, "tokens per scaled-down forward (--no-run plans without any)")
+  app->add_option("--tokens", o->tokens, "tokens of each scaled-down layer's first call (then 1 and 0 follow; --no-run plans without any)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app->add_flag("--no-run", o->no_run, "plan only; run no forward");
   app->callback([o] {

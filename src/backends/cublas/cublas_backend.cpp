@@ -32,16 +32,17 @@ class CublasRunner final : public Runner {
  public:
   CublasRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptions& o)
       : d_(spec, w, o.device_index, false, cuda_detail::spec_gate_up_layout(spec)) {  // w13 as given
-    const cuda_detail::DeviceScope scope(d_.device());  // (the handle binds to the current device)
+    on_device_.enter(d_.device());  // (the handle binds to the current device)
     MOERUN_CUBLAS_CHECK(cublasCreate(&handle_));
     const cudaError_t e = cudaMallocHost(&host_seg_, sizeof(int32_t) * (spec.num_experts + 1));
     if (e != cudaSuccess) {  // (the destructor of a constructor that throws does not run)
       cublasDestroy(handle_);
       MOERUN_CUDA_CHECK(e);
     }
+    on_device_.leave();
   }
   ~CublasRunner() override {
-    teardown_.enter(d_.device());  // (cublasDestroy synchronizes the current device)
+    on_device_.enter_noexcept(d_.device());  // (cublasDestroy synchronizes the current device)
     if (handle_) cublasDestroy(handle_);
     if (host_seg_) cudaFreeHost(host_seg_);
   }
@@ -153,7 +154,7 @@ class CublasRunner final : public Runner {
   }
 
  private:
-  cuda_detail::TeardownDevice teardown_;  // first: destroyed last (cuda_check.hpp)
+  cuda_detail::RunnerDevice on_device_;  // first: destroyed last (cuda_check.hpp)
   DeviceMoe d_;
   cublasHandle_t handle_ = nullptr;
   int32_t* host_seg_ = nullptr;

@@ -193,7 +193,7 @@ class CudaRunner final : public Runner {
  public:
   CudaRunner(const MoeSpec& spec, const MoeWeights& w, const RunnerOptions& o)
       : d_(spec, w, o.device_index, true, GateUpLayout::kBlocks8), sm_count_(device_sm_count(o.device_index)) {
-    const cuda_detail::DeviceScope scope(o.device_index);  // (the caller's current device back afterwards)
+    on_device_.enter(o.device_index);  // (the caller's device back at the end, or after the members if this throws)
     MOERUN_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes_, cudaDevAttrL2CacheSize, o.device_index));
     cutlass_ok_ = d_.elem() == Elem::kBF16 || d_.elem() == Elem::kF16;
     // Only the own mma tiles combine from the f32 rows, and by the rule (path_for_tpe) they take calls of
@@ -227,8 +227,9 @@ class CudaRunner final : public Runner {
         one_token_barrier_.upload(zero, sizeof(zero));
       }
     }
+    on_device_.leave();
   }
-  ~CudaRunner() override { teardown_.enter(d_.device()); }
+  ~CudaRunner() override { on_device_.enter_noexcept(d_.device()); }
 
   std::string variant_for(int64_t m) const override { return path_for(m).name(); }
 
@@ -728,11 +729,13 @@ class CudaRunner final : public Runner {
     cuda_detail::DeviceMoe::refuse_if_capturing(s, "this forward's split-K workspace (" + std::to_string(bytes) + " bytes)");
     MOERUN_CUDA_CHECK(cudaDeviceSynchronize());  // the old one may still be in use
     d_.grow(split_ws_, bytes);
-    MOERUN_CUDA_CHECK(cudaMemsetAsync(split_ws_.get(), 0, split_ws_.capacity(), s));
+    const cudaError_t e = cudaMemsetAsync(split_ws_.get(), 0, split_ws_.capacity(), s);
+    if (e != cudaSuccess) split_ws_.release();  // (unzeroed flags must not be kept: the next call grows it again)
+    MOERUN_CUDA_CHECK(e);
     return split_ws_.get();
   }
 
-  cuda_detail::TeardownDevice teardown_;  // first: destroyed last (cuda_check.hpp)
+  cuda_detail::RunnerDevice on_device_;  // first: destroyed last (cuda_check.hpp)
   DeviceMoe d_;
   int sm_count_ = 0;
   int l2_bytes_ = 0;

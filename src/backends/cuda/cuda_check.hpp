@@ -3,8 +3,9 @@
 // Every CUDA call in the cuda and cublas backends goes through MOERUN_CUDA_CHECK: a failure throws
 // moerun::Error{kDevice} naming the call, the error's name and text, and the file and line. The
 // runtime also keeps a failed call's error as the thread's last error, which the kernel launchers read
-// after their launches (cudaGetLastError): throw_cuda clears it, so that after a caught failure (out of
-// device memory at a large M, say) the next forward on the thread does not fail on the old error.
+// after their launches (cudaGetLastError): throw_cuda clears it, so that moerun's failure does not
+// surface again in the caller's own next launch check (a forward also clears it first:
+// DeviceMoe::begin).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -76,17 +77,27 @@ class DeviceScope {
   int saved_ = 0;
 };
 
-// DeviceScope for teardown, which must not throw: declared as an object's first member, so that it is
-// destroyed last, and entered at the top of the object's destructor, it makes the object's device
-// current while the destructor body and every later member free their memory, streams and handles
-// (cublasDestroy synchronizes the current device; a cudaFree on a thread that never used CUDA would
-// create a context on device 0), then restores the caller's device.
-class TeardownDevice {
+// The device an object's CUDA resources live on, current while they are made and freed. Declared as
+// the object's first member, so that it is destroyed last: enter() at the top of the constructor body
+// and leave() at its end make the device current while the constructor allocates; when the
+// constructor throws, or the object is destroyed (enter_noexcept() at the top of the destructor), the
+// caller's device comes back only after every later member has freed its memory, streams and handles
+// on the object's device (cublasDestroy synchronizes the current device; a cudaFree on a thread that
+// never used CUDA would create a context on device 0).
+class RunnerDevice {
  public:
-  TeardownDevice() = default;
-  TeardownDevice(const TeardownDevice&) = delete;
-  TeardownDevice& operator=(const TeardownDevice&) = delete;
-  void enter(int device) noexcept {  // (a failure of its own is cleared, not left for the caller's next check)
+  RunnerDevice() = default;
+  RunnerDevice(const RunnerDevice&) = delete;
+  RunnerDevice& operator=(const RunnerDevice&) = delete;
+  ~RunnerDevice() { leave(); }
+
+  void enter(int device) {
+    check(cudaGetDevice(&saved_), "cudaGetDevice(&saved_)", __FILE__, __LINE__);
+    if (saved_ == device) return;
+    check(cudaSetDevice(device), "cudaSetDevice(device)", __FILE__, __LINE__);
+    entered_ = true;
+  }
+  void enter_noexcept(int device) noexcept {  // (its own failure is cleared, not left for the caller's check)
     if (cudaGetDevice(&saved_) != cudaSuccess) {
       (void)cudaGetLastError();
       return;
@@ -95,8 +106,9 @@ class TeardownDevice {
     entered_ = cudaSetDevice(device) == cudaSuccess;
     if (!entered_) (void)cudaGetLastError();
   }
-  ~TeardownDevice() {
+  void leave() noexcept {
     if (entered_ && cudaSetDevice(saved_) != cudaSuccess) (void)cudaGetLastError();
+    entered_ = false;
   }
 
  private:

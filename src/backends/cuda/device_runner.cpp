@@ -177,7 +177,7 @@ DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index,
   if (spec.parallel.tp != 1 || spec.parallel.ep != 1)
     throw_error(ErrorKind::kUnsupported, "cuda: tensor or expert parallel shards (tp = " + std::to_string(spec.parallel.tp) +
                                              ", ep = " + std::to_string(spec.parallel.ep) + ") are not supported");
-  const DeviceScope scope(device_);  // (the caller's current device back afterwards)
+  on_device_.enter(device_);  // (the caller's device back at the end, or after the buffers if this throws)
   elem_ = elem_of(spec.act_dtype);
   E_ = spec.num_experts;
   K_ = spec.top_k;
@@ -213,10 +213,11 @@ DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index,
     if (spec.shared.gated_by_router) upload_view(sgate, w.shared_gate.view(), "shared_gate");
   }
   MOERUN_CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking));
+  on_device_.leave();
 }
 
 DeviceMoe::~DeviceMoe() {
-  teardown_.enter(device_);
+  on_device_.enter_noexcept(device_);
   if (own_stream_) cudaStreamDestroy(own_stream_);
   for (void* p : retired_) cudaFree(p);
 }
@@ -321,21 +322,28 @@ DeviceMoe::Call DeviceMoe::begin(const ForwardArgs& args, int block_m, size_t sc
         throw_error(ErrorKind::kInvalidArgument, "cuda: a tensor on CUDA device " + std::to_string(v->device_index) +
                                                      ", but this runner's weights are on device " + std::to_string(device_));
   MOERUN_CUDA_CHECK(cudaSetDevice(device_));
-  // The launchers read the thread's last error after each launch: one that the caller's own failed CUDA
-  // call left there (its return value already told the caller) would otherwise fail this forward.
+  // The launchers read the thread's last error after each launch, so an error pending from before the
+  // forward (a failed call of the caller's, or a kernel launch of the caller's not yet checked) would
+  // fail this forward: it is cleared here, as layer.hpp and backend.hpp say.
   (void)cudaGetLastError();
   c.stream = c.host ? own_stream_ : static_cast<cudaStream_t>(args.stream);
   if (c.m == 0) return c;
   // What MoeLayer checks, again for a runner called directly: a kernel given the wrong element type, or
-  // top-k ids without their weights (a null pointer on the device), would not fail cleanly.
-  const auto is = [](const TensorView& v, DType t) { return v.empty() || v.dtype == t; };
-  if (args.hidden.dtype != spec_.act_dtype || args.output.dtype != spec_.act_dtype)
-    throw_error(ErrorKind::kInvalidArgument, "cuda: hidden and output must be " + std::string(dtype_name(spec_.act_dtype)) +
-                                                 " (the spec's act_dtype)");
-  if (args.topk_ids.empty() != args.topk_weights.empty() || !is(args.topk_ids, DType::kI32) ||
-      !is(args.topk_weights, DType::kF32) || !is(args.router_logits, DType::kF32))
-    throw_error(ErrorKind::kInvalidArgument,
-                "cuda: topk_ids (I32) and topk_weights (F32) come together, router_logits are F32");
+  // top-k ids without their weights (a null pointer on the device), would not fail cleanly. (Router
+  // logits given beside top-k are not read: routing is skipped.)
+  const auto expect_dtype = [](const TensorView& v, DType t, const char* name) {
+    if (!v.empty() && v.dtype != t)
+      throw_error(ErrorKind::kInvalidArgument, std::string("cuda: ") + name + " is " + std::string(dtype_name(v.dtype)) +
+                                                   ", expected " + std::string(dtype_name(t)));
+  };
+  expect_dtype(args.hidden, spec_.act_dtype, "hidden");
+  expect_dtype(args.output, spec_.act_dtype, "output");
+  if (args.topk_ids.empty() != args.topk_weights.empty())
+    throw_error(ErrorKind::kInvalidArgument, std::string("cuda: ") + (args.topk_ids.empty() ? "topk_weights" : "topk_ids") +
+                                                 " given without " + (args.topk_ids.empty() ? "topk_ids" : "topk_weights"));
+  expect_dtype(args.topk_ids, DType::kI32, "topk_ids");
+  expect_dtype(args.topk_weights, DType::kF32, "topk_weights");
+  if (args.topk_ids.empty()) expect_dtype(args.router_logits, DType::kF32, "router_logits");
   // Device tensors: output must not overlap hidden (layer.hpp). The combine of a router-gated shared
   // expert re-reads a token's hidden row in every block while other blocks write its output row.
   if (!c.host) {

@@ -96,7 +96,7 @@ class DeviceMoe {
   cuda_kernels::GateUpLayout gate_up_layout() const noexcept { return gate_up_; }
 
  private:
-  TeardownDevice teardown_;  // first: destroyed last, after the buffers below (cuda_check.hpp)
+  RunnerDevice on_device_;  // first: destroyed last, after the buffers below (cuda_check.hpp)
 
  public:
   // Weights.
