@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 54, device call 4: the headline sweep (call1.sh's GPU steps 2-3) with the binaries of ff7c67c
-# (build-prebuilt; carry ["build-prebuilt"]), only where the card is an H200 (the headline's); on any
-# other card it stops at once, so that a machine of the wrong kind costs seconds.
+# Session 54, device call 4: the headline sweep (call1.sh's GPU steps 2-3) with the packed binaries
+# (build-prebuilt, their commit printed; carry ["build-prebuilt"]), only where the card is an H200 (the
+# headline's); on any other card it stops at once, so that a machine of the wrong kind costs seconds.
 set -uo pipefail
 DC_BUDGET=${CALL_BUDGET:-560} . tools/device-call-lib.sh
 B=/tmp/s54bin4
