@@ -219,6 +219,17 @@ def main():
         print(f"{'ok  ' if ok else 'FAIL'} {name}: normalized max error {err:.2e} vs NumPy transcription of the HF block")
         passed += ok
         failed += not ok
+    # Without --input, random hidden states are routed by the checkpoint's own router weight (not by
+    # random logits), and --verify holds the reference to the same routing.
+    d = os.path.join(work, "mixtral")
+    cmd = [moerun, "run", "--config", os.path.join(d, "config.json"), "--weights", os.path.join(d, "layer.safetensors"),
+           "--tokens", "3", "--iters", "1", "--verify"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    ok = r.returncode == 0 and "logits from the checkpoint's router weight" in r.stdout and " OK;" in r.stdout
+    print(f"{'ok  ' if ok else 'FAIL'} mixtral without --input: routed by its router weight and verified"
+          + ("" if ok else f" (exit {r.returncode}): {r.stdout.strip()[-400:]} {r.stderr.strip()[-400:]}"))
+    passed += ok
+    failed += not ok
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

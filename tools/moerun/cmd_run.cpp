@@ -141,6 +141,12 @@ void run(const RunOptions& o) {
     weights = std::make_shared<MoeWeights>(random_weights(spec, o.seed));
   }
   std::cerr << fmt::format("weights ready in {:.1f} s; preparing backend '{}'...\n", seconds_since(t0), plan.backend);
+  // A checkpoint's router routes its random hidden states (the layer computes the logits from the
+  // router weight, as the model does), not the uniform random logits drawn above for random weights.
+  if (!o.weights.empty() && o.input.empty() && m > 0 && !weights->router_weight.empty()) {
+    logits = HostTensor();
+    std::cout << "routing:   logits from the checkpoint's router weight (random hidden states, seed " << o.seed << ")\n";
+  }
 
   RunnerOptions ro;
   ro.threads = o.common.threads;
