@@ -37,8 +37,11 @@ struct HfModel {
   std::vector<std::string> caveats;
 };
 
-// Reads config.json (+ its quantization_config, or hf_quant_config.json beside it). Unknown fields
-// are ignored; a missing required one throws Error{kParse} naming it ("config.json: missing
+// Reads config.json (+ its quantization_config, or hf_quant_config.json beside it). Quantization
+// configs map onto moerun's weight formats as docs/formats.md tables them: per-tensor fp8/int8 scales
+// become per-channel rows of one value (gate and up differ), a recipe that quantizes the experts'
+// inputs where moerun does not adds a caveat, and exclusion lists must leave the experts of every MoE
+// layer in one format (else Error{kUnsupported}). Unknown fields are ignored; a missing required one throws Error{kParse} naming it ("config.json: missing
 // 'num_local_experts' (mixtral needs it)"); a model_type, activation, routing or quantization moerun does
 // not run is Error{kUnsupported} (the model types listing the supported ones). The
 // spec that comes back is validated (Error{kInvalidSpec} otherwise), for tp = ep = 1; a config with no
@@ -51,9 +54,10 @@ HfModel parse_hf_config(std::string_view config_json, std::string_view origin,
 std::vector<std::string> supported_model_types();
 
 // The checkpoint files a path names: a file itself; a model folder's shards, those the weight_map of its
-// model.safetensors.index.json lists (each must exist), else every *.safetensors in it; sorted. Throws
+// model.safetensors.index.json lists (each must exist), else every *.safetensors in it; the shards an
+// index file (*.safetensors.index.json) given itself lists; sorted. Throws
 // Error{kIo} for a path that is neither, a folder with no shard, or a listed shard that is missing, and
-// Error{kParse} for an index that is not a JSON object with a "weight_map" object of strings.
+// Error{kParse} for an index that is not a JSON object with a "weight_map" object of strings, or lists no shard.
 std::vector<std::string> checkpoint_files(const std::string& path);
 
 // Loads one MoE layer's tensors from checkpoint files under the model's own names, whatever the layer

@@ -24,8 +24,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -568,21 +570,213 @@ void apply_dtype(const Fields& f, MoeSpec& s) {
   }
 }
 
+// ---- which expert weights a quantization config covers ----------------------------------------------
+//
+// Quantization configs name the modules they leave alone (HF "modules_to_not_convert", ModelOpt
+// "exclude_modules", compressed-tensors "ignore") or those they quantize (compressed-tensors
+// "targets"). moerun holds one weight format per layer spec, so the expert weights of every MoE layer
+// must come out the same: all quantized by one scheme (the config's format), or none (the checkpoint
+// dtype's). Anything in between is refused by name; the loader's dtype checks catch what the names miss.
+
+// A module holding expert weights, under transformers' module name; `linear` when it is an nn.Linear
+// (what a compressed-tensors "Linear" target means): per-expert linears are, fused 3-D experts not.
+struct ExpertModule {
+  std::string name;
+  bool linear;
+};
+
+// The expert modules of MoE layer `layer`: routed experts 0 and E-1 (gate, up, down) and the shared
+// experts' linears, as the model's quantizers name them. Quantizers save Llama-4's routed experts one
+// linear per expert (the names the loader reads for its quantized checkpoints).
+std::vector<ExpertModule> expert_modules(const HfModel& m, int layer) {
+  const std::string L = (m.model_type == "llama4" ? "language_model.model.layers." : "model.layers.") +
+                        std::to_string(layer) + ".";
+  std::vector<ExpertModule> out;
+  auto per_expert = [&](const std::string& experts, std::initializer_list<const char*> linears) {
+    std::vector<int> ids{0};
+    if (m.spec.num_experts > 1) ids.push_back(m.spec.num_experts - 1);
+    for (int e : ids)
+      for (const char* l : linears) out.push_back({L + experts + "." + std::to_string(e) + "." + l, true});
+  };
+  auto shared = [&](const std::string& module, std::initializer_list<const char*> linears) {
+    if (m.spec.shared.count > 0)
+      for (const char* l : linears) out.push_back({L + module + "." + l, true});
+  };
+  const auto gate_up_down = {"gate_proj", "up_proj", "down_proj"};
+  switch (m.family) {
+    case HfFamily::kMixtral: per_expert("block_sparse_moe.experts", {"w1", "w3", "w2"}); break;
+    case HfFamily::kQwenMoe:
+      per_expert("mlp.experts", gate_up_down);
+      shared("mlp.shared_expert", gate_up_down);
+      break;
+    case HfFamily::kDeepseek:
+      per_expert("mlp.experts", gate_up_down);
+      shared("mlp.shared_experts", gate_up_down);
+      break;
+    case HfFamily::kLlama4:
+      per_expert("feed_forward.experts", gate_up_down);
+      shared("feed_forward.shared_expert", gate_up_down);
+      break;
+    case HfFamily::kGptOss: out.push_back({L + "mlp.experts", false}); break;
+    case HfFamily::kGranite:
+      out.push_back({L + "block_sparse_moe.input_linear", false});
+      out.push_back({L + "block_sparse_moe.output_linear", false});
+      shared("shared_mlp", {"input_linear", "output_linear"});
+      break;
+  }
+  return out;
+}
+
+// Glob match of the whole of `name` ('*' matches any run of characters), in O(|p| |name|).
+bool glob_match(std::string_view p, std::string_view name) {
+  size_t i = 0, j = 0, star = std::string_view::npos, mark = 0;
+  while (j < name.size()) {
+    if (i < p.size() && p[i] == '*') {
+      star = i++;
+      mark = j;
+    } else if (i < p.size() && p[i] == name[j]) {
+      ++i;
+      ++j;
+    } else if (star != std::string_view::npos) {
+      i = star + 1;
+      j = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (i < p.size() && p[i] == '*') ++i;
+  return i == p.size();
+}
+
+// An exclusion-list entry (HF modules_to_not_convert, ModelOpt exclude_modules) names a module when it
+// matches, as a glob, a run of whole dot-separated components of the module's name: a parent
+// ("model.layers.3.mlp", "model.layers.*.mlp*"), a tail ("experts.0.w1") or a run between ("mlp.experts").
+// That is transformers' substring test held to component boundaries ("model.layers.1" is not layer 10's).
+bool excludes(std::string_view pattern, std::string_view name) {
+  std::vector<size_t> starts{0}, ends;
+  for (size_t dot = name.find('.'); dot != std::string_view::npos; dot = name.find('.', dot + 1)) {
+    ends.push_back(dot);
+    starts.push_back(dot + 1);
+  }
+  ends.push_back(name.size());
+  for (size_t b : starts)
+    for (size_t e : ends)
+      if (e > b && glob_match(pattern, name.substr(b, e - b))) return true;
+  return false;
+}
+
+// A list of module-name patterns, read from a JSON array of strings.
+constexpr size_t kMaxPatterns = 1024, kMaxPatternLength = 256;
+std::vector<std::string> string_list(const Fields& f, std::string_view key) {
+  std::vector<std::string> out;
+  const json* v = f.find(key);
+  if (!v) return out;
+  if (!v->is_array()) f.wrong_type(key, "an array of strings", *v);
+  if (v->size() > kMaxPatterns) f.bad_value(key, fmt::format("has {} entries: at most {} are read", v->size(), kMaxPatterns));
+  for (const json& e : *v) {
+    if (!e.is_string()) f.wrong_type(key, "an array of strings", *v);
+    out.push_back(e.get<std::string>());
+    if (out.back().size() > kMaxPatternLength)
+      f.bad_value(key, fmt::format("has an entry of {} characters: at most {} are read", out.back().size(), kMaxPatternLength));
+  }
+  return out;
+}
+
+// The cost of matching `entries` against every expert module name of every MoE layer, in pattern
+// characters x names; a hostile config (thousands of layers, long patterns) must not buy seconds of
+// matching with it. Real configs stay under a tenth of the bound.
+void check_match_work(const Fields& f, const std::string& what, const std::vector<std::string>& entries, const HfModel& m,
+                      bool literal_is_cheap) {
+  constexpr double kMaxWork = 4e6;
+  double chars = 0;
+  for (const std::string& e : entries) chars += literal_is_cheap && e.rfind("re:", 0) != 0 ? 1.0 : static_cast<double>(e.size());
+  const double names = static_cast<double>(m.moe_layers.size()) *
+                       static_cast<double>(m.moe_layers.empty() ? 0 : expert_modules(m, m.moe_layers.front()).size());
+  if (chars * names > kMaxWork)
+    throw_error(ErrorKind::kUnsupported,
+                fmt::format("{}: {} hold {} entries ({} pattern characters) to match against {} expert module names: more "
+                            "than moerun checks ({} characters x names)",
+                            f.origin(), what, entries.size(), chars, names, kMaxWork));
+}
+
+// Which scheme each expert module of every MoE layer gets (-1: none, the module stays unquantized), as
+// one scheme for all of them; two different ones, or some modules quantized and some not, is
+// Error{kUnsupported} naming a module of each. `what` names the deciding fields for that message,
+// `scheme_name` a scheme.
+int one_scheme_for_experts(const HfModel& m, std::string_view origin, std::string_view what,
+                           const std::function<int(const ExpertModule&)>& scheme_of,
+                           const std::function<std::string(int)>& scheme_name) {
+  std::optional<std::pair<int, std::string>> first;
+  for (int layer : m.moe_layers)
+    for (const ExpertModule& mod : expert_modules(m, layer)) {
+      const int s = scheme_of(mod);
+      if (!first) {
+        first.emplace(s, mod.name);
+        continue;
+      }
+      if (s == first->first) continue;
+      auto describe = [&](int scheme, const std::string& name) {
+        return scheme < 0 ? name + " stays unquantized" : name + " is quantized by " + scheme_name(scheme);
+      };
+      throw_error(ErrorKind::kUnsupported,
+                  fmt::format("{}: {} give the expert weights of this model two formats ({}; {}): moerun reads one "
+                              "weight format for the routed and shared experts of every MoE layer",
+                              origin, what, describe(first->first, first->second), describe(s, mod.name)));
+    }
+  return first ? first->first : -1;
+}
+
+// An exclusion list (modules_to_not_convert, exclude_modules, ignore) that leaves the experts of every
+// MoE layer unquantized: true; of none: false; of some: Error (one_scheme_for_experts).
+bool experts_excluded(const HfModel& m, const Fields& q, std::initializer_list<std::string_view> keys) {
+  std::vector<std::string> patterns;
+  std::string what;
+  for (std::string_view k : keys) {
+    if (!q.has(k)) continue;
+    for (std::string& p : string_list(q, k)) patterns.push_back(std::move(p));
+    what += (what.empty() ? "'" : " and '") + q.prefix() + std::string(k) + "'";
+  }
+  if (patterns.empty()) return false;
+  check_match_work(q, what, patterns, m, false);
+  return one_scheme_for_experts(
+             m, q.origin(), what,
+             [&](const ExpertModule& mod) {
+               for (const std::string& p : patterns)
+                 if (excludes(p, mod.name)) return -1;
+               return 0;
+             },
+             [](int) { return std::string("the config"); }) < 0;
+}
+
+// What an engine does to the experts' inputs that moerun's weight-only emulation does not, as a caveat.
+std::string act_caveat(std::string_view recipe) {
+  return fmt::format("the checkpoint's recipe quantizes the experts' inputs ({}); moerun runs the layer weight-only "
+                     "(inputs in the activation dtype; --act-quant picks a quantization of its own), so outputs are "
+                     "near, not equal, to an engine's that quantizes them",
+                     recipe);
+}
+
 // A ModelOpt quantization block ({"quant_algo": "NVFP4", "group_size": 16, ...}), from
-// hf_quant_config.json's "quantization" or config.json's quantization_config.
-void apply_modelopt(const Fields& q, MoeSpec& s) {
+// hf_quant_config.json's "quantization" or config.json's quantization_config. Its FP8 keeps one scale
+// per linear; gate and up then differ, which fp8-per-channel holds exactly (rows of one value).
+void apply_modelopt(const Fields& q, HfModel& m) {
+  MoeSpec& s = m.spec;
   std::optional<std::string> algo = q.opt_string("quant_algo");
   if (!algo) return;  // only the KV cache is quantized: weights keep the checkpoint dtype
   if (*algo == "NVFP4") {
     int group = q.int_or("group_size", 16);
     if (group != 16) q.bad_value("group_size", fmt::format("= {}: NVFP4 uses groups of 16", group));
+    if (experts_excluded(m, q, {"exclude_modules", "ignore"})) return;
     // ModelOpt NVFP4 also quantizes GEMM inputs to fp4 (W4A4); moerun has no fp4 activation
     // quantization, so activations stay in act_dtype (weight-only emulation of the recipe).
     s.weight_format = WeightFormat::kNvfp4;
     s.act_quant = ActQuant::kNone;
+    m.caveats.push_back(act_caveat("NVFP4 W4A4: fp4 codes, a static global scale and e4m3 scales per 16 columns"));
   } else if (*algo == "FP8") {
-    s.weight_format = WeightFormat::kFp8PerTensor;  // ModelOpt FP8: one scale per weight tensor
+    if (experts_excluded(m, q, {"exclude_modules", "ignore"})) return;
+    s.weight_format = WeightFormat::kFp8PerChannel;
     s.act_quant = ActQuant::kNone;
+    m.caveats.push_back(act_caveat("FP8 with a static per-tensor input scale"));
   } else {
     throw_error(ErrorKind::kUnsupported,
                 one_line(fmt::format("{}: '{}quant_algo' = \"{}\" is not supported; supported: NVFP4, FP8",
@@ -590,22 +784,251 @@ void apply_modelopt(const Fields& q, MoeSpec& s) {
   }
 }
 
+// ---- compressed-tensors (llm-compressor exports: RedHatAI's FP8-dynamic, W8A8, FP8-block, NVFP4) -------
+
+// A compressed-tensors target or ignore entry: "re:<pattern>" matches a module whose name the pattern
+// matches from its start (Python's re.match), a class name ("Linear") the modules of that class, any
+// other string the module of that exact name. Where several targets match one module, compressed-
+// tensors takes the most specific: an exact name, then a pattern, then a class.
+class CtMatcher {
+ public:
+  enum Rank { kNone = 0, kClass = 1, kPattern = 2, kName = 3 };
+
+  CtMatcher(const Fields& q, std::string_view key, const std::string& entry) : entry_(entry) {
+    if (entry.rfind("re:", 0) != 0) return;
+    auto refuse = [&](const std::string& why) {
+      throw_error(ErrorKind::kUnsupported, one_line(fmt::format("{}: '{}{}' entry \"{}\" {}", q.origin(), q.prefix(), key,
+                                                                entry.substr(0, 60), why)));
+    };
+    // Python's syntax, translated where ECMAScript spells it otherwise (\A, \Z) and refused where a
+    // letter escape would silently mean the letter. std::regex backtracks by default: a hostile pattern
+    // ((a*)*b) would cost exponential time. libstdc++'s __polynomial runs it as an automaton instead;
+    // elsewhere a pattern may have few quantifiers and none on a group. Counted repetition multiplies
+    // the automaton: at most two, of at most 16.
+    std::string pattern;
+    int quantifiers = 0, counted = 0;
+    bool on_group = false;
+    const std::string_view src = std::string_view(entry).substr(3);
+    for (size_t i = 0; i < src.size(); ++i) {
+      const char c = src[i];
+      if (c == '\\' && i + 1 < src.size()) {
+        const char e = src[++i];
+        if (e == 'A') pattern += '^';
+        else if (e == 'Z') pattern += '$';
+        else if (std::isalpha(static_cast<unsigned char>(e)) && std::string_view("dDwWsSbBfnrtv").find(e) == std::string_view::npos)
+          refuse(fmt::format("uses \\{}, which moerun's regular expressions do not read", e));
+        else pattern += {c, e};
+        continue;
+      }
+      if (c == '*' || c == '+' || c == '?') {
+        ++quantifiers;
+        on_group = on_group || (i > 0 && src[i - 1] == ')');
+      }
+      if (c == '{') {
+        const size_t close = src.find('}', i);
+        const std::string_view body = src.substr(i + 1, close == std::string_view::npos ? 0 : close - i - 1);
+        int bound = 0;
+        for (char d : body)
+          if (d >= '0' && d <= '9') bound = std::min(bound * 10 + (d - '0'), 1000);
+        if (++counted > 2 || bound > 16) refuse("repeats more than moerun checks (at most two counted repetitions, of at most 16)");
+        ++quantifiers;
+      }
+      pattern += c;
+    }
+#if defined(__GLIBCXX__)
+    constexpr auto kFlags = std::regex::ECMAScript | std::regex_constants::__polynomial;
+    (void)on_group;
+#else
+    constexpr auto kFlags = std::regex::ECMAScript;
+    if (quantifiers > 4 || on_group) refuse("has more than 4 quantifiers or one on a group, which moerun does not check here");
+#endif
+    try {
+      regex_.emplace(pattern, kFlags);
+    } catch (const std::regex_error& e) {
+      refuse(fmt::format("is not a regular expression moerun reads ({})", e.what()));
+    }
+  }
+
+  Rank match(const ExpertModule& mod) const {
+    if (regex_) return std::regex_search(mod.name, *regex_, std::regex_constants::match_continuous) ? kPattern : kNone;
+    if (entry_ == mod.name) return kName;
+    return entry_ == "Linear" && mod.linear ? kClass : kNone;
+  }
+
+ private:
+  std::string entry_;
+  std::optional<std::regex> regex_;
+};
+
+// compressed-tensors' QuantizationArgs.strategy; absent, it follows from group_size (> 0: group, -1:
+// channel), else tensor.
+std::string strategy_of(const Fields& a) {
+  if (auto st = a.opt_string("strategy")) return *st;
+  if (auto gs = a.opt_int("group_size")) {
+    if (*gs > 0) return "group";
+    if (*gs == -1) return "channel";
+    a.bad_value("group_size", fmt::format("= {}: without a strategy it must be > 0 or -1", *gs));
+  }
+  return "tensor";
+}
+
+// One quantization args block ("weights" or "input_activations") in words, for messages and caveats.
+std::string describe_args(const Fields& a) {
+  const json* dyn = a.find("dynamic");
+  std::string how = !dyn ? "static" : dyn->is_boolean() ? (dyn->get<bool>() ? "dynamic" : "static") : short_dump(*dyn);
+  const std::string strategy = strategy_of(a);
+  std::string gs = strategy.find("group") != std::string::npos && a.has("group_size")
+                       ? fmt::format(" of {}", a.int_or("group_size", 0)) : "";
+  return fmt::format("{} {}-bit, {}{}{}, {}", a.string_or("type", "int"), a.int_or("num_bits", 8), strategy, gs,
+                     a.bool_or("symmetric", true) ? "" : ", asymmetric", how);
+}
+
+// quant_method "compressed-tensors": config_groups of {targets, weights, input_activations, format},
+// an ignore list, and a storage format. The group that covers the expert linears decides the layer's
+// format; groups that quantize alike count as one.
+void apply_compressed_tensors(const Fields& q, HfModel& m) {
+  MoeSpec& s = m.spec;
+  const json* groups = q.opt_object("config_groups");
+  if (!groups) q.missing("config_groups");
+  if (groups->size() > 256) q.bad_value("config_groups", fmt::format("has {} groups: at most 256 are read", groups->size()));
+  struct Group {
+    std::string name;
+    std::vector<std::string> target_entries;
+    std::vector<CtMatcher> targets;
+    const json* weights;
+    const json* inputs;
+    std::string format;
+    int scheme;  // the first group that quantizes alike
+  };
+  const std::string top_format = q.string_or("format", "");
+  std::vector<Group> gs;
+  std::vector<std::string> entries = string_list(q, "ignore");
+  for (const auto& [name, g] : groups->items()) {
+    if (g.is_null()) continue;  // null counts as absent
+    if (!g.is_object()) q.wrong_type("config_groups." + name, "an object", g);
+    Fields gf(g, q.origin(), q.model_type(), q.prefix() + "config_groups." + name + ".");
+    if (!gf.has("targets")) gf.missing("targets");
+    Group grp{name, string_list(gf, "targets"), {}, gf.opt_object("weights"), gf.opt_object("input_activations"),
+              top_format == "mixed-precision" ? gf.string_or("format", "") : top_format, 0};
+    entries.insert(entries.end(), grp.target_entries.begin(), grp.target_entries.end());
+    gs.push_back(std::move(grp));
+  }
+  check_match_work(q, fmt::format("'{}config_groups' and '{}ignore'", q.prefix(), q.prefix()), entries, m, true);
+  std::vector<CtMatcher> ignore;
+  for (const std::string& e : string_list(q, "ignore")) ignore.emplace_back(q, "ignore", e);
+  for (size_t g = 0; g < gs.size(); ++g) {
+    Fields gf(*groups->find(gs[g].name), q.origin(), q.model_type(), q.prefix() + "config_groups." + gs[g].name + ".");
+    for (const std::string& e : gs[g].target_entries) gs[g].targets.emplace_back(gf, "targets", e);
+    const auto same = [](const json* x, const json* y) { return x == y || (x && y && *x == *y); };
+    gs[g].scheme = static_cast<int>(g);
+    for (size_t h = 0; h < g; ++h)
+      if (same(gs[h].weights, gs[g].weights) && same(gs[h].inputs, gs[g].inputs) && gs[h].format == gs[g].format) {
+        gs[g].scheme = gs[h].scheme;
+        break;
+      }
+  }
+  const int chosen = one_scheme_for_experts(
+      m, q.origin(), fmt::format("'{}config_groups' and '{}ignore'", q.prefix(), q.prefix()),
+      [&](const ExpertModule& mod) {
+        for (const CtMatcher& i : ignore)
+          if (i.match(mod) != CtMatcher::kNone) return -1;
+        // The most specific target wins; groups tied at that rank must quantize alike.
+        int best = CtMatcher::kNone, found = -1;
+        for (size_t g = 0; g < gs.size(); ++g) {
+          int rank = CtMatcher::kNone;
+          for (const CtMatcher& t : gs[g].targets) rank = std::max(rank, static_cast<int>(t.match(mod)));
+          if (rank == CtMatcher::kNone || rank < best) continue;
+          if (rank > best || found < 0) {
+            best = rank;
+            found = static_cast<int>(g);
+          } else if (gs[g].scheme != gs[static_cast<size_t>(found)].scheme) {
+            throw_error(ErrorKind::kUnsupported,
+                        one_line(fmt::format("{}: {} matches the targets of '{}config_groups.{}' and of "
+                                             "'{}config_groups.{}' alike, which quantize differently",
+                                             q.origin(), mod.name, q.prefix(), gs[static_cast<size_t>(found)].name,
+                                             q.prefix(), gs[g].name)));
+          }
+        }
+        return found >= 0 && gs[static_cast<size_t>(found)].weights ? gs[static_cast<size_t>(found)].scheme : -1;
+      },
+      [&](int scheme) { return "'" + gs[static_cast<size_t>(scheme)].name + "'"; });
+  if (chosen < 0) return;  // the experts are stored in the checkpoint dtype
+
+  const Group& g = gs[static_cast<size_t>(chosen)];
+  const std::string gp = q.prefix() + "config_groups." + g.name + ".";
+  Fields w(*g.weights, q.origin(), q.model_type(), gp + "weights.");
+  const std::string type = w.string_or("type", "int"), strategy = strategy_of(w);
+  const int bits = w.int_or("num_bits", 8);
+  const bool symmetric = w.bool_or("symmetric", true);
+  auto unsupported = [&](std::string_view why) {
+    throw_error(ErrorKind::kUnsupported,
+                one_line(fmt::format("{}: '{}weights' = {} ({}): {}; moerun reads 8-bit float weights (tensor, channel "
+                                     "or 128x128 block scales), 8-bit symmetric int weights (tensor or channel) and "
+                                     "NVFP4 (4-bit float, tensor_group of 16)",
+                                     q.origin(), gp, describe_args(w), g.name, why)));
+  };
+  const bool nvfp4 = type == "float" && bits == 4 && strategy == "tensor_group" && w.int_or("group_size", 0) == 16;
+  if (bits != 8 && !nvfp4) unsupported(fmt::format("{}-bit weights of this kind are not a moerun format", bits));
+  if (!symmetric) unsupported("zero points are not read");
+  if (nvfp4) {
+    s.weight_format = WeightFormat::kNvfp4;  // weight_packed, e4m3 weight_scale, weight_global_scale (a divisor)
+  } else if (type == "float") {
+    if (strategy == "tensor" || strategy == "channel") {
+      s.weight_format = WeightFormat::kFp8PerChannel;  // a per-tensor scale is held as rows of one value
+    } else if (strategy == "block") {
+      const std::vector<int> block = w.opt_int_list("block_structure").value_or(std::vector<int>{});
+      if (block != std::vector<int>{128, 128}) unsupported("block_structure must be [128, 128]");
+      s.weight_format = WeightFormat::kFp8Block;
+    } else {
+      unsupported("strategy '" + strategy + "' is not read for float weights");
+    }
+  } else if (type == "int") {
+    if (strategy != "tensor" && strategy != "channel") unsupported("strategy '" + strategy + "' is not read for int weights");
+    s.weight_format = WeightFormat::kInt8PerChannel;
+  } else {
+    unsupported("type '" + type + "' is not read");
+  }
+  const bool format_ok = nvfp4 ? g.format == "nvfp4-pack-quantized"
+                               : g.format == "float-quantized" || g.format == "int-quantized" || g.format == "naive-quantized";
+  if (!g.format.empty() && !format_ok)
+    throw_error(ErrorKind::kUnsupported,
+                one_line(fmt::format("{}: the format of '{}' = \"{}\" is not read for these weights; supported: {}",
+                                     q.origin(), gp.substr(0, gp.size() - 1), g.format,
+                                     nvfp4 ? "nvfp4-pack-quantized" : "float-quantized, int-quantized, naive-quantized")));
+
+  s.act_quant = ActQuant::kNone;
+  if (!g.inputs) return;
+  Fields a(*g.inputs, q.origin(), q.model_type(), gp + "input_activations.");
+  const json* dyn = a.find("dynamic");
+  const bool dynamic = dyn && dyn->is_boolean() && dyn->get<bool>();
+  // DeepSeek's recipe exactly: fp8 per token per 128 columns, computed at run time.
+  if (s.weight_format == WeightFormat::kFp8Block && a.string_or("type", "int") == "float" && a.int_or("num_bits", 8) == 8 &&
+      strategy_of(a) == "group" && a.int_or("group_size", 0) == 128 && dynamic && a.bool_or("symmetric", true)) {
+    s.act_quant = ActQuant::kFp8PerTokenGroup;
+    return;
+  }
+  m.caveats.push_back(act_caveat(describe_args(a)));
+}
+
 // config.json "quantization_config".
-void apply_quantization_config(const json& qc, std::string_view origin, std::string_view model_type,
-                               MoeSpec& s) {
-  Fields q(qc, origin, model_type, "quantization_config.");
+void apply_quantization_config(const json& qc, std::string_view origin, HfModel& m) {
+  MoeSpec& s = m.spec;
+  Fields q(qc, origin, m.model_type, "quantization_config.");
   std::optional<std::string> method = q.opt_string("quant_method");
   if (!method) q.missing("quant_method");
   if (*method == "fp8") {
     // DeepSeek-V3/R1, Kimi-K2, Qwen3-FP8: e4m3 weights with one scale per 128x128 block, activations
     // quantized per token per 128 columns at run time. Without weight_block_size it is the per-tensor
-    // recipe (as vLLM reads it).
+    // recipe (as vLLM reads it): one scale per linear, so gate and up differ, which fp8-per-channel
+    // holds exactly (rows of one value).
     std::string fmt_name = q.string_or("fmt", "e4m3");
     if (fmt_name != "e4m3")
       throw_error(ErrorKind::kUnsupported,
                   fmt::format("{}: 'quantization_config.fmt' = \"{}\" is not supported; supported: e4m3", origin,
                               fmt_name));
     std::string scheme = q.string_or("activation_scheme", "dynamic");
+    if (scheme != "dynamic" && scheme != "static")
+      q.bad_value("activation_scheme", "= \"" + scheme + "\": expected \"dynamic\" or \"static\"");
     if (auto block = q.opt_int_list("weight_block_size")) {
       if (block->size() != 2 || (*block)[0] != 128 || (*block)[1] != 128)
         throw_error(ErrorKind::kUnsupported,
@@ -617,32 +1040,41 @@ void apply_quantization_config(const json& qc, std::string_view origin, std::str
                     one_line(fmt::format("{}: 'quantization_config.activation_scheme' = \"{}\" with block fp8: "
                                          "only \"dynamic\" is supported",
                                          origin, scheme)));
+      if (experts_excluded(m, q, {"modules_to_not_convert"})) return;
       s.weight_format = WeightFormat::kFp8Block;
       s.act_quant = ActQuant::kFp8PerTokenGroup;
     } else {
-      // Static per-tensor activation scales have no ActQuant counterpart: activations stay unquantized.
-      s.weight_format = WeightFormat::kFp8PerTensor;
+      if (experts_excluded(m, q, {"modules_to_not_convert"})) return;
+      s.weight_format = WeightFormat::kFp8PerChannel;
       s.act_quant = ActQuant::kNone;
+      m.caveats.push_back(act_caveat("fp8, one " + std::string(scheme == "static" ? "static" : "dynamic") +
+                                     " scale per tensor"));
     }
   } else if (*method == "mxfp4") {
+    if (experts_excluded(m, q, {"modules_to_not_convert"})) return;
     s.weight_format = WeightFormat::kMxfp4;  // gpt-oss: experts only; the router stays bf16
     s.act_quant = ActQuant::kNone;
   } else if (*method == "modelopt") {
     // Newer ModelOpt exports nest the block under "quantization"; older ones are flat.
     if (const json* inner = q.opt_object("quantization")) {
-      Fields qi(*inner, origin, model_type, "quantization_config.quantization.");
-      apply_modelopt(qi, s);
+      Fields qi(*inner, origin, m.model_type, "quantization_config.quantization.");
+      apply_modelopt(qi, m);
     } else {
-      apply_modelopt(q, s);
+      apply_modelopt(q, m);
     }
   } else if (*method == "fbgemm_fp8") {
     // Llama-4 Maverick FP8: e4m3 weights with one scale per output row.
+    if (experts_excluded(m, q, {"modules_to_not_convert"})) return;
     s.weight_format = WeightFormat::kFp8PerChannel;
     s.act_quant = ActQuant::kNone;
+    m.caveats.push_back(act_caveat("fp8, one dynamic scale per token"));
+  } else if (*method == "compressed-tensors") {
+    apply_compressed_tensors(q, m);
   } else {
     throw_error(ErrorKind::kUnsupported,
                 one_line(fmt::format("{}: 'quantization_config.quant_method' = \"{}\" is not supported; supported: "
-                                     "fp8 (block 128x128 or per-tensor), mxfp4, modelopt (NVFP4, FP8), fbgemm_fp8",
+                                     "fp8 (block 128x128 or per-tensor), mxfp4, modelopt (NVFP4, FP8), fbgemm_fp8, "
+                                     "compressed-tensors (8-bit float or int weights)",
                                      origin, *method)));
   }
 }
@@ -730,9 +1162,9 @@ HfModel parse_hf_config(std::string_view config_json, std::string_view origin,
     const json* q = qf.opt_object("quantization");
     if (!q) qf.missing("quantization");
     Fields qq(*q, qorigin, "hf_quant_config.json", "quantization.");
-    apply_modelopt(qq, m.spec);
+    apply_modelopt(qq, m);
   } else if (const json* qc = topf.opt_object("quantization_config")) {
-    apply_quantization_config(*qc, origin, m.model_type, m.spec);
+    apply_quantization_config(*qc, origin, m);
   }
   // What comes back is a layer moerun can plan: a config with no MoE layer, or one whose sizes no
   // spec takes (num_local_experts = 1e9, top-k above the experts), is refused here, by name.

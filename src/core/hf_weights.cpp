@@ -14,7 +14,8 @@
 //   scalar (the larger of the two, else the smaller). This works when the ratio is a power of two that
 //   keeps every code in range (the common case for amax-derived scalars that were synced or rounded).
 //   When no exact rewrite exists the load is refused with an Error naming both tensors and values; for
-//   fp8 the message points to fp8-per-channel, which holds per-tensor scalars exactly (broadcast rows).
+//   fp8 the message points to fp8-per-channel, which holds per-tensor scalars exactly (broadcast rows),
+//   and which is what read_hf_config makes of every per-tensor fp8 (and int8) checkpoint.
 // - Writing is the exact inverse for every (family, format) the loader reads. Router, bias and gate
 //   tensors are written as F32 so that a write -> load round trip is bit-exact; loaders accept F32, F16
 //   and BF16 for them.
@@ -241,7 +242,8 @@ FamilyNames family_names(HfFamily f) {
 enum class Storage {
   kPerExpert,         // <experts>.<e>.<linear>.weight (+ scale tensors) per expert
   kFusedGranite,      // input_linear.weight [E, 2I, H], output_linear.weight [E, H, I]
-  kFusedTransposed,   // gate_up_proj [E, H, 2I], down_proj [E, I, H] (gpt-oss, Llama-4), dense only
+  kFusedTransposed,   // gate_up_proj [E, H, 2I], down_proj [E, I, H] (gpt-oss, Llama-4), dense; Llama-4 fbgemm
+                      // fp8 adds gate_up_proj_scale [E, 1, 2I] and down_proj_scale [E, H, 1] (one per row)
   kGptOssMxfp4,       // gate_up_proj_blocks [E, 2I, H/32, 16] + _scales [E, 2I, H/32], down_proj likewise
 };
 
@@ -250,7 +252,10 @@ Storage storage_for(HfFamily f, WeightFormat w) {
     case HfFamily::kMixtral:
     case HfFamily::kQwenMoe:
     case HfFamily::kDeepseek: return Storage::kPerExpert;
-    case HfFamily::kLlama4: return is_dense(w) ? Storage::kFusedTransposed : Storage::kPerExpert;
+    // Meta's FP8 release (fbgemm_fp8) keeps the fused tensors with row scales; other quantizers
+    // (compressed-tensors, ModelOpt) save one linear per expert, which the loader finds by name.
+    case HfFamily::kLlama4:
+      return is_dense(w) || w == WeightFormat::kFp8PerChannel ? Storage::kFusedTransposed : Storage::kPerExpert;
     case HfFamily::kGptOss:
       if (is_dense(w)) return Storage::kFusedTransposed;
       if (w == WeightFormat::kMxfp4) return Storage::kGptOssMxfp4;
@@ -374,8 +379,9 @@ struct Piece {
   DType scale_dtype = DType::kF32;
   float tensor_scale = 1.0f;       // kTensor
   std::string scale_name;
-  float global = 1.0f;             // nvfp4 weight_scale_2
+  float global = 1.0f;             // nvfp4 weight_scale_2 (1 / compressed-tensors' weight_global_scale)
   std::string global_name;
+  float global_stored = 1.0f;      // the value global_name holds, for messages
   const uint8_t* bias = nullptr;   // optional float [n]
   DType bias_dtype = DType::kF32;
 };
@@ -562,7 +568,7 @@ void unify_scalars(Dest& d, int64_t e, const std::vector<Segment>& segs) {
     std::string which;
     for (const auto& s : segs) {
       if (!which.empty()) which += " and ";
-      which += (nv ? s.piece->global_name : s.piece->scale_name) + " = " + num(scalar(s));
+      which += (nv ? s.piece->global_name : s.piece->scale_name) + " = " + num(nv ? s.piece->global_stored : scalar(s));
     }
     throw_error(ErrorKind::kUnsupported,
                 which + " differ, and " +
@@ -581,7 +587,12 @@ class Loader {
  public:
   Loader(const HfModel& model, const Index& idx, std::string prefix, int layer)
       : model_(model), s_(model.spec), idx_(idx), p_(std::move(prefix) + "."), layer_(layer),
-        names_(family_names(model.family)), storage_(storage_for(model.family, model.spec.weight_format)) {}
+        names_(family_names(model.family)), storage_(storage_for(model.family, model.spec.weight_format)) {
+    // Llama-4 fp8-per-channel comes fused (fbgemm) or one linear per expert (compressed-tensors).
+    if (model.family == HfFamily::kLlama4 && storage_ == Storage::kFusedTransposed && !is_dense(s_.weight_format) &&
+        !idx_.find(p_ + names_.experts + ".gate_up_proj") && idx_.find(p_ + names_.experts + ".0." + names_.linear[1] + ".weight"))
+      storage_ = Storage::kPerExpert;
+  }
 
   MoeWeights load();
 
@@ -657,7 +668,9 @@ Piece Loader::linear(const std::string& base, int64_t n, int64_t k, bool with_bi
   p.name = base;
   p.n = n;
   p.k = k;
-  const std::string wname = base + ".weight";
+  // compressed-tensors names packed 4-bit codes weight_packed.
+  const bool packed = is_fp4(f) && !maybe(base + ".weight") && maybe(base + ".weight_packed");
+  const std::string wname = base + (packed ? ".weight_packed" : ".weight");
   const TensorView& w = need(wname);
   expect(w, {data_dtype(f)}, {is_fp4(f) ? Shape{n, k / 2} : Shape{n, k}}, wname);
   p.data = static_cast<const uint8_t*>(w.data);
@@ -672,7 +685,7 @@ Piece Loader::linear(const std::string& base, int64_t n, int64_t k, bool with_bi
     case WeightFormat::kInt8PerChannel: {
       p.scale_name = base + ".weight_scale";
       const TensorView& sv = need(p.scale_name);
-      if (f == WeightFormat::kFp8PerChannel && (sv.shape == Shape{} || (sv.shape == Shape{1} && n != 1))) {
+      if (sv.shape == Shape{} || (sv.shape == Shape{1} && n != 1)) {
         p.scale_kind = ScaleKind::kTensor;  // a per-tensor checkpoint, held exactly as rows of one value
         p.tensor_scale = scalar_of(sv, p.scale_name);
       } else {
@@ -708,7 +721,19 @@ Piece Loader::linear(const std::string& base, int64_t n, int64_t k, bool with_bi
       p.scale = static_cast<const uint8_t*>(sv.data);
       if (f == WeightFormat::kNvfp4) {
         p.global_name = base + ".weight_scale_2";
-        p.global = scalar_of(need(p.global_name), p.global_name);
+        if (!maybe(p.global_name) && maybe(base + ".weight_global_scale")) {
+          // compressed-tensors stores the global scale as a divisor (value = e2m1 * s / G); moerun keeps
+          // the multiplier 1 / G, as engines do, within half an ulp of dividing.
+          p.global_name = base + ".weight_global_scale";
+          const float G = scalar_of(need(p.global_name), p.global_name);
+          if (!(G > 0.0f) || !std::isfinite(G) || !std::isfinite(1.0f / G))
+            throw_error(ErrorKind::kFormat, p.global_name + " = " + num(G) + ": a global scale divisor must be positive, "
+                                            "finite and have a finite reciprocal");
+          p.global = 1.0f / G;
+          p.global_stored = G;
+        } else {
+          p.global = p.global_stored = scalar_of(need(p.global_name), p.global_name);
+        }
       }
       break;
     }
@@ -761,6 +786,15 @@ std::vector<Piece> Loader::expert_pieces(int64_t e) const {
     gu.data = static_cast<const uint8_t*>(fused_[0]->data) + e * R * H * static_cast<int64_t>(es);
     down.data = static_cast<const uint8_t*>(fused_[2]->data) + e * H * I * static_cast<int64_t>(es);
     gu.transposed = down.transposed = storage_ == Storage::kFusedTransposed;
+    if (f == WeightFormat::kFp8PerChannel) {  // Llama-4 fbgemm: one scale per output row
+      gu.scale_name = gu.name + "_scale";
+      down.scale_name = down.name + "_scale";
+      gu.scale_kind = down.scale_kind = ScaleKind::kRow;
+      gu.scale_dtype = fused_[1]->dtype;
+      down.scale_dtype = fused_[3]->dtype;
+      gu.scale = static_cast<const uint8_t*>(fused_[1]->data) + e * R * static_cast<int64_t>(dtype_size(gu.scale_dtype));
+      down.scale = static_cast<const uint8_t*>(fused_[3]->data) + e * H * static_cast<int64_t>(dtype_size(down.scale_dtype));
+    }
   }
   if (s_.expert_bias) {  // gpt-oss: gate_up_proj_bias [E, 2I], down_proj_bias [E, H]
     const std::string gbn = ex + "gate_up_proj_bias", dbn = ex + "down_proj_bias";
@@ -811,6 +845,13 @@ MoeWeights Loader::load() {
       fused_[2] = &need(ex + "down_proj");
       expect(*fused_[0], {dt}, {Shape{E, H, R}}, ex + "gate_up_proj");
       expect(*fused_[2], {dt}, {Shape{E, I, H}}, ex + "down_proj");
+      if (f == WeightFormat::kFp8PerChannel) {
+        const auto ft = {DType::kF32, DType::kBF16, DType::kF16};
+        fused_[1] = &need(ex + "gate_up_proj_scale");
+        fused_[3] = &need(ex + "down_proj_scale");
+        expect(*fused_[1], ft, {Shape{E, 1, R}, Shape{E, R}}, ex + "gate_up_proj_scale");
+        expect(*fused_[3], ft, {Shape{E, H, 1}, Shape{E, H}}, ex + "down_proj_scale");
+      }
       break;
     case Storage::kGptOssMxfp4: {
       const int64_t gg = kMxfp4Group;
@@ -1144,6 +1185,10 @@ void write_hf_layer(const HfModel& model, const MoeWeights& w, int layer, const 
     case Storage::kFusedTransposed:
       emit_transposed(out, ex + "gate_up_proj", w.w13);
       emit_transposed(out, ex + "down_proj", w.w2);
+      if (f == WeightFormat::kFp8PerChannel) {  // as Meta's fbgemm FP8 release stores them
+        out.add(ex + "gate_up_proj_scale", DType::kF32, Shape{E, 1, R}, w.w13.scale.data);
+        out.add(ex + "down_proj_scale", DType::kF32, Shape{E, H, 1}, w.w2.scale.data);
+      }
       break;
     case Storage::kGptOssMxfp4:
       out.add(ex + "gate_up_proj_blocks", DType::kU8, Shape{E, R, H / kMxfp4Group, 16}, w.w13.data.data);
@@ -1188,9 +1233,14 @@ void write_hf_layer(const HfModel& model, const MoeWeights& w, int layer, const 
 std::vector<std::string> checkpoint_files(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::is_regular_file(path, ec)) return {path};
-  if (!fs::is_directory(path, ec)) throw_error(ErrorKind::kIo, "'" + path + "' is neither a file nor a model folder");
-  const fs::path dir(path), index = dir / "model.safetensors.index.json";
+  const bool is_file = fs::is_regular_file(path, ec);
+  // A shard index names its shards: "model.safetensors.index.json" itself stands for its folder's.
+  const std::string suffix = ".safetensors.index.json";
+  const bool is_index = is_file && path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  if (is_file && !is_index) return {path};
+  if (!is_file && !fs::is_directory(path, ec)) throw_error(ErrorKind::kIo, "'" + path + "' is neither a file nor a model folder");
+  const fs::path dir = is_index ? fs::path(path).parent_path() : fs::path(path);
+  const fs::path index = is_index ? fs::path(path) : dir / "model.safetensors.index.json";
   std::set<std::string> files;
   if (fs::is_regular_file(index, ec)) {
     std::ifstream f(index);
@@ -1211,6 +1261,7 @@ std::vector<std::string> checkpoint_files(const std::string& path) {
                                            "\" is not a file name in the folder");
       files.insert((dir / file).string());
     }
+    if (files.empty()) throw_error(ErrorKind::kParse, index.string() + ": its weight_map lists no shard");
     for (const std::string& f : files)
       if (!fs::is_regular_file(f, ec))
         throw_error(ErrorKind::kIo, index.string() + " lists " + f + ", which is missing");

@@ -195,7 +195,9 @@ TEST(HfConfig, ModelOptInsideConfigJson) {
       base + R"("quantization_config": {"quant_method": "modelopt",
                                          "quantization": {"quant_algo": "FP8"}}})",
       "config.json");
-  EXPECT_EQ(nested.spec.weight_format, WeightFormat::kFp8PerTensor);
+  EXPECT_EQ(nested.spec.weight_format, WeightFormat::kFp8PerChannel);  // one scale per linear: rows of one value
+  ASSERT_EQ(nested.caveats.size(), 1u);
+  expect_contains(nested.caveats[0], "static per-tensor input scale");
   // hf_quant_config.json wins over a quantization_config left in config.json.
   HfModel both = parse_hf_config(
       base + R"("quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})",
@@ -517,8 +519,19 @@ TEST(HfConfig, IntegralFloatAccepted) {
 TEST(HfConfig, QuantizationConfigVariants) {
   HfModel pt = parse_hf_config(qwen3(R"("quantization_config": {"quant_method": "fp8", "activation_scheme": "static"})"),
                                "c");
-  EXPECT_EQ(pt.spec.weight_format, WeightFormat::kFp8PerTensor);
+  // One scale per linear: gate and up differ in real checkpoints, which per-channel rows hold exactly.
+  EXPECT_EQ(pt.spec.weight_format, WeightFormat::kFp8PerChannel);
   EXPECT_EQ(pt.spec.act_quant, ActQuant::kNone);
+  ASSERT_EQ(pt.caveats.size(), 1u);
+  expect_contains(pt.caveats[0], "fp8, one static scale per tensor");
+  expect_contains(pt.caveats[0], "weight-only");
+  HfModel fb = parse_hf_config(qwen3(R"("quantization_config": {"quant_method": "fbgemm_fp8"})"), "c");
+  EXPECT_EQ(fb.spec.weight_format, WeightFormat::kFp8PerChannel);
+  ASSERT_EQ(fb.caveats.size(), 1u);
+  expect_contains(fb.caveats[0], "one dynamic scale per token");
+  HfModel block = load("deepseek-r1-fp8");  // DeepSeek's recipe is run as published: no caveat
+  EXPECT_EQ(block.spec.act_quant, ActQuant::kFp8PerTokenGroup);
+  EXPECT_TRUE(block.caveats.empty());
   std::string msg = error_of(
       [] { parse_hf_config(qwen3(R"("quantization_config": {"quant_method": "fp8", "weight_block_size": [64, 64]})"), "c"); },
       ErrorKind::kUnsupported);
@@ -530,6 +543,9 @@ TEST(HfConfig, QuantizationConfigVariants) {
   expect_contains(msg, "mxfp4");
   msg = error_of([] { parse_hf_config(qwen3(R"("quantization_config": {"bits": 4})"), "c"); }, ErrorKind::kParse);
   expect_contains(msg, "missing 'quantization_config.quant_method'");
+  msg = error_of([] { parse_hf_config(qwen3(R"("quantization_config": {"quant_method": "fp8", "activation_scheme": "bogus"})"), "c"); },
+                 ErrorKind::kParse);
+  expect_contains(msg, "'quantization_config.activation_scheme' = \"bogus\"");
   msg = error_of(
       [] { parse_hf_config(qwen3(""), "c", std::string_view(R"({"quantization": {"quant_algo": "W4A8_AWQ"}})")); },
       ErrorKind::kUnsupported);
@@ -538,6 +554,236 @@ TEST(HfConfig, QuantizationConfigVariants) {
       [] { parse_hf_config(qwen3(""), "c", std::string_view(R"({"quantization": {"quant_algo": "NVFP4", "group_size": 32}})")); },
       ErrorKind::kParse);
   expect_contains(msg, "'quantization.group_size' = 32");
+}
+
+// ---- which experts a quantization config covers ----------------------------------------------------
+
+// A compressed-tensors quantization_config around one group (and an ignore list).
+std::string ct(const std::string& weights, const std::string& inputs = "null",
+               const std::string& ignore = R"(["lm_head", "re:.*mlp.gate$"])", const std::string& targets = R"(["Linear"])",
+               const std::string& format = "float-quantized") {
+  return R"("quantization_config": {"quant_method": "compressed-tensors", "format": ")" + format +
+         R"(", "ignore": )" + ignore + R"(, "config_groups": {"group_0": {"targets": )" + targets +
+         R"(, "weights": )" + weights + R"(, "input_activations": )" + inputs + "}}}";
+}
+const char* kFp8Channel = R"({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true, "dynamic": false})";
+
+TEST(HfConfigQuantScope, CompressedTensorsFp8AndInt8) {
+  // RedHatAI's FP8-dynamic recipe: per-channel weights, activations per token at run time (a caveat).
+  HfModel dyn = parse_hf_config(
+      qwen3(ct(kFp8Channel, R"({"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true})")), "c");
+  EXPECT_EQ(dyn.spec.weight_format, WeightFormat::kFp8PerChannel);
+  EXPECT_EQ(dyn.spec.act_quant, ActQuant::kNone);
+  ASSERT_EQ(dyn.caveats.size(), 1u);
+  expect_contains(dyn.caveats[0], "float 8-bit, token, dynamic");
+  // Per-tensor weights with static inputs: held as rows of one value.
+  HfModel pt = parse_hf_config(
+      qwen3(ct(R"({"num_bits": 8, "type": "float", "strategy": "tensor"})",
+               R"({"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": false})")),
+      "c");
+  EXPECT_EQ(pt.spec.weight_format, WeightFormat::kFp8PerChannel);
+  ASSERT_EQ(pt.caveats.size(), 1u);
+  expect_contains(pt.caveats[0], "tensor, static");
+  // FP8 block with dynamic inputs per 128 columns is DeepSeek's recipe: run as is.
+  HfModel blk = parse_hf_config(
+      qwen3(ct(R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]})",
+               R"({"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128, "dynamic": true})")),
+      "c");
+  EXPECT_EQ(blk.spec.weight_format, WeightFormat::kFp8Block);
+  EXPECT_EQ(blk.spec.act_quant, ActQuant::kFp8PerTokenGroup);
+  EXPECT_TRUE(blk.caveats.empty());
+  // W8A8 int8.
+  HfModel i8 = parse_hf_config(
+      qwen3(ct(R"({"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": true})",
+               R"({"num_bits": 8, "type": "int", "strategy": "token", "dynamic": true})", R"(["lm_head"])", R"(["Linear"])",
+               "int-quantized")),
+      "c");
+  EXPECT_EQ(i8.spec.weight_format, WeightFormat::kInt8PerChannel);
+  ASSERT_EQ(i8.caveats.size(), 1u);
+  // Weight-only: no caveat.
+  EXPECT_TRUE(parse_hf_config(qwen3(ct(kFp8Channel)), "c").caveats.empty());
+  // NVFP4 (llm-compressor's W4A4 recipe; NVFP4A16 has no input_activations).
+  const std::string nv = R"({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": true})";
+  HfModel w4a4 = parse_hf_config(
+      qwen3(ct(nv, R"({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "dynamic": "local"})",
+               "[]", R"(["Linear"])", "nvfp4-pack-quantized")),
+      "c");
+  EXPECT_EQ(w4a4.spec.weight_format, WeightFormat::kNvfp4);
+  ASSERT_EQ(w4a4.caveats.size(), 1u);
+  expect_contains(w4a4.caveats[0], "float 4-bit, tensor_group of 16, \"local\"");
+  EXPECT_TRUE(parse_hf_config(qwen3(ct(nv, "null", "[]", R"(["Linear"])", "nvfp4-pack-quantized")), "c").caveats.empty());
+
+  // What moerun does not read is refused, naming the group and why.
+  std::string msg = error_of(
+      [] { parse_hf_config(qwen3(ct(R"({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128})", "null",
+                                    "[]", R"(["Linear"])", "pack-quantized")), "c"); },
+      ErrorKind::kUnsupported);
+  expect_contains(msg, "'quantization_config.config_groups.group_0.weights' = int 4-bit, group of 128, static");
+  expect_contains(msg, "4-bit weights of this kind are not a moerun format");
+  msg = error_of([] { parse_hf_config(qwen3(ct(R"({"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": false})")), "c"); },
+                 ErrorKind::kUnsupported);
+  expect_contains(msg, "zero points");
+  msg = error_of([] { parse_hf_config(qwen3(ct(R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [64, 64]})")), "c"); },
+                 ErrorKind::kUnsupported);
+  expect_contains(msg, "[128, 128]");
+  msg = error_of([] { parse_hf_config(qwen3(ct(kFp8Channel, "null", "[]", R"(["Linear"])", "pack-quantized")), "c"); },
+                 ErrorKind::kUnsupported);
+  expect_contains(msg, "the format of 'quantization_config.config_groups.group_0' = \"pack-quantized\" is not read for these weights");
+  msg = error_of([&] { parse_hf_config(qwen3(ct(nv, "null", "[]", R"(["Linear"])", "float-quantized")), "c"); },
+                 ErrorKind::kUnsupported);
+  expect_contains(msg, "supported: nvfp4-pack-quantized");
+  msg = error_of([] { parse_hf_config(qwen3(R"("quantization_config": {"quant_method": "compressed-tensors"})"), "c"); },
+                 ErrorKind::kParse);
+  expect_contains(msg, "missing 'quantization_config.config_groups'");
+}
+
+TEST(HfConfigQuantScope, CompressedTensorsTargetsAndIgnore) {
+  // Experts ignored (or never targeted) in every layer: the checkpoint dtype, no caveat.
+  for (const auto& [ignore, targets] : {std::pair<std::string, std::string>{R"(["re:.*mlp.experts.*"])", R"(["Linear"])"},
+                                        {R"([])", R"(["re:.*self_attn.*"])"},
+                                        {R"(["re:.*"])", R"(["Linear"])"}}) {
+    HfModel m = parse_hf_config(qwen3(ct(kFp8Channel, "null", ignore, targets)), "c");
+    EXPECT_EQ(m.spec.weight_format, WeightFormat::kBF16) << ignore << " " << targets;
+    EXPECT_TRUE(m.caveats.empty());
+  }
+  // Targets by name: the expert linears by regex, or exactly.
+  EXPECT_EQ(parse_hf_config(qwen3(ct(kFp8Channel, "null", "[]", R"(["re:.*experts\\.[0-9]+\\.(gate|up|down)_proj$"])")), "c")
+                .spec.weight_format,
+            WeightFormat::kFp8PerChannel);
+  // Some layers quantized and some not: one format per layer spec, refused naming a module of each.
+  std::string msg = error_of(
+      [] { parse_hf_config(qwen3(ct(kFp8Channel, "null", R"(["re:model\\.layers\\.0\\.mlp\\.experts"])")), "c"); },
+      ErrorKind::kUnsupported);
+  expect_contains(msg, "model.layers.0.mlp.experts.0.gate_proj stays unquantized");
+  expect_contains(msg, "model.layers.1.mlp.experts.0.gate_proj is quantized by 'group_0'");
+  expect_contains(msg, "'quantization_config.config_groups' and 'quantization_config.ignore'");
+  // ... and so is a qwen2-moe shared expert kept in bf16 beside quantized routed experts.
+  const std::string qwen2 = R"({"model_type": "qwen2_moe", "num_experts": 60, "num_experts_per_tok": 4,
+      "hidden_size": 2048, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+      "num_hidden_layers": 2, )";
+  msg = error_of([&] { parse_hf_config(qwen2 + ct(kFp8Channel, "null", R"(["re:.*shared_expert\\."])") + "}", "c"); },
+                 ErrorKind::kUnsupported);
+  expect_contains(msg, "model.layers.0.mlp.experts.0.gate_proj is quantized");
+  expect_contains(msg, "model.layers.0.mlp.shared_expert.gate_proj stays unquantized");
+  EXPECT_EQ(parse_hf_config(qwen2 + ct(kFp8Channel, "null", R"(["re:.*shared_expert_gate$"])") + "}", "c").spec.weight_format,
+            WeightFormat::kFp8PerChannel);
+  // gpt-oss keeps its experts in fused 3-D tensors, not Linear modules: a "Linear" target leaves them alone.
+  HfModel g = load("gpt-oss-20b");
+  EXPECT_EQ(g.spec.weight_format, WeightFormat::kMxfp4);
+
+  // Groups that quantize alike are one scheme: gate/up in one group and down in another load.
+  const std::string split = R"("quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
+      "a": {"targets": ["re:.*(gate|up)_proj$"], "weights": )" + std::string(kFp8Channel) + R"(},
+      "b": {"targets": ["re:.*down_proj$"], "weights": WB}}})";
+  auto with = [&](const std::string& wb) { return qwen3(split.substr(0, split.find("WB")) + wb + split.substr(split.find("WB") + 2)); };
+  EXPECT_EQ(parse_hf_config(with(kFp8Channel), "c").spec.weight_format, WeightFormat::kFp8PerChannel);
+  msg = error_of([&] { parse_hf_config(with(R"({"num_bits": 8, "type": "float", "strategy": "tensor"})"), "c"); },
+                 ErrorKind::kUnsupported);
+  expect_contains(msg, "model.layers.0.mlp.experts.0.gate_proj is quantized by 'a'; model.layers.0.mlp.experts.0.down_proj "
+                       "is quantized by 'b'");
+  // The most specific target wins (exact name > pattern > class): a "Linear" default with a pattern
+  // override for the experts takes the override; two patterns that tie and differ are refused.
+  const std::string over = R"("quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
+      "default": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", "strategy": "channel"}},
+      "experts": {"targets": ["re:.*mlp\\.experts\\."], "weights": )" + std::string(kFp8Channel) + R"(}}})";
+  EXPECT_EQ(parse_hf_config(qwen3(over), "c").spec.weight_format, WeightFormat::kFp8PerChannel);
+  std::string tie = over;
+  tie.replace(tie.find(R"(["Linear"])"), 10, R"(["re:.*proj$"])");
+  msg = error_of([&] { parse_hf_config(qwen3(tie), "c"); }, ErrorKind::kUnsupported);
+  expect_contains(msg, "model.layers.0.mlp.experts.0.gate_proj matches the targets of 'quantization_config.config_groups.default' "
+                       "and of 'quantization_config.config_groups.experts' alike");
+  // A mixed-precision export names each group's own format.
+  std::string mixed = over;
+  mixed.replace(mixed.find(R"("config_groups")"), 15, R"("format": "mixed-precision", "config_groups")");
+  mixed.replace(mixed.find(R"("targets": ["re:)"), 10, R"("format": "float-quantized", "targets":)");
+  EXPECT_EQ(parse_hf_config(qwen3(mixed), "c").spec.weight_format, WeightFormat::kFp8PerChannel);
+  // gpt-oss keeps its routed experts in fused 3-D tensors, not Linear modules: "Linear" leaves them alone.
+  const std::string gpt = R"({"model_type": "gpt_oss", "num_local_experts": 32, "num_experts_per_tok": 4,
+      "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 24, )";
+  EXPECT_EQ(parse_hf_config(gpt + ct(kFp8Channel) + "}", "c").spec.weight_format, WeightFormat::kBF16);
+  // A strategy left out follows from group_size, as in compressed-tensors: int8 groups of 128 are refused.
+  msg = error_of([] { parse_hf_config(qwen3(ct(R"({"num_bits": 8, "type": "int", "strategy": null, "group_size": 128})")), "c"); },
+                 ErrorKind::kUnsupported);
+  expect_contains(msg, "int 8-bit, group of 128, static");
+  EXPECT_EQ(parse_hf_config(qwen3(ct(R"({"num_bits": 8, "type": "int", "group_size": -1})")), "c").spec.weight_format,
+            WeightFormat::kInt8PerChannel);
+  EXPECT_EQ(parse_hf_config(qwen3(ct(kFp8Channel, "null", "[]", R"(["Linear"])") + "") , "c").spec.weight_format,
+            WeightFormat::kFp8PerChannel);
+
+  // Patterns moerun does not run: named, never a crash, a long match or a silent misreading.
+  msg = error_of([] { parse_hf_config(qwen3(ct(kFp8Channel, "null", R"(["re:(unclosed"])")), "c"); }, ErrorKind::kUnsupported);
+  expect_contains(msg, "'quantization_config.ignore' entry \"re:(unclosed\" is not a regular expression");
+  msg = error_of([] { parse_hf_config(qwen3(ct(kFp8Channel, "null", R"(["re:(a{1000}){1000}"])")), "c"); },
+                 ErrorKind::kUnsupported);
+  expect_contains(msg, "at most two counted repetitions, of at most 16");
+  // Python's \A and \Z are translated; a letter escape ECMAScript would read as the letter is refused.
+  EXPECT_EQ(parse_hf_config(qwen3(ct(kFp8Channel, "null", R"(["re:\\A.*experts.*\\Z"])")), "c").spec.weight_format,
+            WeightFormat::kBF16);
+  msg = error_of([] { parse_hf_config(qwen3(ct(kFp8Channel, "null", R"(["re:.*\\Lproj"])")), "c"); }, ErrorKind::kUnsupported);
+  expect_contains(msg, "uses \\L");
+  EXPECT_EQ(parse_hf_config(qwen3(ct(kFp8Channel, "null", R"(["re:model\\.layers\\.[0-9]{1,2}\\.mlp\\.experts"])")), "c")
+                .spec.weight_format,
+            WeightFormat::kBF16);
+#if defined(__GLIBCXX__)
+  // A backtracking matcher would take exponential time on this one (libstdc++ runs it as an automaton).
+  EXPECT_EQ(parse_hf_config(qwen3(ct(kFp8Channel, "null", R"(["re:(.*)*(.*)*(.*)*(.*)*(.*)*x$"])")), "c").spec.weight_format,
+            WeightFormat::kFp8PerChannel);
+#endif
+  msg = error_of([] { parse_hf_config(qwen3(ct(kFp8Channel, "null", "[\"lm_head\"]", R"("Linear")")), "c"); }, ErrorKind::kParse);
+  expect_contains(msg, "'quantization_config.config_groups.group_0.targets' must be an array of strings");
+  // Matching work is bounded by pattern characters x expert names, checked before anything is compiled.
+  msg = error_of(
+      [] {
+        std::string many = "[";
+        for (int i = 0; i < 100; ++i) many += (i ? ", " : "") + std::string("\"re:") + std::string(200, 'x') + "\"";
+        parse_hf_config(qwen3(ct(kFp8Channel, "null", many + "]")), "c");
+      },
+      ErrorKind::kUnsupported);
+  expect_contains(msg, "hold 101 entries (20301 pattern characters) to match against 288 expert module names");
+  // A null group counts as absent.
+  EXPECT_EQ(parse_hf_config(qwen3(R"("quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"a": null}})"),
+                            "c").spec.weight_format,
+            WeightFormat::kBF16);
+}
+
+TEST(HfConfigQuantScope, ExclusionListsOfHfAndModelOpt) {
+  // gpt-oss's own list names attention and the router, not the experts.
+  EXPECT_EQ(load("gpt-oss-120b").spec.weight_format, WeightFormat::kMxfp4);
+  // DeepSeek-R1-FP4 excludes attention only: the experts are NVFP4 (W4A4 in the recipe: a caveat).
+  HfModel r1 = load("deepseek-r1-fp4");
+  EXPECT_EQ(r1.spec.weight_format, WeightFormat::kNvfp4);
+  ASSERT_EQ(r1.caveats.size(), 1u);
+  expect_contains(r1.caveats[0], "NVFP4 W4A4");
+  // Experts excluded in every layer, by a parent's name, a glob or a suffix: the checkpoint dtype.
+  for (const char* list : {R"(["model.layers.*.mlp.experts"])", R"(["*experts*"])", R"(["mlp.experts"])"}) {
+    HfModel m = parse_hf_config(
+        qwen3(std::string(R"("quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128],
+                              "modules_to_not_convert": )") + list + "}"),
+        "c");
+    EXPECT_EQ(m.spec.weight_format, WeightFormat::kBF16) << list;
+    EXPECT_EQ(m.spec.act_quant, ActQuant::kNone) << list;
+    HfModel mo = parse_hf_config(qwen3(""), "c",
+                                 std::string_view(std::string(R"({"quantization": {"quant_algo": "NVFP4", "exclude_modules": )") +
+                                                  list + "}}"));
+    EXPECT_EQ(mo.spec.weight_format, WeightFormat::kBF16) << list;
+    EXPECT_TRUE(mo.caveats.empty());
+  }
+  // Names that share only part of a component with an expert module do not exclude it.
+  EXPECT_EQ(parse_hf_config(qwen3(R"("quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128],
+                                    "modules_to_not_convert": ["model.layers.1x", "mlp.gate", "lm_head", "experts.0.gate"]})"),
+                            "c")
+                .spec.weight_format,
+            WeightFormat::kFp8Block);
+  // One layer excluded, the others not: refused.
+  std::string msg = error_of(
+      [] {
+        parse_hf_config(qwen3(R"("quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128],
+                                 "modules_to_not_convert": ["model.layers.1.mlp"]})"),
+                        "c");
+      },
+      ErrorKind::kUnsupported);
+  expect_contains(msg, "'quantization_config.modules_to_not_convert' give the expert weights of this model two formats");
+  expect_contains(msg, "model.layers.1.mlp.experts.0.gate_proj stays unquantized");
 }
 
 // ---- errors --------------------------------------------------------------------------------------

@@ -318,8 +318,12 @@ std::vector<Case> cases() {
   v.push_back({"llama4_bf16_shared", HfFamily::kLlama4, F::kBF16, shared(1, 128, false),
                {ff + "router.weight", ff + "experts.gate_up_proj", ff + "experts.down_proj",
                 ff + "shared_expert.gate_proj.weight"}});
+  // Meta's fbgemm FP8 release: fused, transposed e4m3 experts with one scale per row.
   v.push_back({"llama4_fp8channel", HfFamily::kLlama4, F::kFp8PerChannel, shared(1, 128, false),
-               {ff + "experts.2.gate_proj.weight_scale", ff + "shared_expert.down_proj.weight_scale"}});
+               {ff + "experts.gate_up_proj", ff + "experts.gate_up_proj_scale", ff + "experts.down_proj_scale",
+                ff + "shared_expert.down_proj.weight_scale"}});
+  v.push_back({"llama4_nvfp4", HfFamily::kLlama4, F::kNvfp4, nullptr,
+               {ff + "experts.2.gate_proj.weight_scale", ff + "experts.2.gate_proj.weight_scale_2"}});
   v.push_back({"granite_bf16", HfFamily::kGranite, F::kBF16, nullptr,
                {mx + "router.layer.weight", mx + "input_linear.weight", mx + "output_linear.weight"}});
   v.push_back({"granite_shared", HfFamily::kGranite, F::kBF16, shared(1, 64, false),
@@ -351,8 +355,9 @@ INSTANTIATE_TEST_SUITE_P(AllFamilies, HfRoundTrip, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.label; });
 
 // A model folder's shards: those its model.safetensors.index.json lists (not the other .safetensors
-// beside them), or every .safetensors without an index; clear errors for a folder without shards, a
-// listed shard that is missing, and an index that names a file outside the folder.
+// beside them; the index file given itself lists the same), or every .safetensors without an index;
+// clear errors for a folder without shards, a listed shard that is missing, and an index that names a
+// file outside the folder.
 TEST(HfWeights, CheckpointFilesOfAModelFolder) {
   TempDir dir;
   const auto touch = [&](const std::string& n, const std::string& text = "x") { std::ofstream(dir.file(n)) << text; };
@@ -366,10 +371,16 @@ TEST(HfWeights, CheckpointFilesOfAModelFolder) {
   EXPECT_EQ(checkpoint_files(dir.file("b.safetensors")), std::vector<std::string>{dir.file("b.safetensors")});
   touch("model.safetensors.index.json", R"({"metadata": {}, "weight_map": {"x.weight": "b.safetensors", "y.weight": "b.safetensors"}})");
   EXPECT_EQ(checkpoint_files(folder), std::vector<std::string>{dir.file("b.safetensors")});
+  // The index file itself stands for the shards it lists (any *.safetensors.index.json name).
+  EXPECT_EQ(checkpoint_files(dir.file("model.safetensors.index.json")), std::vector<std::string>{dir.file("b.safetensors")});
+  touch("other.safetensors.index.json", R"({"weight_map": {"x.weight": "a.safetensors"}})");
+  EXPECT_EQ(checkpoint_files(dir.file("other.safetensors.index.json")), std::vector<std::string>{dir.file("a.safetensors")});
   touch("model.safetensors.index.json", R"({"weight_map": {"x.weight": "c.safetensors"}})");
   expect_error([&] { checkpoint_files(folder); }, ErrorKind::kIo, {"lists", "c.safetensors, which is missing"});
   touch("model.safetensors.index.json", R"({"weight_map": {"x.weight": "../a.safetensors"}})");
   expect_error([&] { checkpoint_files(folder); }, ErrorKind::kParse, {"is not a file name in the folder"});
+  touch("model.safetensors.index.json", R"({"weight_map": {}})");
+  expect_error([&] { checkpoint_files(folder); }, ErrorKind::kParse, {"its weight_map lists no shard"});
   touch("model.safetensors.index.json", R"([1, 2])");
   expect_error([&] { checkpoint_files(folder); }, ErrorKind::kParse, {"a \"weight_map\" object"});
 }
@@ -742,6 +753,107 @@ TEST(HfWeights, AlternativeScaleSpellings) {
   tg.at("model.layers.0.mlp.experts.down_proj_scales").dtype = DType::kF8E8M0;
   write_owned(dir.file("g2.safetensors"), tg);
   expect_same_weights(wg, load_hf_layer(g, open_all({dir.file("g2.safetensors")})));  // comes back as U8
+}
+
+// A per-tensor int8 checkpoint (compressed-tensors W8A8 with strategy "tensor": one scalar scale per
+// linear) loads as int8-per-channel, each linear's rows carrying its scalar exactly.
+TEST(HfWeights, Int8PerTensorScalesLoadAsRowsOfOneValue) {
+  TempDir dir;
+  HfModel model = make_model(HfFamily::kQwenMoe, WeightFormat::kInt8PerChannel);
+  const MoeWeights w = make_weights(model.spec, 11);
+  write_hf_layer(model, w, 0, dir.file("l.safetensors"));
+  auto t = read_owned(dir.file("l.safetensors"));
+  std::map<std::string, float> scalar;  // linear -> its one scale (a different value per linear)
+  float next = 0.0078125f;
+  for (auto& [n, o] : t)
+    if (n.size() > 13 && n.substr(n.size() - 13) == ".weight_scale") {
+      next *= 1.25f;
+      scalar[n.substr(0, n.size() - 13)] = next;
+      std::vector<uint8_t> b(4);
+      std::memcpy(b.data(), &next, 4);
+      o = Owned{DType::kF32, Shape{1}, b};
+    }
+  write_owned(dir.file("t.safetensors"), t);
+  const MoeWeights back = load_hf_layer(model, open_all({dir.file("t.safetensors")}));
+  EXPECT_EQ(std::memcmp(back.w13.data.data, w.w13.data.data, w.w13.data.nbytes()), 0);
+  const int64_t R = w.w13.rows, I = R / 2;
+  for (int64_t e = 0; e < model.spec.num_experts; ++e) {
+    const std::string base = "model.layers.0.mlp.experts." + std::to_string(e) + ".";
+    for (int64_t r = 0; r < R; ++r)
+      ASSERT_EQ(back.w13.scale.as<float>()[e * R + r], scalar.at(base + (r < I ? "gate_proj" : "up_proj"))) << e << " " << r;
+    for (int64_t r = 0; r < w.w2.rows; ++r)
+      ASSERT_EQ(back.w2.scale.as<float>()[e * w.w2.rows + r], scalar.at(base + "down_proj")) << e << " " << r;
+  }
+}
+
+// Llama-4 fp8 saved one linear per expert (compressed-tensors exports) loads as fp8-per-channel too:
+// the loader finds the per-expert names where the fused fbgemm tensors are absent.
+TEST(HfWeights, Llama4Fp8PerExpertLoadsBesideTheFusedLayout) {
+  TempDir dir;
+  HfModel pt = make_model(HfFamily::kLlama4, WeightFormat::kFp8PerTensor);  // written one linear per expert
+  const MoeWeights w = make_weights(pt.spec, 12);
+  write_hf_layer(pt, w, 0, dir.file("l.safetensors"));
+  auto files = open_all({dir.file("l.safetensors")});
+  EXPECT_TRUE(files[0]->contains("model.layers.0.feed_forward.experts.1.up_proj.weight_scale"));
+  HfModel ch = pt;
+  ch.spec.weight_format = WeightFormat::kFp8PerChannel;
+  const MoeWeights back = load_hf_layer(ch, files);
+  EXPECT_EQ(std::memcmp(back.w13.data.data, w.w13.data.data, w.w13.data.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(back.w2.data.data, w.w2.data.data, w.w2.data.nbytes()), 0);
+  for (int64_t e = 0; e < pt.spec.num_experts; ++e) {
+    for (int64_t r = 0; r < w.w13.rows; ++r)
+      ASSERT_EQ(back.w13.scale.as<float>()[e * w.w13.rows + r], w.w13.scale.as<float>()[e]) << e << " " << r;
+    for (int64_t r = 0; r < w.w2.rows; ++r)
+      ASSERT_EQ(back.w2.scale.as<float>()[e * w.w2.rows + r], w.w2.scale.as<float>()[e]) << e << " " << r;
+  }
+  // Neither layout present: the message names the fused tensor moerun looked for.
+  auto t = read_owned(dir.file("l.safetensors"));
+  for (auto it = t.begin(); it != t.end();)
+    it = it->first.find("feed_forward.experts.") != std::string::npos ? t.erase(it) : std::next(it);
+  write_owned(dir.file("none.safetensors"), t);
+  expect_error([&] { load_hf_layer(ch, open_all({dir.file("none.safetensors")})); }, ErrorKind::kNotFound,
+               {"missing tensor 'model.layers.0.feed_forward.experts.gate_up_proj'"});
+}
+
+// compressed-tensors NVFP4 names the codes weight_packed and stores the global scale as a divisor
+// (weight_global_scale G: value = e2m1 * s / G); moerun keeps 1 / G.
+TEST(HfWeights, CompressedTensorsNvfp4Names) {
+  TempDir dir;
+  HfModel model = make_model(HfFamily::kQwenMoe, WeightFormat::kNvfp4);
+  const MoeWeights w = make_weights(model.spec, 13);
+  write_hf_layer(model, w, 0, dir.file("l.safetensors"));
+  auto t = read_owned(dir.file("l.safetensors"));
+  std::map<std::string, Owned> ct;
+  auto ends = [](const std::string& n, const std::string& x) { return n.size() > x.size() && n.substr(n.size() - x.size()) == x; };
+  for (auto& [n, o] : t) {
+    if (ends(n, "_proj.weight") && o.dtype == DType::kU8) {
+      ct[n + "_packed"] = o;
+    } else if (ends(n, ".weight_scale_2")) {
+      const int e = std::stoi(n.substr(n.find("experts.") + 8));
+      const float G = std::ldexp(1.0f, e % 4);  // the same per expert: gate and up agree
+      std::vector<uint8_t> b(4);
+      std::memcpy(b.data(), &G, 4);
+      ct[n.substr(0, n.size() - 15) + ".weight_global_scale"] = Owned{DType::kF32, Shape{1}, b};
+    } else {
+      ct[n] = o;
+    }
+  }
+  write_owned(dir.file("ct.safetensors"), ct);
+  auto files = open_all({dir.file("ct.safetensors")});
+  EXPECT_TRUE(files[0]->contains("model.layers.0.mlp.experts.1.up_proj.weight_packed"));
+  const MoeWeights back = load_hf_layer(model, files);
+  EXPECT_EQ(std::memcmp(back.w13.data.data, w.w13.data.data, w.w13.data.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(back.w13.scale.data, w.w13.scale.data, w.w13.scale.nbytes()), 0);
+  for (int64_t e = 0; e < model.spec.num_experts; ++e) {
+    EXPECT_EQ(back.w13.global_scale.as<float>()[e], std::ldexp(1.0f, -static_cast<int>(e % 4))) << e;
+    EXPECT_EQ(back.w2.global_scale.as<float>()[e], std::ldexp(1.0f, -static_cast<int>(e % 4))) << e;
+  }
+  // A divisor of zero is refused by name.
+  const float zero = 0.0f;
+  std::memcpy(ct.at("model.layers.0.mlp.experts.0.down_proj.weight_global_scale").bytes.data(), &zero, 4);
+  write_owned(dir.file("z.safetensors"), ct);
+  expect_error([&] { load_hf_layer(model, open_all({dir.file("z.safetensors")})); }, ErrorKind::kFormat,
+               {"experts.0.down_proj.weight_global_scale = 0", "positive"});
 }
 
 TEST(HfWeights, FamilyNames) {
