@@ -15,7 +15,7 @@ ctest --test-dir "$BUILD" --output-on-failure -j"$JOBS"
 echo "== [2/3] tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DMOERUN_CUDA=OFF -DMOERUN_BENCH=OFF -DMOERUN_SANITIZE=address,undefined >/dev/null
-cmake --build build-asan -j"$JOBS" --target moerun_tests moerun_alloc_tests moerun_cli
+cmake --build build-asan -j"$JOBS" --target moerun_tests moerun_alloc_tests moerun_cli module_pattern_probe
 # Everything but the launch matrix, which step 1 ran (it repeats the conformance runs at scale).
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$JOBS" -E 'check_matrix'

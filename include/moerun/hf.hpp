@@ -19,7 +19,8 @@ enum class HfFamily {
   kQwenMoe,    // mlp.gate, mlp.experts.N.{gate,up,down}_proj, mlp.shared_expert(+_gate)  (Qwen2/3, OLMoE)
   kDeepseek,   // mlp.gate(+.e_score_correction_bias), mlp.experts.N.*, mlp.shared_experts.*  (DeepSeek, Kimi, GLM-4.5)
   kGptOss,     // mlp.router, mlp.experts.{gate_up_proj,down_proj}(_blocks/_scales/_bias) fused 3-D
-  kLlama4,     // feed_forward.router, feed_forward.experts.{gate_up_proj,down_proj} fused 3-D, shared_expert
+  kLlama4,     // feed_forward.router, feed_forward.experts.{gate_up_proj,down_proj} fused 3-D (fbgemm fp8 adds
+               // *_scale), or experts.N.{gate,up,down}_proj when another quantizer split them; shared_expert
   kGranite,    // block_sparse_moe.router.layer, block_sparse_moe.input_linear / output_linear fused 3-D
 };
 

@@ -27,7 +27,6 @@
 #include <functional>
 #include <limits>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -37,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_number.hpp"
+#include "core/module_pattern.hpp"
 #include "moerun/error.hpp"
 #include "moerun/hf.hpp"
 
@@ -587,8 +587,8 @@ struct ExpertModule {
 
 // The expert modules of MoE layer `layer`: routed experts 0 and E-1 (gate, up, down) and the shared
 // experts' linears, as the model's quantizers name them. Quantizers save Llama-4's routed experts one
-// linear per expert (the names the loader reads for its quantized checkpoints).
-std::vector<ExpertModule> expert_modules(const HfModel& m, int layer) {
+// linear per expert, but transformers' fbgemm_fp8 keeps them in one fused module (`llama4_fused`).
+std::vector<ExpertModule> expert_modules(const HfModel& m, int layer, bool llama4_fused = false) {
   const std::string L = (m.model_type == "llama4" ? "language_model.model.layers." : "model.layers.") +
                         std::to_string(layer) + ".";
   std::vector<ExpertModule> out;
@@ -614,7 +614,8 @@ std::vector<ExpertModule> expert_modules(const HfModel& m, int layer) {
       shared("mlp.shared_experts", gate_up_down);
       break;
     case HfFamily::kLlama4:
-      per_expert("feed_forward.experts", gate_up_down);
+      if (llama4_fused) out.push_back({L + "feed_forward.experts", false});  // transformers' fbgemm experts
+      else per_expert("feed_forward.experts", gate_up_down);
       shared("feed_forward.shared_expert", gate_up_down);
       break;
     case HfFamily::kGptOss: out.push_back({L + "mlp.experts", false}); break;
@@ -682,21 +683,21 @@ std::vector<std::string> string_list(const Fields& f, std::string_view key) {
   return out;
 }
 
-// The cost of matching `entries` against every expert module name of every MoE layer, in pattern
-// characters x names; a hostile config (thousands of layers, long patterns) must not buy seconds of
-// matching with it. Real configs stay under a tenth of the bound.
-void check_match_work(const Fields& f, const std::string& what, const std::vector<std::string>& entries, const HfModel& m,
-                      bool literal_is_cheap) {
+// Every entry of a list is matched against every expert module name of every MoE layer: a hostile
+// config (thousands of layers, long patterns) must not buy seconds of matching. `costs` holds each
+// entry's steps per name character (a compiled pattern's size, a glob's length); real configs stay
+// far below the bound.
+void check_match_work(std::string_view origin, const std::string& what, const std::vector<size_t>& costs, const HfModel& m) {
   constexpr double kMaxWork = 4e6;
-  double chars = 0;
-  for (const std::string& e : entries) chars += literal_is_cheap && e.rfind("re:", 0) != 0 ? 1.0 : static_cast<double>(e.size());
+  double steps = 0;
+  for (size_t c : costs) steps += static_cast<double>(c);
   const double names = static_cast<double>(m.moe_layers.size()) *
                        static_cast<double>(m.moe_layers.empty() ? 0 : expert_modules(m, m.moe_layers.front()).size());
-  if (chars * names > kMaxWork)
+  if (steps * names > kMaxWork)
     throw_error(ErrorKind::kUnsupported,
-                fmt::format("{}: {} hold {} entries ({} pattern characters) to match against {} expert module names: more "
-                            "than moerun checks ({} characters x names)",
-                            f.origin(), what, entries.size(), chars, names, kMaxWork));
+                one_line(fmt::format("{}: {} hold {} entries ({} steps per name character) to match against {} expert "
+                                     "module names: more than moerun checks ({} steps x names)",
+                                     origin, what, costs.size(), steps, names, kMaxWork)));
 }
 
 // Which scheme each expert module of every MoE layer gets (-1: none, the module stays unquantized), as
@@ -705,10 +706,10 @@ void check_match_work(const Fields& f, const std::string& what, const std::vecto
 // `scheme_name` a scheme.
 int one_scheme_for_experts(const HfModel& m, std::string_view origin, std::string_view what,
                            const std::function<int(const ExpertModule&)>& scheme_of,
-                           const std::function<std::string(int)>& scheme_name) {
+                           const std::function<std::string(int)>& scheme_name, bool llama4_fused = false) {
   std::optional<std::pair<int, std::string>> first;
   for (int layer : m.moe_layers)
-    for (const ExpertModule& mod : expert_modules(m, layer)) {
+    for (const ExpertModule& mod : expert_modules(m, layer, llama4_fused)) {
       const int s = scheme_of(mod);
       if (!first) {
         first.emplace(s, mod.name);
@@ -728,7 +729,8 @@ int one_scheme_for_experts(const HfModel& m, std::string_view origin, std::strin
 
 // An exclusion list (modules_to_not_convert, exclude_modules, ignore) that leaves the experts of every
 // MoE layer unquantized: true; of none: false; of some: Error (one_scheme_for_experts).
-bool experts_excluded(const HfModel& m, const Fields& q, std::initializer_list<std::string_view> keys) {
+bool experts_excluded(const HfModel& m, const Fields& q, std::initializer_list<std::string_view> keys,
+                      bool llama4_fused = false) {
   std::vector<std::string> patterns;
   std::string what;
   for (std::string_view k : keys) {
@@ -737,7 +739,9 @@ bool experts_excluded(const HfModel& m, const Fields& q, std::initializer_list<s
     what += (what.empty() ? "'" : " and '") + q.prefix() + std::string(k) + "'";
   }
   if (patterns.empty()) return false;
-  check_match_work(q, what, patterns, m, false);
+  std::vector<size_t> costs;
+  for (const std::string& p : patterns) costs.push_back(p.size());
+  check_match_work(q.origin(), what, costs, m);
   return one_scheme_for_experts(
              m, q.origin(), what,
              [&](const ExpertModule& mod) {
@@ -745,15 +749,15 @@ bool experts_excluded(const HfModel& m, const Fields& q, std::initializer_list<s
                  if (excludes(p, mod.name)) return -1;
                return 0;
              },
-             [](int) { return std::string("the config"); }) < 0;
+             [](int) { return std::string("the config"); }, llama4_fused) < 0;
 }
 
 // What an engine does to the experts' inputs that moerun's weight-only emulation does not, as a caveat.
 std::string act_caveat(std::string_view recipe) {
-  return fmt::format("the checkpoint's recipe quantizes the experts' inputs ({}); moerun runs the layer weight-only "
+  return one_line(fmt::format("the checkpoint's recipe quantizes the experts' inputs ({}); moerun runs the layer weight-only "
                      "(inputs in the activation dtype; --act-quant picks a quantization of its own), so outputs are "
                      "near, not equal, to an engine's that quantizes them",
-                     recipe);
+                     recipe));
 }
 
 // A ModelOpt quantization block ({"quant_algo": "NVFP4", "group_size": 16, ...}), from
@@ -787,77 +791,35 @@ void apply_modelopt(const Fields& q, HfModel& m) {
 // ---- compressed-tensors (llm-compressor exports: RedHatAI's FP8-dynamic, W8A8, FP8-block, NVFP4) -------
 
 // A compressed-tensors target or ignore entry: "re:<pattern>" matches a module whose name the pattern
-// matches from its start (Python's re.match), a class name ("Linear") the modules of that class, any
-// other string the module of that exact name. Where several targets match one module, compressed-
-// tensors takes the most specific: an exact name, then a pattern, then a class.
+// matches from its start (Python's re.match, core/module_pattern.hpp), a class name ("Linear") the
+// modules of that class, any other string the module of that exact name. Where several targets match
+// one module, compressed-tensors takes the most specific: an exact name, then a pattern, then a class.
 class CtMatcher {
  public:
   enum Rank { kNone = 0, kClass = 1, kPattern = 2, kName = 3 };
 
   CtMatcher(const Fields& q, std::string_view key, const std::string& entry) : entry_(entry) {
     if (entry.rfind("re:", 0) != 0) return;
-    auto refuse = [&](const std::string& why) {
-      throw_error(ErrorKind::kUnsupported, one_line(fmt::format("{}: '{}{}' entry \"{}\" {}", q.origin(), q.prefix(), key,
-                                                                entry.substr(0, 60), why)));
-    };
-    // Python's syntax, translated where ECMAScript spells it otherwise (\A, \Z) and refused where a
-    // letter escape would silently mean the letter. std::regex backtracks by default: a hostile pattern
-    // ((a*)*b) would cost exponential time. libstdc++'s __polynomial runs it as an automaton instead;
-    // elsewhere a pattern may have few quantifiers and none on a group. Counted repetition multiplies
-    // the automaton: at most two, of at most 16.
-    std::string pattern;
-    int quantifiers = 0, counted = 0;
-    bool on_group = false;
-    const std::string_view src = std::string_view(entry).substr(3);
-    for (size_t i = 0; i < src.size(); ++i) {
-      const char c = src[i];
-      if (c == '\\' && i + 1 < src.size()) {
-        const char e = src[++i];
-        if (e == 'A') pattern += '^';
-        else if (e == 'Z') pattern += '$';
-        else if (std::isalpha(static_cast<unsigned char>(e)) && std::string_view("dDwWsSbBfnrtv").find(e) == std::string_view::npos)
-          refuse(fmt::format("uses \\{}, which moerun's regular expressions do not read", e));
-        else pattern += {c, e};
-        continue;
-      }
-      if (c == '*' || c == '+' || c == '?') {
-        ++quantifiers;
-        on_group = on_group || (i > 0 && src[i - 1] == ')');
-      }
-      if (c == '{') {
-        const size_t close = src.find('}', i);
-        const std::string_view body = src.substr(i + 1, close == std::string_view::npos ? 0 : close - i - 1);
-        int bound = 0;
-        for (char d : body)
-          if (d >= '0' && d <= '9') bound = std::min(bound * 10 + (d - '0'), 1000);
-        if (++counted > 2 || bound > 16) refuse("repeats more than moerun checks (at most two counted repetitions, of at most 16)");
-        ++quantifiers;
-      }
-      pattern += c;
-    }
-#if defined(__GLIBCXX__)
-    constexpr auto kFlags = std::regex::ECMAScript | std::regex_constants::__polynomial;
-    (void)on_group;
-#else
-    constexpr auto kFlags = std::regex::ECMAScript;
-    if (quantifiers > 4 || on_group) refuse("has more than 4 quantifiers or one on a group, which moerun does not check here");
-#endif
     try {
-      regex_.emplace(pattern, kFlags);
-    } catch (const std::regex_error& e) {
-      refuse(fmt::format("is not a regular expression moerun reads ({})", e.what()));
+      pattern_.emplace(std::string_view(entry).substr(3));
+    } catch (const std::invalid_argument& e) {
+      throw_error(ErrorKind::kUnsupported,
+                  one_line(fmt::format("{}: '{}{}' entry \"{}\" is not a pattern moerun reads: {}", q.origin(), q.prefix(), key,
+                                       entry.substr(0, 60), e.what())));
     }
   }
 
   Rank match(const ExpertModule& mod) const {
-    if (regex_) return std::regex_search(mod.name, *regex_, std::regex_constants::match_continuous) ? kPattern : kNone;
+    if (pattern_) return pattern_->match_prefix(mod.name) ? kPattern : kNone;
     if (entry_ == mod.name) return kName;
     return entry_ == "Linear" && mod.linear ? kClass : kNone;
   }
+  // Steps per character of a name to match it: the program's size, or one for a plain string.
+  size_t cost() const { return pattern_ ? pattern_->size() : 1; }
 
  private:
   std::string entry_;
-  std::optional<std::regex> regex_;
+  std::optional<ModulePattern> pattern_;
 };
 
 // compressed-tensors' QuantizationArgs.strategy; absent, it follows from group_size (> 0: group, -1:
@@ -893,7 +855,6 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
   if (groups->size() > 256) q.bad_value("config_groups", fmt::format("has {} groups: at most 256 are read", groups->size()));
   struct Group {
     std::string name;
-    std::vector<std::string> target_entries;
     std::vector<CtMatcher> targets;
     const json* weights;
     const json* inputs;
@@ -901,24 +862,35 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
     int scheme;  // the first group that quantizes alike
   };
   const std::string top_format = q.string_or("format", "");
+  // Entries are compiled before anything is matched; their number and the programs' total size are
+  // bounded first (a pattern compiles to at most ModulePattern::kMaxProgram instructions).
+  constexpr size_t kMaxEntries = 4096;
+  size_t entry_count = 0;
+  std::vector<size_t> costs;
+  auto compile = [&](const Fields& f, std::string_view key) {
+    std::vector<CtMatcher> out;
+    for (const std::string& e : string_list(f, key)) {
+      if (++entry_count > kMaxEntries)
+        q.bad_value("config_groups", fmt::format("and 'ignore' hold more than {} entries", kMaxEntries));
+      out.emplace_back(f, key, e);
+      costs.push_back(out.back().cost());
+    }
+    return out;
+  };
+  const std::vector<CtMatcher> ignore = compile(q, "ignore");
   std::vector<Group> gs;
-  std::vector<std::string> entries = string_list(q, "ignore");
   for (const auto& [name, g] : groups->items()) {
     if (g.is_null()) continue;  // null counts as absent
-    if (!g.is_object()) q.wrong_type("config_groups." + name, "an object", g);
-    Fields gf(g, q.origin(), q.model_type(), q.prefix() + "config_groups." + name + ".");
+    if (!g.is_object()) q.wrong_type("config_groups." + one_line(name), "an object", g);
+    Fields gf(g, q.origin(), q.model_type(), q.prefix() + "config_groups." + one_line(name) + ".");
     if (!gf.has("targets")) gf.missing("targets");
-    Group grp{name, string_list(gf, "targets"), {}, gf.opt_object("weights"), gf.opt_object("input_activations"),
-              top_format == "mixed-precision" ? gf.string_or("format", "") : top_format, 0};
-    entries.insert(entries.end(), grp.target_entries.begin(), grp.target_entries.end());
-    gs.push_back(std::move(grp));
+    gs.push_back({one_line(name), compile(gf, "targets"), gf.opt_object("weights"), gf.opt_object("input_activations"),
+                  top_format == "mixed-precision" ? gf.string_or("format", "") : top_format, 0});
   }
-  check_match_work(q, fmt::format("'{}config_groups' and '{}ignore'", q.prefix(), q.prefix()), entries, m, true);
-  std::vector<CtMatcher> ignore;
-  for (const std::string& e : string_list(q, "ignore")) ignore.emplace_back(q, "ignore", e);
+  const std::string lists = q.has("ignore") ? fmt::format("'{}config_groups' and '{}ignore'", q.prefix(), q.prefix())
+                                            : fmt::format("'{}config_groups'", q.prefix());
+  check_match_work(q.origin(), lists, costs, m);
   for (size_t g = 0; g < gs.size(); ++g) {
-    Fields gf(*groups->find(gs[g].name), q.origin(), q.model_type(), q.prefix() + "config_groups." + gs[g].name + ".");
-    for (const std::string& e : gs[g].target_entries) gs[g].targets.emplace_back(gf, "targets", e);
     const auto same = [](const json* x, const json* y) { return x == y || (x && y && *x == *y); };
     gs[g].scheme = static_cast<int>(g);
     for (size_t h = 0; h < g; ++h)
@@ -927,8 +899,9 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
         break;
       }
   }
+  int act_only = -1;  // a group that quantizes the experts' inputs but not their weights
   const int chosen = one_scheme_for_experts(
-      m, q.origin(), fmt::format("'{}config_groups' and '{}ignore'", q.prefix(), q.prefix()),
+      m, q.origin(), lists,
       [&](const ExpertModule& mod) {
         for (const CtMatcher& i : ignore)
           if (i.match(mod) != CtMatcher::kNone) return -1;
@@ -949,10 +922,18 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
                                              q.prefix(), gs[g].name)));
           }
         }
+        if (found >= 0 && !gs[static_cast<size_t>(found)].weights && gs[static_cast<size_t>(found)].inputs)
+          act_only = found;
         return found >= 0 && gs[static_cast<size_t>(found)].weights ? gs[static_cast<size_t>(found)].scheme : -1;
       },
       [&](int scheme) { return "'" + gs[static_cast<size_t>(scheme)].name + "'"; });
-  if (chosen < 0) return;  // the experts are stored in the checkpoint dtype
+  if (chosen < 0) {  // the experts are stored in the checkpoint dtype
+    if (act_only >= 0) {
+      const Group& g = gs[static_cast<size_t>(act_only)];
+      m.caveats.push_back(act_caveat(describe_args(Fields(*g.inputs, q.origin(), q.model_type(), ""))));
+    }
+    return;
+  }
 
   const Group& g = gs[static_cast<size_t>(chosen)];
   const std::string gp = q.prefix() + "config_groups." + g.name + ".";
@@ -1063,8 +1044,9 @@ void apply_quantization_config(const json& qc, std::string_view origin, HfModel&
       apply_modelopt(q, m);
     }
   } else if (*method == "fbgemm_fp8") {
-    // Llama-4 Maverick FP8: e4m3 weights with one scale per output row.
-    if (experts_excluded(m, q, {"modules_to_not_convert"})) return;
+    // transformers' fbgemm FP8 (Llama-4 experts fused, FbgemmFp8Llama4TextExperts): e4m3 weights with one
+    // scale per output row.
+    if (experts_excluded(m, q, {"modules_to_not_convert"}, /*llama4_fused=*/true)) return;
     s.weight_format = WeightFormat::kFp8PerChannel;
     s.act_quant = ActQuant::kNone;
     m.caveats.push_back(act_caveat("fp8, one dynamic scale per token"));
@@ -1074,7 +1056,7 @@ void apply_quantization_config(const json& qc, std::string_view origin, HfModel&
     throw_error(ErrorKind::kUnsupported,
                 one_line(fmt::format("{}: 'quantization_config.quant_method' = \"{}\" is not supported; supported: "
                                      "fp8 (block 128x128 or per-tensor), mxfp4, modelopt (NVFP4, FP8), fbgemm_fp8, "
-                                     "compressed-tensors (8-bit float or int weights)",
+                                     "compressed-tensors (8-bit float or int weights, NVFP4)",
                                      origin, *method)));
   }
 }

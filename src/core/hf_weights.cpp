@@ -3,7 +3,8 @@
 // NOTES:
 // - Loading reads only the chosen layer's tensors (views into the memory-mapped files) and copies this
 //   rank's shard once into contiguous [E_local, ...] HostTensors. Nothing is requantized: every value
-//   that comes out dequantizes to exactly the value the checkpoint stored.
+//   that comes out dequantizes to exactly the value the checkpoint stored, but for compressed-tensors
+//   NVFP4, whose global scale G is a divisor and is kept as 1 / G (within half an ulp).
 // - Per-expert checkpoints keep gate and up as two linears; moerun's w13 is their row concatenation
 //   (docs/formats.md). Row-wise scales concatenate as they are. 128x128 fp8 block scales concatenate only when
 //   the halves fill whole blocks (intermediate/tp % 128 == 0); otherwise the load is refused.
