@@ -72,6 +72,20 @@ def mlp(x, gate, up, down):
     return (silu(x @ gate.T) * (x @ up.T)) @ down.T
 
 
+def mixtral_block(x, gate, K, expert):
+    """MixtralSparseMoeBlock: softmax over all experts, top-k, renormalize the k weights; expert(e) is
+    (w1, w3, w2) of expert e."""
+    probs = softmax(x @ gate.T)
+    sel = np.argsort(-probs, axis=1, kind="stable")[:, :K]
+    rw = np.take_along_axis(probs, sel, 1)
+    rw /= rw.sum(1, keepdims=True)
+    y = np.zeros_like(x)
+    for m in range(x.shape[0]):
+        for j in range(K):
+            y[m] += rw[m, j] * mlp(x[m], *expert(sel[m, j]))
+    return y
+
+
 def e4m3(codes):
     """The values of OCP float8 e4m3fn codes (the NaN codes 0x7f, 0xff are never drawn)."""
     c = codes.astype(np.int64)
@@ -110,15 +124,7 @@ def mixtral_fp8(layer, E=8, K=2, H=64, I=96, M=13):
             t[p + f"experts.{e}.{n}.weight"], t[p + f"experts.{e}.{n}.weight_scale"], dense[(e, n)] = fp8_linear(r, c)
             t[p + f"experts.{e}.{n}.input_scale"] = np.array([1.0], np.float32)  # static exports carry one; unread
     x = RNG.uniform(-1, 1, size=(M, H)).astype(np.float32)
-    probs = softmax(x @ t[p + "gate.weight"].T)
-    sel = np.argsort(-probs, axis=1, kind="stable")[:, :K]
-    rw = np.take_along_axis(probs, sel, 1)
-    rw /= rw.sum(1, keepdims=True)
-    y = np.zeros_like(x)
-    for m in range(M):
-        for j in range(K):
-            e = sel[m, j]
-            y[m] += rw[m, j] * mlp(x[m], dense[(e, "w1")], dense[(e, "w3")], dense[(e, "w2")])
+    y = mixtral_block(x, t[p + "gate.weight"], K, lambda e: (dense[(e, "w1")], dense[(e, "w3")], dense[(e, "w2")]))
     return cfg, t, x, y
 
 
@@ -133,15 +139,8 @@ def mixtral(layer, E=8, K=2, H=64, I=96, M=19):
         t[p + f"experts.{e}.w3.weight"] = w(I, H)
         t[p + f"experts.{e}.w2.weight"] = w(H, I)
     x = RNG.uniform(-1, 1, size=(M, H)).astype(np.float32)
-    probs = softmax(x @ t[p + "gate.weight"].T)           # softmax over all experts, then top-k,
-    sel = np.argsort(-probs, axis=1, kind="stable")[:, :K]  # then renormalize the k weights
-    rw = np.take_along_axis(probs, sel, 1)
-    rw /= rw.sum(1, keepdims=True)
-    y = np.zeros_like(x)
-    for m in range(M):
-        for j in range(K):
-            e = sel[m, j]
-            y[m] += rw[m, j] * mlp(x[m], t[p + f"experts.{e}.w1.weight"], t[p + f"experts.{e}.w3.weight"], t[p + f"experts.{e}.w2.weight"])
+    y = mixtral_block(x, t[p + "gate.weight"], K,
+                      lambda e: tuple(t[p + f"experts.{e}.{n}.weight"] for n in ("w1", "w3", "w2")))
     return cfg, t, x, y
 
 
