@@ -684,21 +684,31 @@ std::vector<std::string> string_list(const Fields& f, std::string_view key) {
 }
 
 // Every entry of a list is matched against every expert module name of every MoE layer: a hostile
-// config (thousands of layers, long patterns) must not buy seconds of matching. `costs` holds each
-// entry's steps per name character (a compiled pattern's size, a glob's length); real configs stay
-// far below the bound.
-void check_match_work(std::string_view origin, const std::string& what, const std::vector<size_t>& costs, const HfModel& m) {
-  constexpr double kMaxWork = 4e6;
-  double steps = 0;
-  for (size_t c : costs) steps += static_cast<double>(c);
-  const double names = static_cast<double>(m.moe_layers.size()) *
-                       static_cast<double>(m.moe_layers.empty() ? 0 : expert_modules(m, m.moe_layers.front()).size());
-  if (steps * names > kMaxWork)
-    throw_error(ErrorKind::kUnsupported,
-                one_line(fmt::format("{}: {} hold {} entries ({} steps per name character) to match against {} expert "
-                                     "module names: more than moerun checks ({} steps x names)",
-                                     origin, what, costs.size(), steps, names, kMaxWork)));
-}
+// config (thousands of layers, long patterns) must not buy seconds of matching. The work is counted in
+// steps over all names: a pattern visits each of its instructions at most once per name character, a
+// glob each of its characters, an exact name is one comparison. Real configs stay far below the bound
+// (qwen3's ".*mlp.gate$" over its 288 expert names: about 3e5 steps).
+struct MatchWork {
+  double names = 0, per_char = 0, steps = 0;
+  explicit MatchWork(const HfModel& m) {
+    if (m.moe_layers.empty()) return;
+    const auto mods = expert_modules(m, m.moe_layers.back());  // the longest layer index
+    size_t longest = 0;
+    for (const ExpertModule& e : mods) longest = std::max(longest, e.name.size());
+    names = static_cast<double>(m.moe_layers.size()) * static_cast<double>(mods.size());
+    per_char = static_cast<double>(longest + 1);
+  }
+  // Adds an entry of `instructions` (0: an exact name); refuses once the total passes the bound.
+  void add(std::string_view origin, const std::string& what, size_t entries, size_t instructions) {
+    constexpr double kMaxSteps = 5e7;
+    steps += names * (instructions ? static_cast<double>(instructions) * per_char : 1.0);
+    if (steps > kMaxSteps)
+      throw_error(ErrorKind::kUnsupported,
+                  one_line(fmt::format("{}: {} hold patterns ({} so far) whose matching against {} expert module names "
+                                       "would take more than {} steps",
+                                       origin, what, entries, names, kMaxSteps)));
+  }
+};
 
 // Which scheme each expert module of every MoE layer gets (-1: none, the module stays unquantized), as
 // one scheme for all of them; two different ones, or some modules quantized and some not, is
@@ -739,9 +749,8 @@ bool experts_excluded(const HfModel& m, const Fields& q, std::initializer_list<s
     what += (what.empty() ? "'" : " and '") + q.prefix() + std::string(k) + "'";
   }
   if (patterns.empty()) return false;
-  std::vector<size_t> costs;
-  for (const std::string& p : patterns) costs.push_back(p.size());
-  check_match_work(q.origin(), what, costs, m);
+  MatchWork work(m);
+  for (size_t i = 0; i < patterns.size(); ++i) work.add(q.origin(), what, i + 1, std::max<size_t>(patterns[i].size(), 1));
   return one_scheme_for_experts(
              m, q.origin(), what,
              [&](const ExpertModule& mod) {
@@ -814,8 +823,8 @@ class CtMatcher {
     if (entry_ == mod.name) return kName;
     return entry_ == "Linear" && mod.linear ? kClass : kNone;
   }
-  // Steps per character of a name to match it: the program's size, or one for a plain string.
-  size_t cost() const { return pattern_ ? pattern_->size() : 1; }
+  // The program's size (each instruction visited at most once per name character); 0 for a plain string.
+  size_t instructions() const { return pattern_ ? pattern_->size() : 0; }
 
  private:
   std::string entry_;
@@ -866,14 +875,16 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
   // bounded first (a pattern compiles to at most ModulePattern::kMaxProgram instructions).
   constexpr size_t kMaxEntries = 4096;
   size_t entry_count = 0;
-  std::vector<size_t> costs;
+  const std::string lists = q.has("ignore") ? fmt::format("'{}config_groups' and '{}ignore'", q.prefix(), q.prefix())
+                                            : fmt::format("'{}config_groups'", q.prefix());
+  MatchWork work(m);
   auto compile = [&](const Fields& f, std::string_view key) {
     std::vector<CtMatcher> out;
     for (const std::string& e : string_list(f, key)) {
       if (++entry_count > kMaxEntries)
-        q.bad_value("config_groups", fmt::format("and 'ignore' hold more than {} entries", kMaxEntries));
+        throw_error(ErrorKind::kUnsupported, fmt::format("{}: {} hold more than {} entries", q.origin(), lists, kMaxEntries));
       out.emplace_back(f, key, e);
-      costs.push_back(out.back().cost());
+      work.add(q.origin(), lists, entry_count, out.back().instructions());
     }
     return out;
   };
@@ -887,9 +898,6 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
     gs.push_back({one_line(name), compile(gf, "targets"), gf.opt_object("weights"), gf.opt_object("input_activations"),
                   top_format == "mixed-precision" ? gf.string_or("format", "") : top_format, 0});
   }
-  const std::string lists = q.has("ignore") ? fmt::format("'{}config_groups' and '{}ignore'", q.prefix(), q.prefix())
-                                            : fmt::format("'{}config_groups'", q.prefix());
-  check_match_work(q.origin(), lists, costs, m);
   for (size_t g = 0; g < gs.size(); ++g) {
     const auto same = [](const json* x, const json* y) { return x == y || (x && y && *x == *y); };
     gs[g].scheme = static_cast<int>(g);
@@ -930,7 +938,8 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
   if (chosen < 0) {  // the experts are stored in the checkpoint dtype
     if (act_only >= 0) {
       const Group& g = gs[static_cast<size_t>(act_only)];
-      m.caveats.push_back(act_caveat(describe_args(Fields(*g.inputs, q.origin(), q.model_type(), ""))));
+      m.caveats.push_back(act_caveat(describe_args(
+          Fields(*g.inputs, q.origin(), q.model_type(), q.prefix() + "config_groups." + g.name + ".input_activations."))));
     }
     return;
   }

@@ -55,7 +55,7 @@ class PatternCompiler {
     for (int c = 0; c < 256; ++c) {
       const bool d = c >= '0' && c <= '9';
       const bool w = d || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-      const bool sp = c == ' ' || (c >= '\t' && c <= '\r');
+      const bool sp = c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);  // as Python's str \s
       const char lower = static_cast<char>(std::tolower(static_cast<unsigned char>(e)));
       const bool in = lower == 'd' ? d : lower == 'w' ? w : sp;
       s[static_cast<size_t>(c)] = std::isupper(static_cast<unsigned char>(e)) ? !in : in;
@@ -85,6 +85,7 @@ class PatternCompiler {
           fail("\\x without two hex digits");
         const int v = std::stoi(std::string(p_.substr(i_, 2)), nullptr, 16);
         i_ += 2;
+        if (v >= 0x80) fail("a non-ASCII \\x escape (Python means a character, not a byte)");
         return static_cast<uint8_t>(v);
       }
       default: break;
@@ -121,12 +122,14 @@ class PatternCompiler {
         std::vector<bool> cls;
         const std::optional<uint8_t> b = escape(&cls, /*in_class=*/true);
         if (!b) {
+          if (i_ + 1 < p_.size() && peek() == '-' && p_[i_ + 1] != ']') fail("a range starting at a class escape");
           for (int c = 0; c < 256; ++c) set[static_cast<size_t>(c)] = set[static_cast<size_t>(c)] || cls[static_cast<size_t>(c)];
           continue;
         }
         lo = *b;
       } else {
         lo = static_cast<uint8_t>(p_[i_++]);
+        if (lo >= 0x80) fail("a non-ASCII character (Python matches characters, moerun bytes)");
       }
       int hi = lo;
       if (i_ + 1 < p_.size() && peek() == '-' && p_[i_ + 1] != ']') {
@@ -139,6 +142,7 @@ class PatternCompiler {
           hi = *b;
         } else {
           hi = static_cast<uint8_t>(p_[i_++]);
+          if (hi >= 0x80) fail("a non-ASCII character (Python matches characters, moerun bytes)");
         }
         if (hi < lo) fail("a reversed range in a character class");
       }
@@ -152,19 +156,21 @@ class PatternCompiler {
   // do not form one (Python then reads '{' as a literal).
   std::optional<std::pair<int, int>> counted() {
     size_t j = i_ + 1;
-    auto number = [&](int* v) {
+    // Python refuses counts of 2^32 - 1 and more; below that, programs past kMaxProgram are refused when
+    // emitted, so a count is kept up to a cap that is already far past it.
+    auto number = [&](long long* v) {
       const size_t s = j;
       long long x = 0;
-      while (j < p_.size() && std::isdigit(static_cast<unsigned char>(p_[j]))) x = std::min(x * 10 + (p_[j++] - '0'), 100000LL);
-      *v = static_cast<int>(x);
+      while (j < p_.size() && std::isdigit(static_cast<unsigned char>(p_[j]))) x = std::min(x * 10 + (p_[j++] - '0'), 1LL << 40);
+      *v = x;
       return j > s;
     };
-    int n = 0, m = 0;
+    long long n = 0, m = 0;
     const bool has_n = number(&n);
     if (j < p_.size() && p_[j] == '}') {
       if (!has_n) return std::nullopt;
       i_ = j + 1;
-      return std::make_pair(n, n);
+      return bounded(n, n);
     }
     if (j >= p_.size() || p_[j] != ',') return std::nullopt;
     ++j;
@@ -173,8 +179,13 @@ class PatternCompiler {
     i_ = j + 1;
     if (!has_n) n = 0;
     if (!has_m) m = -1;
+    return bounded(n, m);
+  }
+  std::pair<int, int> bounded(long long n, long long m) const {
     if (m >= 0 && m < n) fail("a repeat whose maximum is below its minimum");
-    return std::make_pair(n, m);
+    if (n >= 4294967295LL || m >= 4294967295LL) fail("a repeat count of 2^32 - 1 or more");
+    constexpr long long kCap = 100000;  // past kMaxProgram for any body that emits an instruction
+    return {static_cast<int>(std::min(n, kCap)), m < 0 ? -1 : static_cast<int>(std::min(m, kCap))};
   }
 
   Node parse_atom() {
@@ -217,7 +228,9 @@ class PatternCompiler {
         ++i_;
         return leaf(Inst::kByte, '{');
       }
-      default: return leaf(Inst::kByte, static_cast<uint8_t>(c));
+      default:
+        if (static_cast<uint8_t>(c) >= 0x80) fail("a non-ASCII character (Python matches characters, moerun bytes)");
+        return leaf(Inst::kByte, static_cast<uint8_t>(c));
     }
   }
 
@@ -275,6 +288,18 @@ class PatternCompiler {
     return static_cast<int>(out_.prog_.size() - 1);
   }
   int here() const { return static_cast<int>(out_.prog_.size()); }
+  static bool emits_nothing(const Node& n) {
+    switch (n.kind) {
+      case Node::kLeaf: return false;
+      case Node::kSeq:
+        for (const Node& k : n.kids)
+          if (!emits_nothing(k)) return false;
+        return true;
+      case Node::kAlt: return false;  // its splits and jumps
+      case Node::kRepeat: return n.max == 0 || emits_nothing(n.kids[0]);
+    }
+    return false;
+  }
 
   void emit(const Node& n) {
     switch (n.kind) {
@@ -300,6 +325,9 @@ class PatternCompiler {
       }
       case Node::kRepeat: {
         const Node& x = n.kids[0];
+        // A body that emits nothing matches only the empty string, however often it repeats: emitting
+        // nothing in a loop of 1e5^depth turns would never reach the instruction cap.
+        if (emits_nothing(x)) return;
         for (int k = 0; k < n.min; ++k) emit(x);
         if (n.max < 0) {  // x*: L: split body, out; body; jump L
           const int split = push({Inst::kSplit});

@@ -11,7 +11,8 @@
 // (ranges, negation, a leading `]`, escapes), `\d \w \s \D \W \S`, escaped punctuation, groups
 // `(...)` and `(?:...)`, `|`, `* + ?` and `{n} {n,} {,m} {n,m}` (lazy forms too: a yes/no match does
 // not care), anchors `^ $ \A \Z`. Anything else (lookarounds, back-references, named groups, inline
-// flags, POSIX classes, \b) is refused with a message, never guessed.
+// flags, \b, non-ASCII characters, which Python matches as characters and this matcher would match
+// as bytes) is refused with a message, never guessed. Module names are ASCII.
 #pragma once
 
 #include <cstdint>

@@ -738,7 +738,8 @@ TEST(HfConfigQuantScope, CompressedTensorsTargetsAndIgnore) {
             WeightFormat::kFp8PerChannel);
   msg = error_of([] { parse_hf_config(qwen3(ct(kFp8Channel, "null", "[\"lm_head\"]", R"("Linear")")), "c"); }, ErrorKind::kParse);
   expect_contains(msg, "'quantization_config.config_groups.group_0.targets' must be an array of strings");
-  // Matching work is bounded by program sizes x expert names, checked before anything is matched.
+  // Matching work is bounded by program sizes x expert names x name length, checked entry by entry as
+  // they compile, before anything is matched.
   msg = error_of(
       [] {
         std::string many = "[";
@@ -746,7 +747,10 @@ TEST(HfConfigQuantScope, CompressedTensorsTargetsAndIgnore) {
         parse_hf_config(qwen3(ct(kFp8Channel, "null", many + "]")), "c");
       },
       ErrorKind::kUnsupported);
-  expect_contains(msg, "hold 101 entries (20101 steps per name character) to match against 288 expert module names");
+  expect_contains(msg, "hold patterns (21 so far) whose matching against 288 expert module names would take more than");
+  // ... and so is a pattern that emits nothing however often it repeats (it compiles to nothing).
+  EXPECT_EQ(parse_hf_config(qwen3(ct(kFp8Channel, "null", R"(["re:(((){99999}){99999}){99999}x"])")), "c").spec.weight_format,
+            WeightFormat::kFp8PerChannel);
   // A null group counts as absent.
   EXPECT_EQ(parse_hf_config(qwen3(R"("quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"a": null}})"),
                             "c").spec.weight_format,

@@ -64,7 +64,8 @@ TEST(ModulePattern, MatchesAsPythonsReMatch) {
 TEST(ModulePattern, RefusesWhatItDoesNotReadAsPythonDoes) {
   for (const char* bad : {"(?=x)", "(?!x)", "(?<=x)", "(?P<n>x)", "(?i)x", "(a)\\1", "\\bproj", "a**", "*a", "+a", "{2}a",
                           "(a", "a)", "[a", "[]", "[\\A]", "a{2}+", "a*+", "\\x4", "[z-a]", "a{3,2}", "\\", "\\q",
-                          "((a{100}){100})"}) {
+                          "((a{100}){100})", "\xc3\xa9?x", "[\xc3\xa9]", "\\xe9", "[\\d-z]", "(){4294967296}",
+                          "a{100001,100000}"}) {
     try {
       ModulePattern p(bad);
       ADD_FAILURE() << "\"" << bad << "\" compiled to " << p.size() << " instructions";
@@ -72,6 +73,16 @@ TEST(ModulePattern, RefusesWhatItDoesNotReadAsPythonDoes) {
       EXPECT_FALSE(std::string(e.what()).empty());
     }
   }
+}
+
+TEST(ModulePattern, EmptyBodiesAndPythonsWhitespace) {
+  // A repeated body that emits nothing compiles to nothing (Python compiles these instantly too).
+  const ModulePattern empty("(((){99999}){99999}){99999}x");
+  EXPECT_EQ(empty.size(), 2u);  // x, match
+  EXPECT_TRUE(empty.match_prefix("xy"));
+  // Python's \s on str includes the information separators 0x1c-0x1f.
+  EXPECT_TRUE(ModulePattern("\\s").match_prefix("\x1c"));
+  EXPECT_FALSE(ModulePattern("\\S").match_prefix("\x1f"));
 }
 
 TEST(ModulePattern, HostilePatternsRunAsAnAutomaton) {
