@@ -685,9 +685,11 @@ std::vector<std::string> string_list(const Fields& f, std::string_view key) {
 
 // Every entry of a list is matched against every expert module name of every MoE layer: a hostile
 // config (thousands of layers, long patterns) must not buy seconds of matching. The work is counted in
-// steps over all names: a pattern visits each of its instructions at most once per name character, a
-// glob each of its characters, an exact name is one comparison. Real configs stay far below the bound
-// (qwen3's ".*mlp.gate$" over its 288 expert names: about 3e5 steps).
+// steps over all names: a pattern visits each of its instructions at most once per name character; a
+// glob costs about its length (it fails within a few characters on all but a handful of names); an
+// exact name is one comparison. Real configs stay far below the bound (qwen3's ".*mlp.gate$" over its
+// 288 expert names: about 3e5 steps; Qwen3-235B-A22B-FP8's 95 modules_to_not_convert globs over its
+// 564 names: about 1.3e6).
 struct MatchWork {
   double names = 0, per_char = 0, steps = 0;
   explicit MatchWork(const HfModel& m) {
@@ -698,10 +700,10 @@ struct MatchWork {
     names = static_cast<double>(m.moe_layers.size()) * static_cast<double>(mods.size());
     per_char = static_cast<double>(longest + 1);
   }
-  // Adds an entry of `instructions` (0: an exact name); refuses once the total passes the bound.
-  void add(std::string_view origin, const std::string& what, size_t entries, size_t instructions) {
+  // Adds an entry costing `per_name` steps on each name; refuses once the total passes the bound.
+  void add(std::string_view origin, const std::string& what, size_t entries, double per_name) {
     constexpr double kMaxSteps = 5e7;
-    steps += names * (instructions ? static_cast<double>(instructions) * per_char : 1.0);
+    steps += names * std::max(per_name, 1.0);
     if (steps > kMaxSteps)
       throw_error(ErrorKind::kUnsupported,
                   one_line(fmt::format("{}: {} hold patterns ({} so far) whose matching against {} expert module names "
@@ -750,7 +752,7 @@ bool experts_excluded(const HfModel& m, const Fields& q, std::initializer_list<s
   }
   if (patterns.empty()) return false;
   MatchWork work(m);
-  for (size_t i = 0; i < patterns.size(); ++i) work.add(q.origin(), what, i + 1, std::max<size_t>(patterns[i].size(), 1));
+  for (size_t i = 0; i < patterns.size(); ++i) work.add(q.origin(), what, i + 1, static_cast<double>(patterns[i].size()));
   return one_scheme_for_experts(
              m, q.origin(), what,
              [&](const ExpertModule& mod) {
@@ -884,7 +886,7 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
       if (++entry_count > kMaxEntries)
         throw_error(ErrorKind::kUnsupported, fmt::format("{}: {} hold more than {} entries", q.origin(), lists, kMaxEntries));
       out.emplace_back(f, key, e);
-      work.add(q.origin(), lists, entry_count, out.back().instructions());
+      work.add(q.origin(), lists, entry_count, static_cast<double>(out.back().instructions()) * work.per_char);
     }
     return out;
   };

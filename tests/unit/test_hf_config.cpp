@@ -779,6 +779,16 @@ TEST(HfConfigQuantScope, ExclusionListsOfHfAndModelOpt) {
     EXPECT_EQ(mo.spec.weight_format, WeightFormat::kBF16) << list;
     EXPECT_TRUE(mo.caveats.empty());
   }
+  // A long real list (Qwen3-235B-A22B-FP8 names each layer's router gate: 94 layers, 95 entries) is read.
+  {
+    std::string gates = R"(["lm_head")";
+    for (int l = 0; l < 94; ++l) gates += ", \"model.layers." + std::to_string(l) + ".mlp.gate\"";
+    HfModel big = parse_hf_config(R"({"model_type": "qwen3_moe", "num_experts": 128, "num_experts_per_tok": 8,
+        "hidden_size": 4096, "moe_intermediate_size": 1536, "num_hidden_layers": 94, "quantization_config": {
+        "quant_method": "fp8", "weight_block_size": [128, 128], "modules_to_not_convert": )" + gates + "]}}",
+                                  "c");
+    EXPECT_EQ(big.spec.weight_format, WeightFormat::kFp8Block);
+  }
   // Names that share only part of a component with an expert module do not exclude it.
   EXPECT_EQ(parse_hf_config(qwen3(R"("quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128],
                                     "modules_to_not_convert": ["model.layers.1x", "mlp.gate", "lm_head", "experts.0.gate"]})"),
