@@ -779,7 +779,8 @@ TEST(HfConfigQuantScope, ExclusionListsOfHfAndModelOpt) {
     EXPECT_EQ(mo.spec.weight_format, WeightFormat::kBF16) << list;
     EXPECT_TRUE(mo.caveats.empty());
   }
-  // A long real list (Qwen3-235B-A22B-FP8 names each layer's router gate: 94 layers, 95 entries) is read.
+  // A long list of the shape FP8 exports write (each layer's router gate by name; a 94-layer
+  // Qwen3-235B: 95 entries) is read.
   {
     std::string gates = R"(["lm_head")";
     for (int l = 0; l < 94; ++l) gates += ", \"model.layers." + std::to_string(l) + ".mlp.gate\"";
