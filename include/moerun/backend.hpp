@@ -60,6 +60,9 @@ struct Capabilities {
   bool router_bias = false;
   bool shared_experts = false;
   bool shared_gate = false;
+  // Formats the shared experts may take where they differ from the routed experts' (spec.shared.weight_format);
+  // empty: only the routed experts' format.
+  std::vector<WeightFormat> shared_formats;
   bool apply_router_weight_on_input = false;
   bool tensor_parallel = false;   // accepts tp > 1 (runs its shard; caller reduces)
   bool expert_parallel = false;   // accepts ep > 1 (runs its local experts; others masked)

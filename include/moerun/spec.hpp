@@ -93,6 +93,12 @@ struct SharedExperts {
   int count = 0;          // 0 = none
   int intermediate = 0;   // total intermediate size of the fused shared MLP (count * per-expert I)
   bool gated_by_router = false;  // Qwen2-MoE: output scaled by sigmoid(hidden @ shared_gate)
+  // Their own weight format where it differs from the routed experts' (none: the same). Exporters
+  // quantize modules by name lists, and several leave the shared experts in the checkpoint dtype beside
+  // quantized routed ones. MoeSpec::act_quant reaches them only where their format admits it
+  // (MoeSpec::shared_act_quant); a backend runs such a layer only where Capabilities::shared_formats
+  // lists the shared format.
+  std::optional<WeightFormat> weight_format;
 };
 
 struct MoeSpec {
@@ -116,6 +122,15 @@ struct MoeSpec {
   // Rows of w13 per expert: 2*I when gated, I otherwise.
   int w13_rows() const noexcept { return activation.gated() ? 2 * intermediate : intermediate; }
 
+  // The shared experts' weight format: shared.weight_format, else the routed experts' weight_format.
+  WeightFormat shared_weight_format() const noexcept { return shared.weight_format.value_or(weight_format); }
+  // Whether the shared experts are stored in another format than the routed ones.
+  bool mixed_formats() const noexcept { return shared.count > 0 && shared_weight_format() != weight_format; }
+  // The dynamic quantization of the shared experts' GEMM inputs: act_quant where their format admits it
+  // (the fp8 formats for fp8-token-group, mxfp4 / nvfp4 for int8-token-group), else none: an engine
+  // runs shared experts left in bf16 as a plain bf16 MLP.
+  ActQuant shared_act_quant() const noexcept;
+
   // Throws Error{kInvalidSpec} naming the first bad field ("spec.top_k = 9: must be in [1, num_experts=8]").
   void validate() const;
 
@@ -136,5 +151,7 @@ std::optional<ActQuant> parse_act_quant(std::string_view s) noexcept;
 std::string allowed_activations();
 std::string allowed_weight_formats();
 std::string allowed_act_quants();
+// Whether act_quant q may feed GEMMs on weights of format f (kNone always may).
+bool act_quant_admits(ActQuant q, WeightFormat f) noexcept;
 
 }  // namespace moerun

@@ -23,7 +23,7 @@ struct MoeWeights {
   HostTensor correction_bias;    // F32 [E]      when spec.routing.correction_bias
   // Shared experts: every rank holds its tp slice; only ranks with rank % ep == 0 add it, since rank
   // outputs are summed and each EP rank sees every token.
-  ExpertMatrix shared_w13;       // [1, 2*Is/tp, H] when spec.shared.count > 0 (same format as experts)
+  ExpertMatrix shared_w13;       // [1, 2*Is/tp, H] when spec.shared.count > 0, in spec.shared_weight_format()
   ExpertMatrix shared_w2;        // [1, H, Is/tp]
   HostTensor shared_gate;        // F32 [1, H]   when spec.shared.gated_by_router
 };

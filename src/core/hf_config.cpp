@@ -574,15 +574,20 @@ void apply_dtype(const Fields& f, MoeSpec& s) {
 //
 // Quantization configs name the modules they leave alone (HF "modules_to_not_convert", ModelOpt
 // "exclude_modules", compressed-tensors "ignore") or those they quantize (compressed-tensors
-// "targets"). moerun holds one weight format per layer spec, so the expert weights of every MoE layer
-// must come out the same: all quantized by one scheme (the config's format), or none (the checkpoint
-// dtype's). Anything in between is refused by name; the loader's dtype checks catch what the names miss.
+// "targets"). A layer spec holds one weight format for the routed experts and one for the shared experts
+// (MoeSpec::shared_weight_format), so each part must come out the same in every MoE layer: all its
+// modules quantized by one scheme, or none (the checkpoint dtype's). Exporters often leave the shared
+// experts unquantized beside quantized routed ones, which reads as two formats; a part quantized in some
+// layers or modules and not in others is refused by name. The loader's dtype checks catch what the
+// names miss.
 
 // A module holding expert weights, under transformers' module name; `linear` when it is an nn.Linear
-// (what a compressed-tensors "Linear" target means): per-expert linears are, fused 3-D experts not.
+// (what a compressed-tensors "Linear" target means): per-expert linears are, fused 3-D experts not;
+// `shared` for the shared experts' modules.
 struct ExpertModule {
   std::string name;
   bool linear;
+  bool shared = false;
 };
 
 // The expert modules of MoE layer `layer`: routed experts 0 and E-1 (gate, up, down) and the shared
@@ -600,7 +605,7 @@ std::vector<ExpertModule> expert_modules(const HfModel& m, int layer, bool llama
   };
   auto shared = [&](const std::string& module, std::initializer_list<const char*> linears) {
     if (m.spec.shared.count > 0)
-      for (const char* l : linears) out.push_back({L + module + "." + l, true});
+      for (const char* l : linears) out.push_back({L + module + "." + l, true, true});
   };
   const auto gate_up_down = {"gate_proj", "up_proj", "down_proj"};
   switch (m.family) {
@@ -622,7 +627,7 @@ std::vector<ExpertModule> expert_modules(const HfModel& m, int layer, bool llama
     case HfFamily::kGranite:
       out.push_back({L + "block_sparse_moe.input_linear", false});
       out.push_back({L + "block_sparse_moe.output_linear", false});
-      shared("shared_mlp", {"input_linear", "output_linear"});
+      shared("shared_mlp", {"input_linear", "output_linear"});  // (nn.Linear modules too)
       break;
   }
   return out;
@@ -712,37 +717,50 @@ struct MatchWork {
   }
 };
 
-// Which scheme each expert module of every MoE layer gets (-1: none, the module stays unquantized), as
-// one scheme for all of them; two different ones, or some modules quantized and some not, is
-// Error{kUnsupported} naming a module of each. `what` names the deciding fields for that message,
-// `scheme_name` a scheme.
-int one_scheme_for_experts(const HfModel& m, std::string_view origin, std::string_view what,
-                           const std::function<int(const ExpertModule&)>& scheme_of,
-                           const std::function<std::string(int)>& scheme_name, bool llama4_fused = false) {
-  std::optional<std::pair<int, std::string>> first;
+// The scheme each part of the experts gets (-1: none, its modules stay unquantized).
+struct PartSchemes {
+  int routed = -1;
+  int shared = -1;
+};
+
+// Which scheme each expert module of every MoE layer gets (-1: none), as one scheme for the routed
+// experts' modules and one for the shared experts'; two different ones within a part, or some of its
+// modules quantized and some not, is Error{kUnsupported} naming a module of each. `what` names the
+// deciding fields for that message, `scheme_name` a scheme.
+PartSchemes schemes_for_experts(const HfModel& m, std::string_view origin, std::string_view what,
+                                const std::function<int(const ExpertModule&)>& scheme_of,
+                                const std::function<std::string(int)>& scheme_name, bool llama4_fused = false) {
+  std::optional<std::pair<int, std::string>> first[2];  // [routed, shared]
   for (int layer : m.moe_layers)
     for (const ExpertModule& mod : expert_modules(m, layer, llama4_fused)) {
       const int s = scheme_of(mod);
-      if (!first) {
-        first.emplace(s, mod.name);
+      auto& f = first[mod.shared ? 1 : 0];
+      if (!f) {
+        f.emplace(s, mod.name);
         continue;
       }
-      if (s == first->first) continue;
+      if (s == f->first) continue;
       auto describe = [&](int scheme, const std::string& name) {
         return scheme < 0 ? name + " stays unquantized" : name + " is quantized by " + scheme_name(scheme);
       };
       throw_error(ErrorKind::kUnsupported,
-                  fmt::format("{}: {} give the expert weights of this model two formats ({}; {}): moerun reads one "
-                              "weight format for the routed and shared experts of every MoE layer",
-                              origin, what, describe(first->first, first->second), describe(s, mod.name)));
+                  fmt::format("{}: {} give the {} experts of this model two formats ({}; {}): moerun reads one weight "
+                              "format for the routed experts of every MoE layer and one for the shared experts",
+                              origin, what, mod.shared ? "shared" : "routed", describe(f->first, f->second),
+                              describe(s, mod.name)));
     }
-  return first ? first->first : -1;
+  return {first[0] ? first[0]->first : -1, first[1] ? first[1]->first : -1};
 }
 
-// An exclusion list (modules_to_not_convert, exclude_modules, ignore) that leaves the experts of every
-// MoE layer unquantized: true; of none: false; of some: Error (one_scheme_for_experts).
-bool experts_excluded(const HfModel& m, const Fields& q, std::initializer_list<std::string_view> keys,
-                      bool llama4_fused = false) {
+// Which parts of the experts an exclusion list (modules_to_not_convert, exclude_modules, ignore) leaves
+// unquantized in every MoE layer; a part it leaves in some layers or modules only is Error
+// (schemes_for_experts).
+struct Excluded {
+  bool routed = false;
+  bool shared = false;
+};
+Excluded experts_excluded(const HfModel& m, const Fields& q, std::initializer_list<std::string_view> keys,
+                          bool llama4_fused = false) {
   std::vector<std::string> patterns;
   std::string what;
   for (std::string_view k : keys) {
@@ -750,17 +768,44 @@ bool experts_excluded(const HfModel& m, const Fields& q, std::initializer_list<s
     for (std::string& p : string_list(q, k)) patterns.push_back(std::move(p));
     what += (what.empty() ? "'" : " and '") + q.prefix() + std::string(k) + "'";
   }
-  if (patterns.empty()) return false;
+  if (patterns.empty()) return {};
   MatchWork work(m);
   for (size_t i = 0; i < patterns.size(); ++i) work.add(q.origin(), what, i + 1, static_cast<double>(patterns[i].size()));
-  return one_scheme_for_experts(
-             m, q.origin(), what,
-             [&](const ExpertModule& mod) {
-               for (const std::string& p : patterns)
-                 if (excludes(p, mod.name)) return -1;
-               return 0;
-             },
-             [](int) { return std::string("the config"); }, llama4_fused) < 0;
+  const PartSchemes p = schemes_for_experts(
+      m, q.origin(), what,
+      [&](const ExpertModule& mod) {
+        for (const std::string& pat : patterns)
+          if (excludes(pat, mod.name)) return -1;
+        return 0;
+      },
+      [](int) { return std::string("the config"); }, llama4_fused);
+  return {p.routed < 0, p.shared < 0};
+}
+
+// The spec's formats where a quantization config stores its quantized parts in format f with inputs
+// quantized by aq, and leaves the `excluded` parts in the checkpoint dtype (the spec's weight_format as
+// torch_dtype set it). False where it quantizes no part (nothing changes). Routed experts left
+// unquantized beside quantized shared ones keep the checkpoint dtype, and aq (which a dense format does
+// not admit) then reaches neither part: a caveat says so.
+bool apply_to_parts(HfModel& m, Excluded excluded, WeightFormat f, ActQuant aq) {
+  MoeSpec& s = m.spec;
+  const bool has_shared = s.shared.count > 0;
+  if (excluded.routed && (excluded.shared || !has_shared)) return false;
+  const WeightFormat dense = s.weight_format;
+  if (excluded.routed) {
+    s.shared.weight_format = f;
+    s.act_quant = ActQuant::kNone;
+    if (aq != ActQuant::kNone)
+      m.caveats.push_back(one_line(fmt::format(
+          "the checkpoint quantizes the shared experts' inputs ({}), and moerun runs them on unquantized inputs: "
+          "its layer spec holds one activation quantization, for the routed experts, which this checkpoint keeps in {}",
+          to_string(aq), to_string(dense))));
+    return true;
+  }
+  s.weight_format = f;
+  s.act_quant = aq;
+  if (has_shared && excluded.shared && dense != f) s.shared.weight_format = dense;
+  return true;
 }
 
 // What an engine does to the experts' inputs that moerun's weight-only emulation does not, as a caveat.
@@ -781,16 +826,15 @@ void apply_modelopt(const Fields& q, HfModel& m) {
   if (*algo == "NVFP4") {
     int group = q.int_or("group_size", 16);
     if (group != 16) q.bad_value("group_size", fmt::format("= {}: NVFP4 uses groups of 16", group));
-    if (experts_excluded(m, q, {"exclude_modules", "ignore"})) return;
     // ModelOpt NVFP4 also quantizes GEMM inputs to fp4 (W4A4); moerun has no fp4 activation
     // quantization, so activations stay in act_dtype (weight-only emulation of the recipe).
-    s.weight_format = WeightFormat::kNvfp4;
-    s.act_quant = ActQuant::kNone;
+    if (!apply_to_parts(m, experts_excluded(m, q, {"exclude_modules", "ignore"}), WeightFormat::kNvfp4, ActQuant::kNone))
+      return;
     m.caveats.push_back(act_caveat("NVFP4 W4A4: fp4 codes, a static global scale and e4m3 scales per 16 columns"));
   } else if (*algo == "FP8") {
-    if (experts_excluded(m, q, {"exclude_modules", "ignore"})) return;
-    s.weight_format = WeightFormat::kFp8PerChannel;
-    s.act_quant = ActQuant::kNone;
+    if (!apply_to_parts(m, experts_excluded(m, q, {"exclude_modules", "ignore"}), WeightFormat::kFp8PerChannel,
+                        ActQuant::kNone))
+      return;
     m.caveats.push_back(act_caveat("FP8 with a static per-tensor input scale"));
   } else {
     throw_error(ErrorKind::kUnsupported,
@@ -909,8 +953,8 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
         break;
       }
   }
-  int act_only = -1;  // a group that quantizes the experts' inputs but not their weights
-  const int chosen = one_scheme_for_experts(
+  int act_only[2] = {-1, -1};  // per part (routed, shared): a group that quantizes its inputs but not its weights
+  const PartSchemes chosen = schemes_for_experts(
       m, q.origin(), lists,
       [&](const ExpertModule& mod) {
         for (const CtMatcher& i : ignore)
@@ -933,73 +977,108 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
           }
         }
         if (found >= 0 && !gs[static_cast<size_t>(found)].weights && gs[static_cast<size_t>(found)].inputs)
-          act_only = found;
+          act_only[mod.shared ? 1 : 0] = found;
         return found >= 0 && gs[static_cast<size_t>(found)].weights ? gs[static_cast<size_t>(found)].scheme : -1;
       },
       [&](int scheme) { return "'" + gs[static_cast<size_t>(scheme)].name + "'"; });
-  if (chosen < 0) {  // the experts are stored in the checkpoint dtype
-    if (act_only >= 0) {
-      const Group& g = gs[static_cast<size_t>(act_only)];
-      m.caveats.push_back(act_caveat(describe_args(
-          Fields(*g.inputs, q.origin(), q.model_type(), q.prefix() + "config_groups." + g.name + ".input_activations."))));
-    }
-    return;
-  }
-
-  const Group& g = gs[static_cast<size_t>(chosen)];
-  const std::string gp = q.prefix() + "config_groups." + g.name + ".";
-  Fields w(*g.weights, q.origin(), q.model_type(), gp + "weights.");
-  const std::string type = w.string_or("type", "int"), strategy = strategy_of(w);
-  const int bits = w.int_or("num_bits", 8);
-  const bool symmetric = w.bool_or("symmetric", true);
-  auto unsupported = [&](std::string_view why) {
-    throw_error(ErrorKind::kUnsupported,
-                one_line(fmt::format("{}: '{}weights' = {} ({}): {}; moerun reads 8-bit float weights (tensor, channel "
-                                     "or 128x128 block scales), 8-bit symmetric int weights (tensor or channel) and "
-                                     "NVFP4 (4-bit float, tensor_group of 16)",
-                                     q.origin(), gp, describe_args(w), g.name, why)));
+  const auto add_caveat = [&](const std::string& c) {
+    if (!c.empty() && std::find(m.caveats.begin(), m.caveats.end(), c) == m.caveats.end()) m.caveats.push_back(c);
   };
-  const bool nvfp4 = type == "float" && bits == 4 && strategy == "tensor_group" && w.int_or("group_size", 0) == 16;
-  if (bits != 8 && !nvfp4) unsupported(fmt::format("{}-bit weights of this kind are not a moerun format", bits));
-  if (!symmetric) unsupported("zero points are not read");
-  if (nvfp4) {
-    s.weight_format = WeightFormat::kNvfp4;  // weight_packed, e4m3 weight_scale, weight_global_scale (a divisor)
-  } else if (type == "float") {
-    if (strategy == "tensor" || strategy == "channel") {
-      s.weight_format = WeightFormat::kFp8PerChannel;  // a per-tensor scale is held as rows of one value
-    } else if (strategy == "block") {
-      const std::vector<int> block = w.opt_int_list("block_structure").value_or(std::vector<int>{});
-      if (block != std::vector<int>{128, 128}) unsupported("block_structure must be [128, 128]");
-      s.weight_format = WeightFormat::kFp8Block;
-    } else {
-      unsupported("strategy '" + strategy + "' is not read for float weights");
-    }
-  } else if (type == "int") {
-    if (strategy != "tensor" && strategy != "channel") unsupported("strategy '" + strategy + "' is not read for int weights");
-    s.weight_format = WeightFormat::kInt8PerChannel;
-  } else {
-    unsupported("type '" + type + "' is not read");
+  // A part left in the checkpoint dtype whose inputs a group quantizes all the same: weight-only here.
+  for (int part = 0; part < 2; ++part) {
+    if ((part == 0 ? chosen.routed : chosen.shared) >= 0 || act_only[part] < 0) continue;
+    const Group& g = gs[static_cast<size_t>(act_only[part])];
+    add_caveat(act_caveat(describe_args(
+        Fields(*g.inputs, q.origin(), q.model_type(), q.prefix() + "config_groups." + g.name + ".input_activations."))));
   }
-  const bool format_ok = nvfp4 ? g.format == "nvfp4-pack-quantized"
-                               : g.format == "float-quantized" || g.format == "int-quantized" || g.format == "naive-quantized";
-  if (!g.format.empty() && !format_ok)
-    throw_error(ErrorKind::kUnsupported,
-                one_line(fmt::format("{}: the format of '{}' = \"{}\" is not read for these weights; supported: {}",
-                                     q.origin(), gp.substr(0, gp.size() - 1), g.format,
-                                     nvfp4 ? "nvfp4-pack-quantized" : "float-quantized, int-quantized, naive-quantized")));
-
-  s.act_quant = ActQuant::kNone;
-  if (!g.inputs) return;
-  Fields a(*g.inputs, q.origin(), q.model_type(), gp + "input_activations.");
-  const json* dyn = a.find("dynamic");
-  const bool dynamic = dyn && dyn->is_boolean() && dyn->get<bool>();
-  // DeepSeek's recipe exactly: fp8 per token per 128 columns, computed at run time.
-  if (s.weight_format == WeightFormat::kFp8Block && a.string_or("type", "int") == "float" && a.int_or("num_bits", 8) == 8 &&
-      strategy_of(a) == "group" && a.int_or("group_size", 0) == 128 && dynamic && a.bool_or("symmetric", true)) {
-    s.act_quant = ActQuant::kFp8PerTokenGroup;
+  if (chosen.routed < 0 && chosen.shared < 0) {  // the experts are stored in the checkpoint dtype
+    s.act_quant = ActQuant::kNone;
     return;
   }
-  m.caveats.push_back(act_caveat(describe_args(a)));
+
+  // What one group's weights and inputs are in moerun's terms: a weight format, the activation
+  // quantization moerun runs for its inputs, and a caveat where the recipe quantizes them otherwise.
+  struct Scheme {
+    WeightFormat format;
+    ActQuant act_quant = ActQuant::kNone;
+    std::string caveat;
+  };
+  const auto read_group = [&](const Group& g) {
+    Scheme out;
+    const std::string gp = q.prefix() + "config_groups." + g.name + ".";
+    Fields w(*g.weights, q.origin(), q.model_type(), gp + "weights.");
+    const std::string type = w.string_or("type", "int"), strategy = strategy_of(w);
+    const int bits = w.int_or("num_bits", 8);
+    const bool symmetric = w.bool_or("symmetric", true);
+    auto unsupported = [&](std::string_view why) {
+      throw_error(ErrorKind::kUnsupported,
+                  one_line(fmt::format("{}: '{}weights' = {} ({}): {}; moerun reads 8-bit float weights (tensor, channel "
+                                       "or 128x128 block scales), 8-bit symmetric int weights (tensor or channel) and "
+                                       "NVFP4 (4-bit float, tensor_group of 16)",
+                                       q.origin(), gp, describe_args(w), g.name, why)));
+    };
+    const bool nvfp4 = type == "float" && bits == 4 && strategy == "tensor_group" && w.int_or("group_size", 0) == 16;
+    if (bits != 8 && !nvfp4) unsupported(fmt::format("{}-bit weights of this kind are not a moerun format", bits));
+    if (!symmetric) unsupported("zero points are not read");
+    if (nvfp4) {
+      out.format = WeightFormat::kNvfp4;  // weight_packed, e4m3 weight_scale, weight_global_scale (a divisor)
+    } else if (type == "float") {
+      if (strategy == "tensor" || strategy == "channel") {
+        out.format = WeightFormat::kFp8PerChannel;  // a per-tensor scale is held as rows of one value
+      } else if (strategy == "block") {
+        const std::vector<int> block = w.opt_int_list("block_structure").value_or(std::vector<int>{});
+        if (block != std::vector<int>{128, 128}) unsupported("block_structure must be [128, 128]");
+        out.format = WeightFormat::kFp8Block;
+      } else {
+        unsupported("strategy '" + strategy + "' is not read for float weights");
+      }
+    } else if (type == "int") {
+      if (strategy != "tensor" && strategy != "channel") unsupported("strategy '" + strategy + "' is not read for int weights");
+      out.format = WeightFormat::kInt8PerChannel;
+    } else {
+      unsupported("type '" + type + "' is not read");
+    }
+    const bool format_ok = nvfp4 ? g.format == "nvfp4-pack-quantized"
+                                 : g.format == "float-quantized" || g.format == "int-quantized" || g.format == "naive-quantized";
+    if (!g.format.empty() && !format_ok)
+      throw_error(ErrorKind::kUnsupported,
+                  one_line(fmt::format("{}: the format of '{}' = \"{}\" is not read for these weights; supported: {}",
+                                       q.origin(), gp.substr(0, gp.size() - 1), g.format,
+                                       nvfp4 ? "nvfp4-pack-quantized" : "float-quantized, int-quantized, naive-quantized")));
+    if (!g.inputs) return out;
+    Fields a(*g.inputs, q.origin(), q.model_type(), gp + "input_activations.");
+    const json* dyn = a.find("dynamic");
+    const bool dynamic = dyn && dyn->is_boolean() && dyn->get<bool>();
+    // DeepSeek's recipe exactly: fp8 per token per 128 columns, computed at run time.
+    if (out.format == WeightFormat::kFp8Block && a.string_or("type", "int") == "float" && a.int_or("num_bits", 8) == 8 &&
+        strategy_of(a) == "group" && a.int_or("group_size", 0) == 128 && dynamic && a.bool_or("symmetric", true))
+      out.act_quant = ActQuant::kFp8PerTokenGroup;
+    else
+      out.caveat = act_caveat(describe_args(a));
+    return out;
+  };
+  const WeightFormat dense = s.weight_format;  // (torch_dtype's)
+  if (chosen.routed >= 0) {
+    const Scheme r = read_group(gs[static_cast<size_t>(chosen.routed)]);
+    s.weight_format = r.format;
+    s.act_quant = r.act_quant;
+    add_caveat(r.caveat);
+  } else {
+    s.act_quant = ActQuant::kNone;
+  }
+  if (s.shared.count == 0) return;
+  const Scheme sh = chosen.shared >= 0 ? read_group(gs[static_cast<size_t>(chosen.shared)]) : Scheme{dense};
+  s.shared.weight_format.reset();
+  if (sh.format != s.weight_format) s.shared.weight_format = sh.format;
+  add_caveat(sh.caveat);
+  // The spec's one activation quantization reaches the shared experts where their format admits it
+  // (MoeSpec::shared_act_quant); a recipe that quantizes their inputs otherwise runs weight-only there.
+  if (sh.act_quant != s.shared_act_quant())
+    add_caveat(one_line(fmt::format(
+        "the checkpoint's shared experts take {} activation quantization and its routed experts {}; moerun's layer "
+        "spec holds one, the routed experts', which the shared experts take only where their format admits it: "
+        "they run with {}",
+        to_string(sh.act_quant), to_string(s.act_quant), to_string(s.shared_act_quant()))));
 }
 
 // config.json "quantization_config".
@@ -1032,20 +1111,18 @@ void apply_quantization_config(const json& qc, std::string_view origin, HfModel&
                     one_line(fmt::format("{}: 'quantization_config.activation_scheme' = \"{}\" with block fp8: "
                                          "only \"dynamic\" is supported",
                                          origin, scheme)));
-      if (experts_excluded(m, q, {"modules_to_not_convert"})) return;
-      s.weight_format = WeightFormat::kFp8Block;
-      s.act_quant = ActQuant::kFp8PerTokenGroup;
+      apply_to_parts(m, experts_excluded(m, q, {"modules_to_not_convert"}), WeightFormat::kFp8Block,
+                     ActQuant::kFp8PerTokenGroup);
     } else {
-      if (experts_excluded(m, q, {"modules_to_not_convert"})) return;
-      s.weight_format = WeightFormat::kFp8PerChannel;
-      s.act_quant = ActQuant::kNone;
+      if (!apply_to_parts(m, experts_excluded(m, q, {"modules_to_not_convert"}), WeightFormat::kFp8PerChannel,
+                          ActQuant::kNone))
+        return;
       m.caveats.push_back(act_caveat("fp8, one " + std::string(scheme == "static" ? "static" : "dynamic") +
                                      " scale per tensor"));
     }
   } else if (*method == "mxfp4") {
-    if (experts_excluded(m, q, {"modules_to_not_convert"})) return;
-    s.weight_format = WeightFormat::kMxfp4;  // gpt-oss: experts only; the router stays bf16
-    s.act_quant = ActQuant::kNone;
+    // gpt-oss: experts only; the router stays bf16
+    apply_to_parts(m, experts_excluded(m, q, {"modules_to_not_convert"}), WeightFormat::kMxfp4, ActQuant::kNone);
   } else if (*method == "modelopt") {
     // Newer ModelOpt exports nest the block under "quantization"; older ones are flat.
     if (const json* inner = q.opt_object("quantization")) {
@@ -1057,9 +1134,9 @@ void apply_quantization_config(const json& qc, std::string_view origin, HfModel&
   } else if (*method == "fbgemm_fp8") {
     // transformers' fbgemm FP8 (Llama-4 experts fused, FbgemmFp8Llama4TextExperts): e4m3 weights with one
     // scale per output row.
-    if (experts_excluded(m, q, {"modules_to_not_convert"}, /*llama4_fused=*/true)) return;
-    s.weight_format = WeightFormat::kFp8PerChannel;
-    s.act_quant = ActQuant::kNone;
+    if (!apply_to_parts(m, experts_excluded(m, q, {"modules_to_not_convert"}, /*llama4_fused=*/true),
+                        WeightFormat::kFp8PerChannel, ActQuant::kNone))
+      return;
     m.caveats.push_back(act_caveat("fp8, one dynamic scale per token"));
   } else if (*method == "compressed-tensors") {
     apply_compressed_tensors(q, m);
@@ -1159,6 +1236,15 @@ HfModel parse_hf_config(std::string_view config_json, std::string_view origin,
   } else if (const json* qc = topf.opt_object("quantization_config")) {
     apply_quantization_config(*qc, origin, m);
   }
+  // Granite's fused experts are no nn.Linear, so a "Linear" target quantizes its shared_mlp alone, which
+  // the checkpoint reader takes only unquantized (hf_weights.cpp): refused here, before a plan is made.
+  const WeightFormat sf = m.spec.shared_weight_format();
+  if (m.family == HfFamily::kGranite && m.spec.shared.count > 0 && sf != WeightFormat::kBF16 && sf != WeightFormat::kF16 &&
+      sf != WeightFormat::kF32)
+    throw_error(ErrorKind::kUnsupported,
+                fmt::format("{}: the quantization config stores granite's shared_mlp as {}; moerun reads it only "
+                            "unquantized (bf16, f16, f32)",
+                            origin, to_string(sf)));
   // What comes back is a layer moerun can plan: a config with no MoE layer, or one whose sizes no
   // spec takes (num_local_experts = 1e9, top-k above the experts), is refused here, by name.
   if (m.moe_layers.empty())

@@ -289,7 +289,7 @@ void check_spec_for_family(const HfModel& model) {
   if (s.shared.count > 0 && names.shared.empty())
     throw_error(ErrorKind::kUnsupported, fam + " checkpoints have no shared experts (spec.shared.count = " +
                                              std::to_string(s.shared.count) + ")");
-  if (s.shared.count > 0 && model.family == HfFamily::kGranite && !is_dense(s.weight_format))
+  if (s.shared.count > 0 && model.family == HfFamily::kGranite && !is_dense(s.shared_weight_format()))
     throw_error(ErrorKind::kUnsupported, "granite shared_mlp is read only as bf16/f16/f32");
   if (s.shared.count > 0 && s.shared.intermediate < 1)
     throw_error(ErrorKind::kInvalidSpec, "shared.intermediate = " + std::to_string(s.shared.intermediate) + ": must be >= 1");
@@ -306,9 +306,15 @@ void check_spec_for_family(const HfModel& model) {
     if (s.intermediate % g)
       throw_error(ErrorKind::kUnsupported, std::string(to_string(s.weight_format)) + " needs intermediate % " + std::to_string(g) +
                                                " == 0 (intermediate = " + std::to_string(s.intermediate) + ")");
-    if (s.shared.count > 0 && s.shared.intermediate % g)
-      throw_error(ErrorKind::kUnsupported, std::string(to_string(s.weight_format)) + " needs shared.intermediate % " +
-                                               std::to_string(g) + " == 0 (got " + std::to_string(s.shared.intermediate) + ")");
+  }
+  const WeightFormat sf = s.shared_weight_format();
+  if (const int gs = group_of(sf); gs && s.shared.count > 0) {
+    if (s.hidden % gs)
+      throw_error(ErrorKind::kUnsupported, "shared experts in " + std::string(to_string(sf)) + " need hidden % " +
+                                               std::to_string(gs) + " == 0 (hidden = " + std::to_string(s.hidden) + ")");
+    if (s.shared.intermediate % gs)
+      throw_error(ErrorKind::kUnsupported, std::string(to_string(sf)) + " needs shared.intermediate % " +
+                                               std::to_string(gs) + " == 0 (got " + std::to_string(s.shared.intermediate) + ")");
   }
 }
 
@@ -501,7 +507,7 @@ void place(Dest& d, int64_t e, const Segment& seg, int64_t col0, int64_t ncols) 
                         " cannot be concatenated or sliced without requantization: rows [" + std::to_string(seg.src_row0) + ", " +
                         std::to_string(seg.src_row0 + seg.rows) + ") and columns [" + std::to_string(col0) + ", " +
                         std::to_string(col0 + ncols) + ") must fall on 128-row/column block boundaries "
-                        "(intermediate/tp % 128 == 0)");
+                        "(" + std::string(p.name.find("shared") != std::string::npos ? "shared." : "") + "intermediate/tp % 128 == 0)");
       const int64_t dkb = ceil_div(K, B), skb = ceil_div(p.k, B);
       float* s = reinterpret_cast<float*>(d.scale) + (e * ceil_div(R, B) + seg.dst_row0 / B) * dkb;
       const int64_t brows = ceil_div(seg.rows, B), sr0 = seg.src_row0 / B, sc0 = col0 / B;
@@ -647,8 +653,8 @@ class Loader {
     return t;
   }
 
-  // A per-linear checkpoint tensor set: <base>.weight and the format's scale tensors.
-  Piece linear(const std::string& base, int64_t n, int64_t k, bool with_bias) const;
+  // A per-linear checkpoint tensor set in format f: <base>.weight and the format's scale tensors.
+  Piece linear(const std::string& base, int64_t n, int64_t k, bool with_bias, WeightFormat f) const;
   // The routed experts' pieces of global expert e: [gate, up, down] or [gate_up, down].
   std::vector<Piece> expert_pieces(int64_t e) const;
 
@@ -663,8 +669,7 @@ class Loader {
   const TensorView* fused_[4] = {nullptr, nullptr, nullptr, nullptr};
 };
 
-Piece Loader::linear(const std::string& base, int64_t n, int64_t k, bool with_bias) const {
-  const WeightFormat f = s_.weight_format;
+Piece Loader::linear(const std::string& base, int64_t n, int64_t k, bool with_bias, WeightFormat f) const {
   Piece p;
   p.name = base;
   p.n = n;
@@ -758,9 +763,9 @@ std::vector<Piece> Loader::expert_pieces(int64_t e) const {
   switch (storage_) {
     case Storage::kPerExpert: {
       const std::string b = ex + std::to_string(e) + ".";
-      if (s_.activation.gated()) out.push_back(linear(b + names_.linear[0], I, H, s_.expert_bias));
-      out.push_back(linear(b + names_.linear[1], I, H, s_.expert_bias));
-      out.push_back(linear(b + names_.linear[2], H, I, s_.expert_bias));
+      if (s_.activation.gated()) out.push_back(linear(b + names_.linear[0], I, H, s_.expert_bias, f));
+      out.push_back(linear(b + names_.linear[1], I, H, s_.expert_bias, f));
+      out.push_back(linear(b + names_.linear[2], H, I, s_.expert_bias, f));
       return out;
     }
     case Storage::kFusedGranite:
@@ -920,16 +925,19 @@ MoeWeights Loader::load() {
   w.w13_bias = std::move(w13_bias);
   w.w2_bias = std::move(w2_bias);
 
-  // Shared experts (one fused MLP of total intermediate Is), same format as the routed experts.
+  // Shared experts (one fused MLP of total intermediate Is), in their own format (spec.shared_weight_format).
   if (s.shared.count > 0) {
+    const WeightFormat sf = s.shared_weight_format();
     const int64_t Is = s.shared.intermediate;
     if (Is % tp)
       throw_error(ErrorKind::kInvalidSpec, "shared.intermediate = " + std::to_string(Is) + " is not divisible by tp = " +
                                                std::to_string(tp));
     const int64_t Isl = Is / tp;
-    if (g && Isl % g)
-      throw_error(ErrorKind::kUnsupported, std::string(to_string(f)) + " needs shared.intermediate/tp % " + std::to_string(g) +
+    const int gs = group_of(sf);
+    if (gs && Isl % gs)
+      throw_error(ErrorKind::kUnsupported, std::string(to_string(sf)) + " needs shared.intermediate/tp % " + std::to_string(gs) +
                                                " == 0 (got " + std::to_string(Isl) + ")");
+    const DType sdt = data_dtype(sf);
     const std::string sb = p_ + names_.shared + ".";
     std::vector<Piece> spcs;
     bool sfused = false;
@@ -937,8 +945,8 @@ MoeWeights Loader::load() {
       const int64_t Rs = s.activation.gated() ? 2 * Is : Is;
       const TensorView& in = need(sb + "input_linear.weight");
       const TensorView& out = need(sb + "output_linear.weight");
-      expect(in, {dt}, {Shape{Rs, H}}, sb + "input_linear.weight");
-      expect(out, {dt}, {Shape{H, Is}}, sb + "output_linear.weight");
+      expect(in, {sdt}, {Shape{Rs, H}}, sb + "input_linear.weight");
+      expect(out, {sdt}, {Shape{H, Is}}, sb + "output_linear.weight");
       Piece a, b;
       a.name = sb + "input_linear";
       a.n = Rs;
@@ -952,11 +960,11 @@ MoeWeights Loader::load() {
       spcs.push_back(std::move(b));
       sfused = true;
     } else {
-      if (s.activation.gated()) spcs.push_back(linear(sb + names_.linear[0], Is, H, false));
-      spcs.push_back(linear(sb + names_.linear[1], Is, H, false));
-      spcs.push_back(linear(sb + names_.linear[2], H, Is, false));
+      if (s.activation.gated()) spcs.push_back(linear(sb + names_.linear[0], Is, H, false, sf));
+      spcs.push_back(linear(sb + names_.linear[1], Is, H, false, sf));
+      spcs.push_back(linear(sb + names_.linear[2], H, Is, false, sf));
     }
-    Dest sw13 = make_dest(f, 1, (s.activation.gated() ? 2 : 1) * Isl, H), sw2 = make_dest(f, 1, H, Isl);
+    Dest sw13 = make_dest(sf, 1, (s.activation.gated() ? 2 : 1) * Isl, H), sw2 = make_dest(sf, 1, H, Isl);
     const auto segs = w13_segments(spcs, sfused, Is, Isl);
     for (const auto& sg : segs) place(sw13, 0, sg, 0, H);
     unify_scalars(sw13, 0, segs);
@@ -1053,7 +1061,9 @@ void emit_linear(Writer& out, const std::string& base, const ExpertMatrix& m, in
       if (row0 % B || (nrows % B && row0 + nrows != N))
         throw_error(ErrorKind::kUnsupported, "write_hf_layer: fp8-block rows [" + std::to_string(row0) + ", " +
                                                  std::to_string(row0 + nrows) + ") of " + base +
-                                                 " do not fall on 128-row block boundaries (intermediate % 128 != 0)");
+                                                 " do not fall on 128-row block boundaries (" +
+                                                 (base.find("shared") != std::string::npos ? "shared." : "") +
+                                                 "intermediate % 128 != 0)");
       const int64_t kb = ceil_div(K, B);
       out.add(base + ".weight_scale_inv", DType::kF32, Shape{ceil_div(nrows, B), kb},
               m.scale.as<float>() + (e * ceil_div(N, B) + row0 / B) * kb);
@@ -1205,12 +1215,13 @@ void write_hf_layer(const HfModel& model, const MoeWeights& w, int layer, const 
 
   if (s.shared.count > 0) {
     const int64_t Is = s.shared.intermediate, Rs = s.activation.gated() ? 2 * Is : Is;
-    check_matrix(w.shared_w13, f, 1, Rs, H, "shared_w13");
-    check_matrix(w.shared_w2, f, 1, H, Is, "shared_w2");
+    const WeightFormat sf = s.shared_weight_format();
+    check_matrix(w.shared_w13, sf, 1, Rs, H, "shared_w13");
+    check_matrix(w.shared_w2, sf, 1, H, Is, "shared_w2");
     const std::string sb = p + names.shared + ".";
     if (model.family == HfFamily::kGranite) {
-      out.add(sb + "input_linear.weight", data_dtype(f), Shape{Rs, H}, w.shared_w13.data.data);
-      out.add(sb + "output_linear.weight", data_dtype(f), Shape{H, Is}, w.shared_w2.data.data);
+      out.add(sb + "input_linear.weight", data_dtype(sf), Shape{Rs, H}, w.shared_w13.data.data);
+      out.add(sb + "output_linear.weight", data_dtype(sf), Shape{H, Is}, w.shared_w2.data.data);
     } else {
       if (s.activation.gated()) {
         emit_linear(out, sb + names.linear[0], w.shared_w13, 0, 0, Is, nullptr);
@@ -1225,10 +1236,12 @@ void write_hf_layer(const HfModel& model, const MoeWeights& w, int layer, const 
       out.add(p + names.shared_gate, DType::kF32, Shape{1, H}, w.shared_gate.data());
     }
   }
-  out.write(path, {{"format", "pt"},
-                   {"moerun.family", std::string(to_string(model.family))},
-                   {"moerun.layer", std::to_string(layer)},
-                   {"moerun.weight_format", std::string(to_string(f))}});
+  std::map<std::string, std::string> meta = {{"format", "pt"},
+                                                           {"moerun.family", std::string(to_string(model.family))},
+                                                           {"moerun.layer", std::to_string(layer)},
+                                                           {"moerun.weight_format", std::string(to_string(f))}};
+  if (s.mixed_formats()) meta.emplace("moerun.shared_weight_format", std::string(to_string(s.shared_weight_format())));
+  out.write(path, meta);
 }
 
 std::vector<std::string> checkpoint_files(const std::string& path) {

@@ -85,6 +85,20 @@ std::string allowed_activations() { return join_names(kActivations); }
 std::string allowed_weight_formats() { return join_names(kFormats); }
 std::string allowed_act_quants() { return join_names(kActQuants); }
 
+bool act_quant_admits(ActQuant q, WeightFormat f) noexcept {
+  switch (q) {
+    case ActQuant::kNone: return true;
+    case ActQuant::kFp8PerTokenGroup:
+      return f == WeightFormat::kFp8Block || f == WeightFormat::kFp8PerChannel || f == WeightFormat::kFp8PerTensor;
+    case ActQuant::kInt8PerTokenGroup: return f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
+  }
+  return false;
+}
+
+ActQuant MoeSpec::shared_act_quant() const noexcept {
+  return act_quant_admits(act_quant, shared_weight_format()) ? act_quant : ActQuant::kNone;
+}
+
 void MoeSpec::validate() const {
   // Caps keep every size product far from overflow (E*2I*H < 2^49) and reject typos like hidden=7168000.
   constexpr int kMaxExperts = 4096, kMaxDim = 1 << 18;
@@ -137,11 +151,9 @@ void MoeSpec::validate() const {
                                       std::to_string(intermediate) + ")");
   if (static_cast<size_t>(act_quant) >= kActQuants.size())
     bad("act_quant", std::to_string(static_cast<int>(act_quant)), "allowed: " + allowed_act_quants());
-  if (act_quant == ActQuant::kFp8PerTokenGroup && weight_format != WeightFormat::kFp8Block &&
-      weight_format != WeightFormat::kFp8PerChannel && weight_format != WeightFormat::kFp8PerTensor)
+  if (act_quant == ActQuant::kFp8PerTokenGroup && !act_quant_admits(act_quant, weight_format))
     bad("act_quant", "fp8-token-group", "needs an fp8 weight format, not " + std::string(to_string(weight_format)));
-  if (act_quant == ActQuant::kInt8PerTokenGroup && weight_format != WeightFormat::kMxfp4 &&
-      weight_format != WeightFormat::kNvfp4)
+  if (act_quant == ActQuant::kInt8PerTokenGroup && !act_quant_admits(act_quant, weight_format))
     bad("act_quant", "int8-token-group", "needs a 4-bit weight format (mxfp4, nvfp4), not " + std::string(to_string(weight_format)));
   if (act_dtype != DType::kF32 && act_dtype != DType::kF16 && act_dtype != DType::kBF16)
     bad("act_dtype", std::string(dtype_name(act_dtype)), "allowed: F32, F16, BF16");
@@ -153,6 +165,16 @@ void MoeSpec::validate() const {
   if (shared.count > 0 && !activation.gated())
     bad("shared.count", std::to_string(shared.count), "shared experts need a gated activation (they are gate/up/down MLPs)");
   if (shared.count == 0 && shared.gated_by_router) bad("shared.gated_by_router", "true", "needs shared.count > 0");
+  if (shared.weight_format) {
+    const WeightFormat sf = *shared.weight_format;
+    if (static_cast<size_t>(sf) >= kFormats.size())
+      bad("shared.weight_format", std::to_string(static_cast<int>(sf)), "allowed: " + allowed_weight_formats());
+    if (shared.count == 0) bad("shared.weight_format", std::string(to_string(sf)), "needs shared.count > 0");
+    if (sf == WeightFormat::kMxfp4 && hidden % 32)
+      bad("shared.weight_format", "mxfp4", "needs hidden a multiple of 32 (got " + std::to_string(hidden) + ")");
+    if (sf == WeightFormat::kNvfp4 && hidden % 16)
+      bad("shared.weight_format", "nvfp4", "needs hidden a multiple of 16 (got " + std::to_string(hidden) + ")");
+  }
   if (apply_router_weight_on_input && top_k != 1)
     bad("apply_router_weight_on_input", "true", "needs top_k = 1 (got " + std::to_string(top_k) + ")");
 
@@ -172,11 +194,12 @@ void MoeSpec::validate() const {
   if (weight_format == WeightFormat::kNvfp4 && il % 16)
     bad("parallel.tp", std::to_string(p.tp), "leaves intermediate/tp = " + std::to_string(il) + ", not a multiple of 16 (nvfp4)");
   // The shared expert's down projection has K = shared.intermediate / tp: the 4-bit groups need it whole.
-  const int fp4_group = weight_format == WeightFormat::kMxfp4 ? 32 : weight_format == WeightFormat::kNvfp4 ? 16 : 0;
+  const WeightFormat sf = shared_weight_format();
+  const int fp4_group = sf == WeightFormat::kMxfp4 ? 32 : sf == WeightFormat::kNvfp4 ? 16 : 0;
   if (fp4_group && shared.count > 0 && shared.intermediate % p.tp == 0 && (shared.intermediate / p.tp) % fp4_group)
     bad("shared.intermediate", std::to_string(shared.intermediate),
         (p.tp > 1 ? "/ tp = " + std::to_string(shared.intermediate / p.tp) + " " : std::string()) + "is not a multiple of " +
-            std::to_string(fp4_group) + " (" + std::string(to_string(weight_format)) + ")");
+            std::to_string(fp4_group) + " (" + std::string(to_string(sf)) + ")");
 
   if (lora.max_adapters < 0 || lora.max_adapters > 1024)
     bad("lora.max_adapters", std::to_string(lora.max_adapters), "must be in [0, 1024]");
@@ -197,7 +220,10 @@ std::string MoeSpec::summary() const {
   if (routing.n_group > 1) os << " groups=" << routing.n_group << "/" << routing.topk_group;
   if (routing.renormalize) os << " renorm";
   if (routing.routed_scaling_factor != 1.0f) os << " scale=" << routing.routed_scaling_factor;
-  if (shared.count) os << " shared=" << shared.count << "x" << shared.intermediate << (shared.gated_by_router ? "(gated)" : "");
+  if (shared.count) {
+    os << " shared=" << shared.count << "x" << shared.intermediate << (shared.gated_by_router ? "(gated)" : "");
+    if (mixed_formats()) os << ":" << to_string(shared_weight_format());
+  }
   if (router_bias) os << " router-bias";
   if (expert_bias) os << " expert-bias";
   if (apply_router_weight_on_input) os << " weight-on-input";

@@ -163,8 +163,8 @@ MoeWeights random_weights(const MoeSpec& spec, uint64_t seed) {
   if (spec.routing.correction_bias) w.correction_bias = random_f32({spec.num_experts}, 0.05f, derive_seed(seed, 7));
   if (spec.shared.count > 0) {
     const int is = spec.shared.intermediate / spec.parallel.tp;
-    w.shared_w13 = random_stack(spec.weight_format, 1, 2 * is, h, derive_seed(seed, 8));
-    w.shared_w2 = random_stack(spec.weight_format, 1, h, is, derive_seed(seed, 9));
+    w.shared_w13 = random_stack(spec.shared_weight_format(), 1, 2 * is, h, derive_seed(seed, 8));
+    w.shared_w2 = random_stack(spec.shared_weight_format(), 1, h, is, derive_seed(seed, 9));
     if (spec.shared.gated_by_router)
       w.shared_gate = random_f32({1, h}, std::sqrt(3.0f / static_cast<float>(h)), derive_seed(seed, 10));
   }
@@ -173,19 +173,21 @@ MoeWeights random_weights(const MoeSpec& spec, uint64_t seed) {
 
 int64_t estimate_weight_bytes(const MoeSpec& spec) noexcept {
   if (spec.parallel.tp <= 0 || spec.parallel.ep <= 0) return 0;  // (an unvalidated spec)
-  double bytes_per = 2.0;
-  switch (spec.weight_format) {
-    case WeightFormat::kF32: bytes_per = 4.0; break;
-    case WeightFormat::kF16: case WeightFormat::kBF16: bytes_per = 2.0; break;
-    case WeightFormat::kMxfp4: bytes_per = 0.5 + 1.0 / 32; break;
-    case WeightFormat::kNvfp4: bytes_per = 0.5 + 1.0 / 16; break;
-    default: bytes_per = 1.0; break;  // fp8 and int8; their scales are < 1%
-  }
+  const auto bytes_per = [](WeightFormat f) {
+    switch (f) {
+      case WeightFormat::kF32: return 4.0;
+      case WeightFormat::kF16: case WeightFormat::kBF16: return 2.0;
+      case WeightFormat::kMxfp4: return 0.5 + 1.0 / 32;
+      case WeightFormat::kNvfp4: return 0.5 + 1.0 / 16;
+      default: return 1.0;  // fp8 and int8; their scales are < 1%
+    }
+  };
   const double r = (spec.activation.gated() ? 2.0 : 1.0) * spec.intermediate / spec.parallel.tp;  // (w13_rows in double)
   const double h = spec.hidden, il = local_intermediate(spec);
-  double elems = local_experts(spec) * (r * h + h * il);
-  if (spec.shared.count > 0) elems += 3.0 * h * spec.shared.intermediate / spec.parallel.tp;
-  return static_cast<int64_t>(elems * bytes_per);
+  double bytes = local_experts(spec) * (r * h + h * il) * bytes_per(spec.weight_format);
+  if (spec.shared.count > 0)
+    bytes += 3.0 * h * spec.shared.intermediate / spec.parallel.tp * bytes_per(spec.shared_weight_format());
+  return static_cast<int64_t>(bytes);
 }
 
 LoraWeights random_lora(const MoeSpec& spec, uint64_t seed) {
@@ -218,8 +220,8 @@ void check_weights(const MoeSpec& spec, const MoeWeights& w) {
   expect_dims(w.w2, el, h, il, spec.weight_format, "w2");
   if (spec.shared.count > 0) {
     const int64_t is = spec.shared.intermediate / spec.parallel.tp;
-    expect_dims(w.shared_w13, 1, 2 * is, h, spec.weight_format, "shared_w13");
-    expect_dims(w.shared_w2, 1, h, is, spec.weight_format, "shared_w2");
+    expect_dims(w.shared_w13, 1, 2 * is, h, spec.shared_weight_format(), "shared_w13");
+    expect_dims(w.shared_w2, 1, h, is, spec.shared_weight_format(), "shared_w2");
   } else if (!w.shared_w13.empty() || !w.shared_w2.empty()) {
     throw_error(ErrorKind::kFormat, "unexpected shared expert weights: spec.shared.count = 0");
   }

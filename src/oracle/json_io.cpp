@@ -105,6 +105,7 @@ json to_json(const MoeSpec& s) {
   j["expert_bias"] = s.expert_bias;
   j["router_bias"] = s.router_bias;
   j["shared"] = {{"count", s.shared.count}, {"intermediate", s.shared.intermediate}, {"gated_by_router", s.shared.gated_by_router}};
+  if (s.mixed_formats()) j["shared"]["weight_format"] = to_string(s.shared_weight_format());  // (absent: the routed one)
   j["apply_router_weight_on_input"] = s.apply_router_weight_on_input;
   j["parallel"] = {{"tp", s.parallel.tp}, {"ep", s.parallel.ep}, {"dp", s.parallel.dp}, {"rank", s.parallel.rank}};
   j["lora"] = {{"max_adapters", s.lora.max_adapters}, {"max_rank", s.lora.max_rank}};
@@ -156,7 +157,13 @@ MoeSpec spec_from_json(const json& j, std::string_view origin) {
     rs.opt("count", s.shared.count, "an integer");
     rs.opt("intermediate", s.shared.intermediate, "an integer");
     rs.opt("gated_by_router", s.shared.gated_by_router, "a boolean");
+    std::string sf;
+    rs.opt("weight_format", sf, "a string");
+    if (sh->contains("weight_format"))
+      s.shared.weight_format =
+          parse_enum<WeightFormat>(sf, parse_weight_format, origin, "shared.weight_format", allowed_weight_formats());
     rs.finish();
+    if (s.shared.weight_format == s.weight_format) s.shared.weight_format.reset();  // (the routed format named again)
   }
   r.opt("apply_router_weight_on_input", s.apply_router_weight_on_input, "a boolean");
   if (const json* p = r.sub("parallel")) {
@@ -208,6 +215,9 @@ json to_json(const Capabilities& c) {
   j["router_bias"] = c.router_bias;
   j["shared_experts"] = c.shared_experts;
   j["shared_gate"] = c.shared_gate;
+  json sf = json::array();
+  for (WeightFormat w : c.shared_formats) sf.push_back(to_string(w));
+  j["shared_formats"] = sf;
   j["apply_router_weight_on_input"] = c.apply_router_weight_on_input;
   j["tensor_parallel"] = c.tensor_parallel;
   j["expert_parallel"] = c.expert_parallel;
@@ -282,6 +292,8 @@ Capabilities capabilities_from_json(const json& j, std::string_view origin) {
   r.opt("router_bias", c.router_bias, "a boolean");
   r.opt("shared_experts", c.shared_experts, "a boolean");
   r.opt("shared_gate", c.shared_gate, "a boolean");
+  for (const std::string& s : strings("shared_formats"))
+    c.shared_formats.push_back(parse_enum<WeightFormat>(s, parse_weight_format, origin, "shared_formats[]", allowed_weight_formats()));
   r.opt("apply_router_weight_on_input", c.apply_router_weight_on_input, "a boolean");
   r.opt("tensor_parallel", c.tensor_parallel, "a boolean");
   r.opt("expert_parallel", c.expert_parallel, "a boolean");

@@ -105,6 +105,13 @@ Support supports(const Backend& backend, const MoeSpec& spec, const Platform& pl
   if (spec.router_bias && !c.router_bias) no("router bias not supported");
   if (spec.shared.count > 0 && !c.shared_experts) no("shared experts not supported");
   if (spec.shared.gated_by_router && !c.shared_gate) no("gated shared expert not supported");
+  if (spec.mixed_formats() && c.shared_experts && !contains(c.shared_formats, spec.shared_weight_format())) {
+    std::string listed;
+    for (WeightFormat f : c.shared_formats) listed += " " + std::string(to_string(f));
+    no("shared experts in " + std::string(to_string(spec.shared_weight_format())) + " beside " +
+       std::string(to_string(spec.weight_format)) + " routed experts not supported (shared experts in " +
+       (listed.empty() ? std::string("the routed experts' format only") : "their format or" + listed) + ")");
+  }
   if (spec.apply_router_weight_on_input && !c.apply_router_weight_on_input) no("router weight on input not supported");
   if (spec.parallel.tp > 1 && !c.tensor_parallel) no("tensor parallel (tp=" + std::to_string(spec.parallel.tp) + ") not supported");
   if (spec.parallel.ep > 1 && !c.expert_parallel) no("expert parallel (ep=" + std::to_string(spec.parallel.ep) + ") not supported");

@@ -2803,6 +2803,22 @@ TEST(CudaBackend, RunnerRefusesActivationsOfAnotherDtype) {
   }
 }
 
+// ... and shared experts in another format than the routed ones (supports() refuses them by capability:
+// neither backend lists shared_formats). Host only: runs without a GPU.
+TEST(CudaBackend, RunnerRefusesSharedExpertsInAnotherFormat) {
+  for (const auto& be : {make_cuda_backend(), make_cublas_backend()}) {
+    MoeSpec s = make_spec(8, 2, 128, 64);
+    s.shared.count = 1;
+    s.shared.intermediate = 64;
+    s.shared.weight_format = WeightFormat::kF16;
+    const MoeWeights w = random_weights(s, 54);
+    SCOPED_TRACE(be->name());
+    expect_refused([&] { be->create_runner(s, w, sm90_platform(), {}); }, ErrorKind::kUnsupported,
+                   "shared experts in f16 beside bf16 routed experts");
+    EXPECT_FALSE(supports(*be, s, sm90_platform()).ok());
+  }
+}
+
 // A plan made for a described sm90 platform, carried out on a machine with no GPU: the runner says
 // there is no device, not the driver's "insufficient driver". Host only: skips where a GPU exists.
 TEST(CudaBackend, ADescribedGpuOnAMachineWithoutOneIsNamed) {

@@ -27,6 +27,7 @@
 #include "moerun/formats.hpp"
 #include "moerun/platform.hpp"
 #include "moerun/weights.hpp"
+#include "unit/error_of.hpp"
 
 namespace moerun {
 namespace {
@@ -342,6 +343,65 @@ TEST(CpuBackend, BiasesSharedExpertsAndOnInputWeights) {
     c.m = 13;
     check_case(c, "router weight on input" + dt);
   }
+}
+
+// Shared experts left unquantized beside quantized routed experts (spec.shared.weight_format), and beside
+// bf16 ones in another dense dtype, at every level: the routed formats whose kernel sets differ most (fp8 with fp8 inputs, 4-bit with bf16 inputs on
+// the q15 kernel and with int8 inputs on the q8 kernel, whose AVX2 layers pack in VNNI words), decode and
+// prefill sizes, f32 and bf16 activations, a router gate. The shared rows skip the routed experts' input
+// quantization (the reference's definition); f32 cases are held to the tolerances that tell.
+TEST(CpuBackend, SharedExpertsInAnotherFormat) {
+  struct Routed {
+    WeightFormat format;
+    ActQuant act_quant;
+  };
+  const Routed routed[] = {{WeightFormat::kFp8Block, ActQuant::kFp8PerTokenGroup},
+                           {WeightFormat::kNvfp4, ActQuant::kNone},
+                           {WeightFormat::kMxfp4, ActQuant::kInt8PerTokenGroup},
+                           {WeightFormat::kInt8PerChannel, ActQuant::kNone},
+                           {WeightFormat::kBF16, ActQuant::kNone}};
+  int n = 0;
+  for (const Routed& r : routed)
+    for (DType adt : {DType::kF32, DType::kBF16}) {
+      Case c;
+      c.spec = base_spec();
+      c.spec.hidden = 128;
+      c.spec.intermediate = 192;  // (fp8 inputs: enough columns for code flips to average out, as random_spec)
+      c.spec.weight_format = r.format;
+      c.spec.act_quant = r.act_quant;
+      c.spec.act_dtype = adt;
+      c.spec.shared.count = 1;
+      c.spec.shared.intermediate = 96;
+      c.spec.shared.gated_by_router = n % 2 == 0;
+      static const WeightFormat shared_formats[] = {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kF32};
+      const WeightFormat sf = shared_formats[n++ % 3];
+      c.spec.shared.weight_format = sf == r.format ? WeightFormat::kF32 : sf;
+      for (int64_t m : {1, 19, 70}) {
+        c.m = m;
+        check_case(c, c.spec.summary() + " m=" + std::to_string(m));
+      }
+      // The shared term alone (the routed ones scaled to a thousandth): quantizing the shared rows' inputs
+      // as the routed ones' would cost what skipping act quant costs a whole layer (fp8 4%, int8 1.7%),
+      // above the f32 tolerances (3e-2, 3e-3); mixed in with the routed terms it costs less.
+      if (adt == DType::kF32 && r.act_quant != ActQuant::kNone) {
+        c.spec.routing.routed_scaling_factor = 1e-3f;
+        for (int64_t m : {1, 19}) {
+          c.m = m;
+          check_case(c, c.spec.summary() + " shared term alone, m=" + std::to_string(m));
+        }
+      }
+    }
+  // A quantized shared format beside another routed one is not the cpu backend's (supports() says so):
+  // a runner made without asking refuses it, rather than packing it for the routed format's kernels.
+  MoeSpec q = base_spec();
+  q.weight_format = WeightFormat::kMxfp4;
+  q.act_quant = ActQuant::kInt8PerTokenGroup;
+  q.shared.count = 1;
+  q.shared.intermediate = 128;
+  q.shared.weight_format = WeightFormat::kFp8Block;
+  EXPECT_FALSE(supports(*make_cpu_backend(), q, Platform::detect()).ok());
+  expect_refused([&] { make_cpu_backend()->create_runner(q, random_weights(q, 5), Platform::detect(), {}); },
+                 ErrorKind::kUnsupported, "shared experts in fp8-block beside mxfp4 routed experts");
 }
 
 TEST(CpuBackend, TensorAndExpertParallelShards) {

@@ -657,16 +657,27 @@ TEST(HfConfigQuantScope, CompressedTensorsTargetsAndIgnore) {
   expect_contains(msg, "model.layers.0.mlp.experts.0.gate_proj stays unquantized");
   expect_contains(msg, "model.layers.1.mlp.experts.0.gate_proj is quantized by 'group_0'");
   expect_contains(msg, "'quantization_config.config_groups' and 'quantization_config.ignore'");
-  // ... and so is a qwen2-moe shared expert kept in bf16 beside quantized routed experts.
+  // A qwen2-moe shared expert kept in bf16 beside quantized routed experts: a format of its own.
   const std::string qwen2 = R"({"model_type": "qwen2_moe", "num_experts": 60, "num_experts_per_tok": 4,
       "hidden_size": 2048, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
       "num_hidden_layers": 2, )";
-  msg = error_of([&] { parse_hf_config(qwen2 + ct(kFp8Channel, "null", R"(["re:.*shared_expert\\."])") + "}", "c"); },
+  {
+    const MoeSpec mixed = parse_hf_config(qwen2 + ct(kFp8Channel, "null", R"(["re:.*shared_expert\\."])") + "}", "c").spec;
+    EXPECT_EQ(mixed.weight_format, WeightFormat::kFp8PerChannel);
+    EXPECT_EQ(mixed.shared.weight_format, std::optional<WeightFormat>(WeightFormat::kBF16));
+    EXPECT_TRUE(mixed.mixed_formats());
+  }
+  {
+    const MoeSpec same = parse_hf_config(qwen2 + ct(kFp8Channel, "null", R"(["re:.*shared_expert_gate$"])") + "}", "c").spec;
+    EXPECT_EQ(same.weight_format, WeightFormat::kFp8PerChannel);
+    EXPECT_FALSE(same.shared.weight_format.has_value());
+  }
+  // Within a part the formats must still agree: one of the shared expert's linears left in bf16 is refused.
+  msg = error_of([&] { parse_hf_config(qwen2 + ct(kFp8Channel, "null", R"(["re:.*shared_expert\\.down_proj$"])") + "}", "c"); },
                  ErrorKind::kUnsupported);
-  expect_contains(msg, "model.layers.0.mlp.experts.0.gate_proj is quantized");
-  expect_contains(msg, "model.layers.0.mlp.shared_expert.gate_proj stays unquantized");
-  EXPECT_EQ(parse_hf_config(qwen2 + ct(kFp8Channel, "null", R"(["re:.*shared_expert_gate$"])") + "}", "c").spec.weight_format,
-            WeightFormat::kFp8PerChannel);
+  expect_contains(msg, "give the shared experts of this model two formats");
+  expect_contains(msg, "model.layers.0.mlp.shared_expert.gate_proj is quantized by 'group_0'");
+  expect_contains(msg, "model.layers.0.mlp.shared_expert.down_proj stays unquantized");
 
   // Groups that quantize alike are one scheme: gate/up in one group and down in another load.
   const std::string split = R"("quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
@@ -804,11 +815,117 @@ TEST(HfConfigQuantScope, ExclusionListsOfHfAndModelOpt) {
                         "c");
       },
       ErrorKind::kUnsupported);
-  expect_contains(msg, "'quantization_config.modules_to_not_convert' give the expert weights of this model two formats");
+  expect_contains(msg, "'quantization_config.modules_to_not_convert' give the routed experts of this model two formats");
   expect_contains(msg, "model.layers.1.mlp.experts.0.gate_proj stays unquantized");
 }
 
 // ---- errors --------------------------------------------------------------------------------------
+
+// Exporters leave the shared experts in the checkpoint dtype by name (the routed experts quantized):
+// the spec takes a shared format of its own, and the routed experts' activation quantization does
+// not reach them.
+TEST(HfConfigQuantScope, SharedExpertsInAFormatOfTheirOwn) {
+  const std::string v3 = R"({"model_type": "deepseek_v3", "n_routed_experts": 256, "num_experts_per_tok": 8,
+      "hidden_size": 7168, "moe_intermediate_size": 2048, "n_shared_experts": 1, "num_hidden_layers": 5,
+      "first_k_dense_replace": 3, "n_group": 8, "topk_group": 4, "torch_dtype": "bfloat16", )";
+  // HF fp8 block: modules_to_not_convert naming the shared experts of every layer.
+  for (const char* list : {R"(["mlp.shared_experts"])", R"(["*shared_experts*"])", R"(["model.layers.3.mlp.shared_experts", "model.layers.4.mlp.shared_experts"])"}) {
+    const MoeSpec s = parse_hf_config(v3 + R"("quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128],
+        "modules_to_not_convert": )" + list + "}}",
+                                      "c")
+                          .spec;
+    EXPECT_EQ(s.weight_format, WeightFormat::kFp8Block) << list;
+    EXPECT_EQ(s.act_quant, ActQuant::kFp8PerTokenGroup) << list;
+    EXPECT_EQ(s.shared_weight_format(), WeightFormat::kBF16) << list;
+    EXPECT_EQ(s.shared_act_quant(), ActQuant::kNone) << list;
+    EXPECT_NE(s.summary().find("shared=1x2048:bf16"), std::string::npos) << s.summary();
+  }
+  // ... the shared experts of one layer only: refused, naming a shared module of each kind.
+  std::string msg = error_of(
+      [&] {
+        parse_hf_config(v3 + R"("quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128],
+            "modules_to_not_convert": ["model.layers.4.mlp.shared_experts"]}})",
+                        "c");
+      },
+      ErrorKind::kUnsupported);
+  expect_contains(msg, "give the shared experts of this model two formats");
+  expect_contains(msg, "model.layers.3.mlp.shared_experts.gate_proj is quantized by the config");
+  expect_contains(msg, "model.layers.4.mlp.shared_experts.gate_proj stays unquantized");
+  // ModelOpt NVFP4 (hf_quant_config.json) excluding them by glob.
+  {
+    const HfModel m = parse_hf_config(v3 + R"("vocab_size": 129280})", "c",
+                                      std::string_view(R"({"quantization": {"quant_algo": "NVFP4", "group_size": 16,
+                                          "exclude_modules": ["lm_head", "*self_attn*", "*shared_experts*"]}})"));
+    EXPECT_EQ(m.spec.weight_format, WeightFormat::kNvfp4);
+    EXPECT_EQ(m.spec.shared_weight_format(), WeightFormat::kBF16);
+    ASSERT_EQ(m.caveats.size(), 1u);
+    expect_contains(m.caveats[0], "NVFP4 W4A4");
+  }
+  // The routed experts excluded and the shared ones quantized: the routed take the checkpoint dtype, and
+  // the fp8 block recipe's input quantization reaches neither part (a caveat says so).
+  {
+    const HfModel m = parse_hf_config(v3 + R"("quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128],
+        "modules_to_not_convert": ["mlp.experts"]}})",
+                                      "c");
+    EXPECT_EQ(m.spec.weight_format, WeightFormat::kBF16);
+    EXPECT_EQ(m.spec.shared_weight_format(), WeightFormat::kFp8Block);
+    EXPECT_EQ(m.spec.act_quant, ActQuant::kNone);
+    ASSERT_EQ(m.caveats.size(), 1u);
+    expect_contains(m.caveats[0], "quantizes the shared experts' inputs (fp8-token-group)");
+  }
+  // Both parts excluded: the checkpoint dtype for both, no caveat.
+  {
+    const HfModel m = parse_hf_config(v3 + R"("quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128],
+        "modules_to_not_convert": ["mlp.experts", "mlp.shared_experts"]}})",
+                                      "c");
+    EXPECT_EQ(m.spec.weight_format, WeightFormat::kBF16);
+    EXPECT_FALSE(m.spec.mixed_formats());
+    EXPECT_TRUE(m.caveats.empty());
+  }
+  // compressed-tensors: a group of its own for the shared experts (NVFP4 routed, FP8 channel shared).
+  {
+    const std::string cfg = v3 + R"("quantization_config": {"quant_method": "compressed-tensors", "format": "mixed-precision",
+        "config_groups": {
+          "routed": {"targets": ["re:.*mlp\\.experts\\..*"], "format": "nvfp4-pack-quantized",
+                     "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": true}},
+          "shared": {"targets": ["re:.*shared_experts.*"], "format": "float-quantized",
+                     "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true},
+                     "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}}}}})";
+    const HfModel m = parse_hf_config(cfg, "c");
+    EXPECT_EQ(m.spec.weight_format, WeightFormat::kNvfp4);
+    EXPECT_EQ(m.spec.shared_weight_format(), WeightFormat::kFp8PerChannel);
+    EXPECT_EQ(m.spec.act_quant, ActQuant::kNone);
+    ASSERT_EQ(m.caveats.size(), 1u);  // the shared group's per-token fp8 inputs, run weight-only
+    expect_contains(m.caveats[0], "quantizes the experts' inputs");
+  }
+  // ... or a group that quantizes the shared experts' inputs only, their weights left in bf16: the
+  // routed experts quantized, the shared ones bf16, and a caveat for the inputs moerun leaves alone.
+  {
+    const std::string cfg = v3 + R"("quantization_config": {"quant_method": "compressed-tensors", "format": "float-quantized",
+        "config_groups": {
+          "routed": {"targets": ["re:.*mlp\\.experts\\..*"],
+                     "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true}},
+          "inputs": {"targets": ["re:.*shared_experts.*"],
+                     "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}}}}})";
+    const HfModel m = parse_hf_config(cfg, "c");
+    EXPECT_EQ(m.spec.weight_format, WeightFormat::kFp8PerChannel);
+    EXPECT_EQ(m.spec.shared_weight_format(), WeightFormat::kBF16);
+    ASSERT_EQ(m.caveats.size(), 1u);
+    expect_contains(m.caveats[0], "quantizes the experts' inputs");
+  }
+  // Granite's fused experts are no nn.Linear: a "Linear" target would quantize its shared_mlp alone,
+  // which the reader takes only unquantized.
+  msg = error_of(
+      [] {
+        parse_hf_config(R"({"model_type": "granitemoeshared", "num_local_experts": 8, "num_experts_per_tok": 2,
+            "hidden_size": 256, "intermediate_size": 512, "shared_intermediate_size": 1024, "num_hidden_layers": 2,
+            "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["Linear"],
+              "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true}}}}})",
+                        "c");
+      },
+      ErrorKind::kUnsupported);
+  expect_contains(msg, "stores granite's shared_mlp as fp8-channel");
+}
 
 TEST(HfConfigErrors, MissingFieldNamesItAndTheModelType) {
   std::string msg = error_of(

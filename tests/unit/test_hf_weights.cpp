@@ -146,8 +146,8 @@ MoeWeights make_weights(const MoeSpec& s, uint64_t seed, bool safe = false) {
   }
   if (s.shared.count > 0) {
     const int64_t Is = s.shared.intermediate;
-    w.shared_w13 = random_matrix(s.weight_format, 1, s.activation.gated() ? 2 * Is : Is, H, r, safe);
-    w.shared_w2 = random_matrix(s.weight_format, 1, H, Is, r, safe);
+    w.shared_w13 = random_matrix(s.shared_weight_format(), 1, s.activation.gated() ? 2 * Is : Is, H, r, safe);
+    w.shared_w2 = random_matrix(s.shared_weight_format(), 1, H, Is, r, safe);
     if (s.shared.gated_by_router) w.shared_gate = random_f32(Shape{1, H}, r);
   }
   return w;
@@ -308,6 +308,21 @@ std::vector<Case> cases() {
                  m.spec.hidden = 256;
                },
                {qw + "experts.3.gate_proj.weight_scale_inv", qw + "shared_experts.down_proj.weight_scale_inv"}});
+  // Shared experts left in bf16 beside quantized routed ones (spec.shared.weight_format): their linears
+  // carry no scales, the routed ones theirs.
+  v.push_back({"deepseek_fp8block_bf16_shared", HfFamily::kDeepseek, F::kFp8Block,
+               [=](HfModel& m) {
+                 deepseek(m);
+                 m.spec.hidden = 256;
+                 m.spec.shared.weight_format = F::kBF16;
+               },
+               {qw + "experts.3.gate_proj.weight_scale_inv", qw + "shared_experts.down_proj.weight"}});
+  v.push_back({"qwen_nvfp4_f16_shared", HfFamily::kQwenMoe, F::kNvfp4,
+               [=](HfModel& m) {
+                 shared(1, 48, true)(m);
+                 m.spec.shared.weight_format = F::kF16;
+               },
+               {qw + "experts.1.up_proj.weight_scale_2", qw + "shared_expert.up_proj.weight", qw + "shared_expert_gate.weight"}});
   v.push_back({"gptoss_bf16", HfFamily::kGptOss, F::kBF16, nullptr,
                {qw + "router.weight", qw + "router.bias", qw + "experts.gate_up_proj", qw + "experts.gate_up_proj_bias",
                 qw + "experts.down_proj", qw + "experts.down_proj_bias"}});

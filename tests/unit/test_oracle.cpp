@@ -207,6 +207,42 @@ TEST(Supports, ReasonsComeFromCapabilities) {
   EXPECT_TRUE(supports(b, qwen(), Platform::describe("sm90")).ok());
 }
 
+// Shared experts in another format than the routed ones run only where Capabilities::shared_formats
+// lists it: the reference takes any, the cpu backend the unquantized ones, a record without the list none.
+TEST(Supports, SharedExpertsInAnotherFormatNeedTheCapability) {
+  MoeSpec s = find_preset("deepseek-r1-fp8").model.spec;
+  s.shared.weight_format = WeightFormat::kBF16;
+  s.validate();
+  const Platform amx = Platform::describe("cpu-amx");
+  EXPECT_TRUE(supports(*make_reference_backend(), s, amx).ok());
+  Capabilities c = make_reference_backend()->capabilities();
+  c.shared_formats.clear();
+  const Support no = supports(FakeBackend("no-mixed", c), s, amx);
+  ASSERT_EQ(no.reasons.size(), 1u);
+  EXPECT_EQ(no.reasons[0], "shared experts in bf16 beside fp8-block routed experts not supported (shared experts in the "
+                           "routed experts' format only)");
+  c.shared_formats = {WeightFormat::kF16};
+  const Support other = supports(FakeBackend("f16-only", c), s, amx);
+  ASSERT_EQ(other.reasons.size(), 1u);
+  EXPECT_NE(other.reasons[0].find("(shared experts in their format or f16)"), std::string::npos) << other.reasons[0];
+  c.shared_formats = {WeightFormat::kBF16};
+  EXPECT_TRUE(supports(FakeBackend("bf16-ok", c), s, amx).ok());
+  // The record's list survives JSON (what a plug-in declares), and so does the spec's shared format.
+  EXPECT_EQ(json_io::capabilities_from_json(json_io::to_json(c), "t").shared_formats, c.shared_formats);
+  const MoeSpec back = json_io::spec_from_json(json_io::to_json(s), "t");
+  EXPECT_EQ(back.shared.weight_format, s.shared.weight_format);
+  EXPECT_EQ(back.summary(), s.summary());
+  EXPECT_FALSE(json_io::to_json(find_preset("deepseek-r1-fp8").model.spec)["shared"].contains("weight_format"));
+  // The routed format named again is one format: read as unset, and written (to plug-ins too) without it.
+  auto same = json_io::to_json(find_preset("deepseek-r1-fp8").model.spec);
+  same["shared"]["weight_format"] = "fp8-block";
+  const MoeSpec one = json_io::spec_from_json(same, "t");
+  EXPECT_FALSE(one.shared.weight_format.has_value());
+  EXPECT_FALSE(json_io::to_json(one)["shared"].contains("weight_format"));
+  same["shared"]["weight_format"] = "fp9";
+  EXPECT_NE(error_of([&] { json_io::spec_from_json(same, "t"); }).find("shared.weight_format"), std::string::npos);
+}
+
 TEST(Oracle, PrefersByDataRowsAndExplainsEveryCandidate) {
   Registry r;
   register_builtin_backends(r);

@@ -155,6 +155,48 @@ TEST(Spec, Fp4SharedExpertWidthInWholeGroups) {
   EXPECT_NE(error_of(s), "");  // (intermediate 32 / 8 = 4 is refused first; the shared 64 / 8 = 8 too)
 }
 
+// The shared experts' own format (exporters leave them in bf16 beside quantized routed experts): its
+// rules name shared.weight_format, the 4-bit group rules follow it, and the routed experts' activation
+// quantization reaches them only where their format admits it.
+TEST(Spec, SharedExpertsInAFormatOfTheirOwn) {
+  MoeSpec s = small();
+  s.weight_format = WeightFormat::kFp8Block;
+  s.act_quant = ActQuant::kFp8PerTokenGroup;
+  s.shared.weight_format = WeightFormat::kBF16;
+  EXPECT_NE(error_of(s).find("spec.shared.weight_format = bf16: needs shared.count > 0"), std::string::npos) << error_of(s);
+  s.shared.count = 1;
+  s.shared.intermediate = 48;
+  EXPECT_EQ(error_of(s), "");
+  EXPECT_TRUE(s.mixed_formats());
+  EXPECT_EQ(s.shared_weight_format(), WeightFormat::kBF16);
+  EXPECT_EQ(s.shared_act_quant(), ActQuant::kNone);
+  EXPECT_NE(s.summary().find("shared=1x48:bf16"), std::string::npos) << s.summary();
+  s.shared.weight_format = WeightFormat::kFp8PerChannel;  // an fp8 format: the fp8 inputs reach it
+  EXPECT_EQ(s.shared_act_quant(), ActQuant::kFp8PerTokenGroup);
+  s.shared.weight_format = WeightFormat::kFp8Block;  // the routed format named again: one format
+  EXPECT_FALSE(s.mixed_formats());
+  EXPECT_EQ(s.summary().find(":fp8"), std::string::npos) << s.summary();
+  // 4-bit shared experts need whole groups along H and their intermediate, whatever the routed format.
+  s.shared.weight_format = WeightFormat::kMxfp4;
+  EXPECT_NE(error_of(s).find("not a multiple of 32 (mxfp4)"), std::string::npos) << error_of(s);
+  s.shared.intermediate = 64;
+  EXPECT_EQ(error_of(s), "");
+  s.hidden = 48;
+  EXPECT_NE(error_of(s).find("spec.shared.weight_format = mxfp4: needs hidden a multiple of 32"), std::string::npos)
+      << error_of(s);
+  // ... and a 4-bit routed format's group rule no longer binds bf16 shared experts.
+  s = small();
+  s.weight_format = WeightFormat::kNvfp4;
+  s.shared.count = 1;
+  s.shared.intermediate = 24;
+  EXPECT_NE(error_of(s).find("not a multiple of 16 (nvfp4)"), std::string::npos);
+  s.shared.weight_format = WeightFormat::kBF16;
+  EXPECT_EQ(error_of(s), "");
+  EXPECT_TRUE(act_quant_admits(ActQuant::kInt8PerTokenGroup, WeightFormat::kNvfp4));
+  EXPECT_FALSE(act_quant_admits(ActQuant::kInt8PerTokenGroup, WeightFormat::kBF16));
+  EXPECT_TRUE(act_quant_admits(ActQuant::kNone, WeightFormat::kBF16));
+}
+
 TEST(Spec, NamesRoundTrip) {
   for (int i = 0; i < 6; ++i) {
     const auto k = static_cast<ActivationKind>(i);

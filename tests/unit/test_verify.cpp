@@ -244,6 +244,15 @@ TEST(VerifyHarness, CasesAreDrawnFromWhatTheBackendAccepts) {
   bool from_weights = false;
   for (const VerifyCase& c : standard_cases(5, 60)) from_weights |= c.routing == RoutingPattern::kFromWeights;
   EXPECT_TRUE(from_weights);
+  // Shared experts in a format of their own beside quantized routed ones come up, some where the routed
+  // experts' inputs are quantized (which the shared rows must skip) at f32 activations (whose tolerances tell).
+  int mixed = 0, mixed_act_quant_f32 = 0;
+  for (const VerifyCase& c : standard_cases(5, 300)) {
+    mixed += c.spec.mixed_formats();
+    mixed_act_quant_f32 += c.spec.mixed_formats() && c.spec.act_quant != ActQuant::kNone && c.spec.act_dtype == DType::kF32;
+  }
+  EXPECT_GE(mixed, 10);
+  EXPECT_GE(mixed_act_quant_f32, 1);
 }
 
 // `moerun check` runs each layer it plans at one token with logits from the router weight and at M = 0

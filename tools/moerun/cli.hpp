@@ -19,6 +19,7 @@ struct SpecOptions {
   int experts = 0, top_k = 0, hidden = 0, intermediate = 0;
   std::string activation = "silu-and-mul", scoring = "softmax", format = "bf16", act_dtype = "bf16";
   std::string act_quant;  // empty: not given (none for a hand-described layer, the model's own otherwise)
+  std::string shared_format;  // empty: not given (the shared experts take --format)
   int n_group = 1, topk_group = 1, shared = 0, shared_intermediate = 0;
   bool no_renormalize = false, correction_bias = false, softmax_after_topk = false, expert_bias = false, router_bias = false;
   float scale = 1.0f;

@@ -34,6 +34,8 @@ void SpecOptions::add_to(CLI::App& app, bool allow_config) {
       g->add_option("--scale", scale, "routed scaling factor"),
       g->add_option("--shared", shared, "shared experts"),
       g->add_option("--shared-intermediate", shared_intermediate, "total shared-expert intermediate size"),
+      g->add_option("--shared-format", shared_format,
+                    "the shared experts' weight format where it differs from --format (e.g. bf16 beside fp8-block)"),
       g->add_flag("--expert-bias", expert_bias, "biases on the expert GEMMs"),
       g->add_flag("--router-bias", router_bias, "bias on the router"),
       g->add_option("--lora-adapters", lora_adapters, "max LoRA adapters (`run`: that many random ones, on random tokens)"),
@@ -78,6 +80,7 @@ std::string flag_hint(std::string_view message) {
       {"spec.shared.gated_by_router", nullptr},
       {"spec.shared.count", "--shared"},
       {"spec.shared.intermediate", "--shared-intermediate"},
+      {"spec.shared.weight_format", "--shared-format"},
       {"spec.lora.max_adapters", "--lora-adapters"},
       {"spec.lora.max_rank", "--lora-rank"},
       {"spec.apply_router_weight_on_input", nullptr},
@@ -157,6 +160,13 @@ MoeSpec SpecOptions::resolve() const {
     };
     if (was_given("--shared-intermediate") && shared == 0)
       throw_error(ErrorKind::kInvalidArgument, "--shared-intermediate: the layer has no shared experts (give --shared N)");
+    if (was_given("--shared-format")) {
+      if (shared == 0) throw_error(ErrorKind::kInvalidArgument, "--shared-format: the layer has no shared experts (give --shared N)");
+      auto sf = parse_weight_format(shared_format);
+      if (!sf)
+        throw_error(ErrorKind::kInvalidArgument, "--shared-format '" + shared_format + "': allowed " + allowed_weight_formats());
+      if (*sf != s.weight_format) s.shared.weight_format = *sf;
+    }
     if (was_given("--lora-rank") && lora_adapters == 0)
       throw_error(ErrorKind::kInvalidArgument, "--lora-rank: the layer takes no LoRA adapters (give --lora-adapters N)");
   }

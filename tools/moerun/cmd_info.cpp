@@ -89,6 +89,8 @@ void backends(const BackendsOptions& o) {
     std::string formats;
     for (const FormatSupport& f : c.formats)
       formats += (formats.empty() ? "" : " ") + std::string(to_string(f.weights)) + (f.act_quant != ActQuant::kNone ? "+" + std::string(to_string(f.act_quant)) : "");
+    std::string shared_formats;
+    for (WeightFormat f : c.shared_formats) shared_formats += " " + std::string(to_string(f));
     std::string variants;
     for (const KernelVariant& v : c.variants) variants += (variants.empty() ? "" : ", ") + v.name;
     const bool runs_here = why_not.empty();
@@ -100,8 +102,9 @@ void backends(const BackendsOptions& o) {
                                  : " (sm" + std::to_string(c.min_sm) + " to sm" + std::to_string(c.max_sm) + ")",
                              runs_here ? "runs" : "cannot run", platform.description);
     std::cout << "             formats: " << formats << "\n";
-    std::cout << fmt::format("             graph-safe {}, host sync {}, lora {}, tp {}, ep {}, shared experts {}\n", c.cuda_graph_safe,
-                             c.host_sync, c.lora, c.tensor_parallel, c.expert_parallel, c.shared_experts);
+    std::cout << fmt::format("             graph-safe {}, host sync {}, lora {}, tp {}, ep {}, shared experts {}{}\n", c.cuda_graph_safe,
+                             c.host_sync, c.lora, c.tensor_parallel, c.expert_parallel, c.shared_experts,
+                             c.shared_experts && !shared_formats.empty() ? " (also in another format:" + shared_formats + ")" : "");
     if (!variants.empty()) std::cout << "             kernels: " << variants << "\n";
   }
   // (plugin paths and descriptions are bytes from outside: replaced where not UTF-8, not an exception)

@@ -26,6 +26,10 @@ Capabilities make_caps() {
   c.router_bias = true;
   c.shared_experts = true;
   c.shared_gate = true;
+  // Shared experts left unquantized beside quantized routed ones: their stacks pack like any bf16 / f16 /
+  // f32 stack, run on every level's kernels (no code layout to agree on with the routed formats'), and
+  // their rows skip the routed experts' activation quantization (runner.cpp: saq).
+  c.shared_formats = {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16};
   c.apply_router_weight_on_input = true;
   c.tensor_parallel = true;
   c.expert_parallel = true;

@@ -249,13 +249,25 @@ struct ActiveGuard {
 // tensors (biases, router) are checked either way: the forward reads them by the spec's sizes.
 void check_stacks(const MoeSpec& spec, const MoeWeights& w) {
   check_weights_on_host(w, "cpu backend");
+  // Shared stacks pack with the code layout of the routed format's kernel set (an AVX2 4-bit layer's
+  // VNNI words, which that level's fp8 kernels do not read): only formats without codes may differ
+  // (cpu_backend.cpp, Capabilities::shared_formats).
+  const WeightFormat sf = spec.shared_weight_format();
+  if (spec.mixed_formats() && sf != WeightFormat::kF32 && sf != WeightFormat::kF16 && sf != WeightFormat::kBF16)
+    throw_error(ErrorKind::kUnsupported, "cpu backend: shared experts in " + std::string(to_string(sf)) + " beside " +
+                                             std::string(to_string(spec.weight_format)) +
+                                             " routed experts (shared experts may differ from the routed ones only "
+                                             "in f32, f16 or bf16): " + spec.summary());
   bool canonical = true;
   for (const ExpertMatrix* m : {&w.w13, &w.w2, &w.shared_w13, &w.shared_w2}) {
     if (m->empty()) continue;
     canonical = canonical && m->layout == "canonical";
-    if (m->format != spec.weight_format)
-      throw_error(ErrorKind::kFormat, "cpu backend: a " + std::string(to_string(m->format)) + " weight stack for a " +
-                                          std::string(to_string(spec.weight_format)) + " spec " + spec.summary());
+    const bool shared = m == &w.shared_w13 || m == &w.shared_w2;
+    const WeightFormat want = shared ? spec.shared_weight_format() : spec.weight_format;
+    if (m->format != want)
+      throw_error(ErrorKind::kFormat, "cpu backend: a " + std::string(to_string(m->format)) + " " +
+                                          (shared ? "shared" : "routed") + " weight stack for a spec with " +
+                                          std::string(to_string(want)) + " ones: " + spec.summary());
   }
   if (canonical) check_weights(spec, w);
   else check_weight_tensors(spec, w);
@@ -541,6 +553,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
   const DType adt = spec_.act_dtype;
   const bool on_input = spec_.apply_router_weight_on_input;
   const ActQuant aq = spec_.act_quant;
+  const ActQuant saq = spec_.shared_act_quant();  // the shared rows' (rows R.. below): none where their format refuses aq
 
   // ---- hidden -> f32 [M][hp], for the stages that read f32 hidden rows: the router, expert rows the
   // bf16 kernels do not take as they are, the shared gate (bf16 rows bound for the bf16 kernels are
@@ -919,7 +932,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
         if (q8_next)
           for (int32_t r = q8_next[row]; r >= 0; r = q8_next[r]) copy_q8_rows(xq, row * rpt, r * rpt, rpt, hp_);
       } else if (!(q8 && q8_row[row])) {
-        fake_quantize_act(aq, d, 1, H);
+        fake_quantize_act(row < R ? aq : saq, d, 1, H);
       }
       if (Xb) kernels::f32_to_bf16_row(d, hp_, Xb + row * ldx);
     }
@@ -1038,7 +1051,7 @@ void CpuRunner::forward(const ForwardArgs& args) {
       float* hrow = Hb + row * ldh;
       for (int64_t c = I; c < ip; ++c) hrow[c] = 0.0f;
       if (q8 && q8_row[row]) pack_q8(hrow, ip, hq, row);
-      else fake_quantize_act(aq, hrow, 1, I);
+      else fake_quantize_act(shared_row ? saq : aq, hrow, 1, I);
       if (Hbb) kernels::f32_to_bf16_row(hrow, ip, Hbb + row * ldh);
       if (lw && !shared_row) {
         const int a = row_adapter(row);

@@ -148,6 +148,10 @@ DeviceMoe::DeviceMoe(const MoeSpec& spec, const MoeWeights& w, int device_index,
     throw_error(ErrorKind::kUnsupported, "cuda: act_dtype " + std::string(dtype_name(spec.act_dtype)) +
                                              " differs from the weight dtype " + std::string(dtype_name(wd)) +
                                              ": the GPU backends compute in the weights' dtype");
+  if (spec.mixed_formats())  // (capabilities: no shared_formats)
+    throw_error(ErrorKind::kUnsupported, "cuda: shared experts in " + std::string(to_string(spec.shared_weight_format())) +
+                                             " beside " + std::string(to_string(spec.weight_format)) +
+                                             " routed experts: the GPU backends compute both in one dtype");
   // A plan made for a described platform can reach a machine without that GPU: say so, rather than
   // the driver's "insufficient driver" or "invalid device ordinal".
   // Without a GPU the runtime reports no device, or (no driver at all) an insufficient driver; the

@@ -25,6 +25,8 @@ Capabilities reference_capabilities() {
   c.scorings = {Scoring::kSoftmax, Scoring::kSigmoid};
   c.softmax_after_topk = c.correction_bias = c.grouped_topk = true;
   c.expert_bias = c.router_bias = c.shared_experts = c.shared_gate = c.apply_router_weight_on_input = true;
+  for (const FormatSupport& f : c.formats)
+    if (f.act_quant == ActQuant::kNone) c.shared_formats.push_back(f.weights);
   c.tensor_parallel = c.expert_parallel = c.lora = true;
   c.variants = {{"scalar-double", 0, "dequantizes each activated expert to fp32 and accumulates in double", CpuIsa::kScalar, 0.0, {}}};
   return c;
@@ -161,11 +163,11 @@ class ReferenceRunner final : public Runner {
     for (int64_t t = 0; t < m; ++t) {
       std::vector<float> xin(x + t * h, x + (t + 1) * h), act(static_cast<size_t>(units));
       std::vector<double> h1(static_cast<size_t>(2 * units)), out(static_cast<size_t>(h));
-      fake_quantize_act(spec_.act_quant, xin.data(), 1, h);
+      fake_quantize_act(spec_.shared_act_quant(), xin.data(), 1, h);
       matvec(w13.data(), 2 * units, h, xin.data(), h1.data());
       for (int64_t i = 0; i < units; ++i)
         act[static_cast<size_t>(i)] = apply_activation(a, static_cast<float>(h1[static_cast<size_t>(i)]), static_cast<float>(h1[static_cast<size_t>(units + i)]));
-      fake_quantize_act(spec_.act_quant, act.data(), 1, units);
+      fake_quantize_act(spec_.shared_act_quant(), act.data(), 1, units);
       matvec(w2.data(), h, units, act.data(), out.data());
       double gate = 1.0;
       if (spec_.shared.gated_by_router) {
