@@ -2,8 +2,9 @@
 //
 // It shows everything a plugin does: declare capabilities as JSON, read the spec JSON, keep pointers
 // to the host's weights, and compute output = sum_k w_k * expert_k(x) (+ shared experts) for the
-// top-k the host routed. Dense f32/f16/bf16 weights only; every activation; expert biases; shared
-// experts. `moerun verify --plugin libmoerun_example_plugin.so --backend example-scalar` checks it
+// top-k the host routed. Dense f32/f16/bf16 weights only, each matrix read in its own dtype (so shared
+// experts may be in another one than the routed experts: "shared_formats"); every activation; expert
+// biases; shared experts. `moerun verify --plugin libmoerun_example_plugin.so --backend example-scalar` checks it
 // against the reference like any built-in.
 #include <moerun/plugin.h>
 
@@ -163,8 +164,8 @@ int create(const char* spec_json, const moerun_weights* weights, int32_t, void**
     r->shared_gated = s.at("shared").at("gated_by_router");
     r->add_b2 = s.at("expert_bias").get<bool>() && rank / ep == 0;
     r->w = *weights;
-    for (const moerun_expert_matrix* m : {&r->w.w13, &r->w.w2})
-      if (m->format != MOERUN_FMT_F32 && m->format != MOERUN_FMT_F16 && m->format != MOERUN_FMT_BF16)
+    for (const moerun_expert_matrix* m : {&r->w.w13, &r->w.w2, &r->w.shared_w13, &r->w.shared_w2})
+      if (m->data.data && m->format != MOERUN_FMT_F32 && m->format != MOERUN_FMT_F16 && m->format != MOERUN_FMT_BF16)
         return fail(err, len, "example-scalar reads only f32/f16/bf16 weights");
     *out = r.release();
     return 0;
@@ -229,6 +230,7 @@ const char* kCapabilities = R"({
   "scorings": ["softmax", "sigmoid"],
   "softmax_after_topk": true, "correction_bias": true, "grouped_topk": true,
   "expert_bias": true, "router_bias": true, "shared_experts": true, "shared_gate": true,
+  "shared_formats": ["f32", "f16", "bf16"],
   "apply_router_weight_on_input": true, "tensor_parallel": true, "expert_parallel": true,
   "variants": [{"name": "scalar-fp32", "why": "one token at a time, fp32 accumulation"}])"
 #ifdef EXAMPLE_GRAPH_SAFE  // (testing: a claim ABI v1 cannot honour, refused at load)

@@ -138,13 +138,14 @@ MoeSpec random_spec(uint64_t seed, const std::vector<WeightFormat>& formats) {
     s.activation.swiglu_limit = limits[g.below(3)];
     s.activation.swiglu_alpha = alphas[g.below(2)];
   }
-  // Shared experts left unquantized beside quantized routed ones (what exporters' exclusion lists make):
-  // half of such layers, drawn after every other field so that earlier seeds keep their specs.
-  const bool dense = s.weight_format == WeightFormat::kF32 || s.weight_format == WeightFormat::kF16 ||
-                     s.weight_format == WeightFormat::kBF16;
-  if (s.shared.count > 0 && !dense && g.below(2)) {
-    static const WeightFormat shared_formats[] = {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kF32};
-    s.shared.weight_format = shared_formats[g.below(3)];
+  // Shared experts in a format of their own, unquantized (what exporters' exclusion lists make beside
+  // quantized routed experts; beside dense ones, another dense dtype): half of the layers with shared
+  // experts, drawn after every other field so that earlier seeds keep their specs.
+  if (s.shared.count > 0 && g.below(2)) {
+    static const WeightFormat dense[] = {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kF32};
+    uint32_t i = g.below(3);
+    if (dense[i] == s.weight_format) i = (i + 1 + g.below(2)) % 3;  // (one of the other two)
+    s.shared.weight_format = dense[i];
   }
   s.validate();
   return s;
