@@ -984,24 +984,17 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
   const auto add_caveat = [&](const std::string& c) {
     if (!c.empty() && std::find(m.caveats.begin(), m.caveats.end(), c) == m.caveats.end()) m.caveats.push_back(c);
   };
-  // A part left in the checkpoint dtype whose inputs a group quantizes all the same: weight-only here.
-  for (int part = 0; part < 2; ++part) {
-    if ((part == 0 ? chosen.routed : chosen.shared) >= 0 || act_only[part] < 0) continue;
-    const Group& g = gs[static_cast<size_t>(act_only[part])];
-    add_caveat(act_caveat(describe_args(
-        Fields(*g.inputs, q.origin(), q.model_type(), q.prefix() + "config_groups." + g.name + ".input_activations."))));
-  }
-  if (chosen.routed < 0 && chosen.shared < 0) {  // the experts are stored in the checkpoint dtype
-    s.act_quant = ActQuant::kNone;
-    return;
-  }
-
-  // What one group's weights and inputs are in moerun's terms: a weight format, the activation
-  // quantization moerun runs for its inputs, and a caveat where the recipe quantizes them otherwise.
+  // What a part's group does in moerun's terms: a weight format; the recipe's input quantization as
+  // the config describes it ("" where the inputs stay as they are), and moerun's act_quant for it where
+  // moerun has one (none otherwise: those inputs run unquantized, with a caveat).
   struct Scheme {
     WeightFormat format;
     ActQuant act_quant = ActQuant::kNone;
-    std::string caveat;
+    std::string inputs;
+  };
+  const auto inputs_of = [&](const Group& g) {
+    return describe_args(
+        Fields(*g.inputs, q.origin(), q.model_type(), q.prefix() + "config_groups." + g.name + ".input_activations."));
   };
   const auto read_group = [&](const Group& g) {
     Scheme out;
@@ -1047,38 +1040,44 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
                                        nvfp4 ? "nvfp4-pack-quantized" : "float-quantized, int-quantized, naive-quantized")));
     if (!g.inputs) return out;
     Fields a(*g.inputs, q.origin(), q.model_type(), gp + "input_activations.");
+    out.inputs = inputs_of(g);
     const json* dyn = a.find("dynamic");
     const bool dynamic = dyn && dyn->is_boolean() && dyn->get<bool>();
     // DeepSeek's recipe exactly: fp8 per token per 128 columns, computed at run time.
     if (out.format == WeightFormat::kFp8Block && a.string_or("type", "int") == "float" && a.int_or("num_bits", 8) == 8 &&
         strategy_of(a) == "group" && a.int_or("group_size", 0) == 128 && dynamic && a.bool_or("symmetric", true))
       out.act_quant = ActQuant::kFp8PerTokenGroup;
-    else
-      out.caveat = act_caveat(describe_args(a));
     return out;
   };
+  // Each part's scheme: its group's, or (left in the checkpoint dtype) its inputs as an inputs-only
+  // group quantizes them.
   const WeightFormat dense = s.weight_format;  // (torch_dtype's)
-  if (chosen.routed >= 0) {
-    const Scheme r = read_group(gs[static_cast<size_t>(chosen.routed)]);
-    s.weight_format = r.format;
-    s.act_quant = r.act_quant;
-    add_caveat(r.caveat);
-  } else {
-    s.act_quant = ActQuant::kNone;
-  }
+  const auto scheme_of_part = [&](int chosen_group, int part) {
+    if (chosen_group >= 0) return read_group(gs[static_cast<size_t>(chosen_group)]);
+    Scheme d{dense};
+    if (act_only[part] >= 0) d.inputs = inputs_of(gs[static_cast<size_t>(act_only[part])]);
+    return d;
+  };
+  const Scheme routed = scheme_of_part(chosen.routed, 0);
+  s.weight_format = routed.format;
+  s.act_quant = routed.act_quant;
+  if (!routed.inputs.empty() && routed.act_quant == ActQuant::kNone) add_caveat(act_caveat(routed.inputs));
   if (s.shared.count == 0) return;
-  const Scheme sh = chosen.shared >= 0 ? read_group(gs[static_cast<size_t>(chosen.shared)]) : Scheme{dense};
+  const Scheme shared = scheme_of_part(chosen.shared, 1);
   s.shared.weight_format.reset();
-  if (sh.format != s.weight_format) s.shared.weight_format = sh.format;
-  add_caveat(sh.caveat);
-  // The spec's one activation quantization reaches the shared experts where their format admits it
-  // (MoeSpec::shared_act_quant); a recipe that quantizes their inputs otherwise runs weight-only there.
-  if (sh.act_quant != s.shared_act_quant())
-    add_caveat(one_line(fmt::format(
-        "the checkpoint's shared experts take {} activation quantization and its routed experts {}; moerun's layer "
-        "spec holds one, the routed experts', which the shared experts take only where their format admits it: "
-        "they run with {}",
-        to_string(sh.act_quant), to_string(s.act_quant), to_string(s.shared_act_quant()))));
+  if (shared.format != s.weight_format) s.shared.weight_format = shared.format;
+  // The shared experts take the spec's one activation quantization (the routed experts') where their
+  // format admits it (MoeSpec::shared_act_quant), and no other: a caveat where the recipe differs. A
+  // part that shares the routed part's scheme is the routed part's caveat's.
+  if (shared.format == routed.format && shared.act_quant == routed.act_quant && shared.inputs == routed.inputs) return;
+  const ActQuant runs = s.shared_act_quant();
+  if (shared.act_quant == runs && (shared.inputs.empty() || runs != ActQuant::kNone)) return;
+  add_caveat(one_line(fmt::format(
+      "the checkpoint {} the shared experts' inputs{}; moerun runs them {} (its layer spec holds one activation "
+      "quantization, the routed experts', which reaches the shared experts where their format admits it), so "
+      "outputs are near, not equal, to an engine's that follows the recipe",
+      shared.inputs.empty() ? "leaves" : "quantizes", shared.inputs.empty() ? " unquantized" : " (" + shared.inputs + ")",
+      runs == ActQuant::kNone ? std::string("unquantized") : "with " + std::string(to_string(runs)))));
 }
 
 // config.json "quantization_config".

@@ -107,10 +107,11 @@ Support supports(const Backend& backend, const MoeSpec& spec, const Platform& pl
   if (spec.shared.gated_by_router && !c.shared_gate) no("gated shared expert not supported");
   if (spec.mixed_formats() && c.shared_experts && !contains(c.shared_formats, spec.shared_weight_format())) {
     std::string listed;
-    for (WeightFormat f : c.shared_formats) listed += " " + std::string(to_string(f));
+    for (WeightFormat f : c.shared_formats)
+      if (f != spec.weight_format) listed += " " + std::string(to_string(f));
     no("shared experts in " + std::string(to_string(spec.shared_weight_format())) + " beside " +
-       std::string(to_string(spec.weight_format)) + " routed experts not supported (shared experts in " +
-       (listed.empty() ? std::string("the routed experts' format only") : "their format or" + listed) + ")");
+       std::string(to_string(spec.weight_format)) + " routed experts not supported (shared experts in the routed " +
+       "experts' format" + (listed.empty() ? std::string(" only") : ", or in:" + listed) + ")");
   }
   if (spec.apply_router_weight_on_input && !c.apply_router_weight_on_input) no("router weight on input not supported");
   if (spec.parallel.tp > 1 && !c.tensor_parallel) no("tensor parallel (tp=" + std::to_string(spec.parallel.tp) + ") not supported");

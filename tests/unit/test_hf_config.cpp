@@ -896,7 +896,42 @@ TEST(HfConfigQuantScope, SharedExpertsInAFormatOfTheirOwn) {
     EXPECT_EQ(m.spec.shared_weight_format(), WeightFormat::kFp8PerChannel);
     EXPECT_EQ(m.spec.act_quant, ActQuant::kNone);
     ASSERT_EQ(m.caveats.size(), 1u);  // the shared group's per-token fp8 inputs, run weight-only
-    expect_contains(m.caveats[0], "quantizes the experts' inputs");
+    expect_contains(m.caveats[0], "quantizes the shared experts' inputs (float 8-bit, token, dynamic); moerun runs them "
+                                  "unquantized");
+  }
+  // The routed experts on DeepSeek's recipe (fp8-token-group), the shared ones fp8-channel with per-token
+  // inputs: moerun quantizes the shared experts' inputs as the routed ones' (their format admits it),
+  // which is not the recipe's per-token scale: one caveat, about the shared experts.
+  const std::string deepseek_recipe = R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128], "symmetric": true},
+                     "input_activations": {"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128, "dynamic": true})";
+  const std::string per_token = R"({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true},
+                     "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true})";
+  const auto two_groups = [&](const std::string& routed, const std::string& shared) {
+    return v3 + R"("quantization_config": {"quant_method": "compressed-tensors", "format": "float-quantized",
+        "config_groups": {"routed": {"targets": ["re:.*mlp\\.experts\\..*"], "weights": )" + routed + R"(},
+                          "shared": {"targets": ["re:.*shared_experts.*"], "weights": )" + shared + "}}}}";
+  };
+  {
+    const HfModel m = parse_hf_config(two_groups(deepseek_recipe, per_token), "c");
+    EXPECT_EQ(m.spec.weight_format, WeightFormat::kFp8Block);
+    EXPECT_EQ(m.spec.act_quant, ActQuant::kFp8PerTokenGroup);
+    EXPECT_EQ(m.spec.shared_weight_format(), WeightFormat::kFp8PerChannel);
+    EXPECT_EQ(m.spec.shared_act_quant(), ActQuant::kFp8PerTokenGroup);
+    ASSERT_EQ(m.caveats.size(), 1u);
+    expect_contains(m.caveats[0], "quantizes the shared experts' inputs (float 8-bit, token, dynamic); moerun runs them "
+                                  "with fp8-token-group");
+  }
+  // ... and the reverse: the routed experts' per-token inputs run weight-only (the layer's caveat), and
+  // the shared experts' DeepSeek recipe has no activation quantization to take (the spec's is none).
+  {
+    const HfModel m = parse_hf_config(two_groups(per_token, deepseek_recipe), "c");
+    EXPECT_EQ(m.spec.weight_format, WeightFormat::kFp8PerChannel);
+    EXPECT_EQ(m.spec.act_quant, ActQuant::kNone);
+    EXPECT_EQ(m.spec.shared_weight_format(), WeightFormat::kFp8Block);
+    ASSERT_EQ(m.caveats.size(), 2u);
+    expect_contains(m.caveats[0], "the checkpoint's recipe quantizes the experts' inputs (float 8-bit, token, dynamic)");
+    expect_contains(m.caveats[1], "quantizes the shared experts' inputs (float 8-bit, group of 128, dynamic); moerun runs "
+                                  "them unquantized");
   }
   // ... or a group that quantizes the shared experts' inputs only, their weights left in bf16: the
   // routed experts quantized, the shared ones bf16, and a caveat for the inputs moerun leaves alone.
@@ -911,7 +946,8 @@ TEST(HfConfigQuantScope, SharedExpertsInAFormatOfTheirOwn) {
     EXPECT_EQ(m.spec.weight_format, WeightFormat::kFp8PerChannel);
     EXPECT_EQ(m.spec.shared_weight_format(), WeightFormat::kBF16);
     ASSERT_EQ(m.caveats.size(), 1u);
-    expect_contains(m.caveats[0], "quantizes the experts' inputs");
+    expect_contains(m.caveats[0], "quantizes the shared experts' inputs (float 8-bit, token, dynamic); moerun runs them "
+                                  "unquantized");
   }
   // Granite's fused experts are no nn.Linear: a "Linear" target would quantize its shared_mlp alone,
   // which the reader takes only unquantized.

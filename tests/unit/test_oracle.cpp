@@ -224,7 +224,8 @@ TEST(Supports, SharedExpertsInAnotherFormatNeedTheCapability) {
   c.shared_formats = {WeightFormat::kF16};
   const Support other = supports(FakeBackend("f16-only", c), s, amx);
   ASSERT_EQ(other.reasons.size(), 1u);
-  EXPECT_NE(other.reasons[0].find("(shared experts in their format or f16)"), std::string::npos) << other.reasons[0];
+  EXPECT_NE(other.reasons[0].find("(shared experts in the routed experts' format, or in: f16)"), std::string::npos)
+      << other.reasons[0];
   c.shared_formats = {WeightFormat::kBF16};
   EXPECT_TRUE(supports(FakeBackend("bf16-ok", c), s, amx).ok());
   // The record's list survives JSON (what a plug-in declares), and so does the spec's shared format.

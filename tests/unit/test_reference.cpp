@@ -88,5 +88,77 @@ TEST(Reference, ShardsAddUpToTheFullLayer) {
   }
 }
 
+// Shared experts in a format of their own, quantized too (the reference takes any: the built-in cpu
+// backend only unquantized ones, so the conformance suite draws only those): a mixed layer's output is
+// its routed part's plus its shared part's, each computed as a layer of one format, the shared part with
+// the activation quantization its format admits (MoeSpec::shared_act_quant).
+TEST(Reference, MixedFormatLayerIsItsRoutedPartPlusItsSharedPart) {
+  struct Mix {
+    WeightFormat routed;
+    ActQuant act_quant;
+    WeightFormat shared;
+  };
+  const Mix mixes[] = {{WeightFormat::kBF16, ActQuant::kNone, WeightFormat::kFp8Block},
+                       {WeightFormat::kFp8PerChannel, ActQuant::kFp8PerTokenGroup, WeightFormat::kFp8Block},
+                       {WeightFormat::kFp8Block, ActQuant::kFp8PerTokenGroup, WeightFormat::kMxfp4},
+                       {WeightFormat::kMxfp4, ActQuant::kInt8PerTokenGroup, WeightFormat::kNvfp4},
+                       {WeightFormat::kNvfp4, ActQuant::kInt8PerTokenGroup, WeightFormat::kInt8PerChannel}};
+  auto backend = make_reference_backend();
+  const Platform p = Platform::describe("cpu-avx2");
+  for (const Mix& mix : mixes) {
+    MoeSpec a;
+    a.num_experts = 8;
+    a.top_k = 2;
+    a.hidden = 128;
+    a.intermediate = 128;
+    a.act_dtype = DType::kF32;
+    a.weight_format = mix.routed;
+    a.act_quant = mix.act_quant;
+    a.shared = {1, 128, true, mix.shared};
+    a.validate();
+    MoeSpec routed_only = a;
+    routed_only.shared = {};
+    MoeSpec shared_only = a;  // a layer of the shared format whose routed experts get weight 0
+    shared_only.weight_format = mix.shared;
+    shared_only.act_quant = a.shared_act_quant();
+    shared_only.shared.weight_format.reset();
+    MoeWeights wa = random_weights(a, 3), wr = random_weights(routed_only, 4), ws = random_weights(shared_only, 5);
+    wr.w13 = wa.w13;
+    wr.w2 = wa.w2;
+    wr.router_weight = HostTensor();
+    ws.shared_w13 = wa.shared_w13;
+    ws.shared_w2 = wa.shared_w2;
+    std::memcpy(ws.shared_gate.data(), wa.shared_gate.data(), wa.shared_gate.nbytes());
+    const int64_t m = 13;
+    HostTensor x(DType::kF32, {m, a.hidden}), ids(DType::kI32, {m, 2}), wt(DType::kF32, {m, 2}), zero(DType::kF32, {m, 2});
+    for (int64_t i = 0; i < m * a.hidden; ++i) x.as<float>()[i] = std::sin(0.37f * static_cast<float>(i));
+    for (int64_t i = 0; i < m * 2; ++i) {
+      ids.as<int32_t>()[i] = static_cast<int32_t>((3 * i + i / 2) % 8);
+      wt.as<float>()[i] = 0.25f + 0.5f * static_cast<float>(i % 2);
+      zero.as<float>()[i] = 0.0f;
+    }
+    const auto run = [&](const MoeSpec& s, const MoeWeights& w, const HostTensor& weights) {
+      HostTensor out(DType::kF32, {m, a.hidden});
+      ForwardArgs f;
+      f.hidden = x.view();
+      f.topk_ids = ids.view();
+      f.topk_weights = weights.view();
+      f.output = out.view();
+      backend->create_runner(s, w, p, {})->forward(f);
+      return out;
+    };
+    const HostTensor whole = run(a, wa, wt), routed = run(routed_only, wr, wt), shared = run(shared_only, ws, zero);
+    double err = 0, mag = 0, shared_mag = 0;
+    for (int64_t i = 0; i < m * a.hidden; ++i) {
+      const double want = static_cast<double>(routed.as<float>()[i]) + shared.as<float>()[i];
+      err = std::max(err, std::fabs(whole.as<float>()[i] - want));
+      mag = std::max(mag, std::fabs(want));
+      shared_mag = std::max(shared_mag, std::fabs(static_cast<double>(shared.as<float>()[i])));
+    }
+    EXPECT_GT(shared_mag, 0.05 * mag) << a.summary();  // (the shared part is there to be checked)
+    EXPECT_LE(err, 1e-5 * mag) << a.summary();
+  }
+}
+
 }  // namespace
 }  // namespace moerun
