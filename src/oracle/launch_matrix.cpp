@@ -68,6 +68,22 @@ VerifyResult verify_layer(const Backend& backend, const Platform& here, const Mo
 
 }  // namespace
 
+std::vector<std::pair<std::string, MoeSpec>> launch_matrix_layers(const std::vector<std::string>& preset_names) {
+  std::vector<std::pair<std::string, MoeSpec>> layers;
+  for (const std::string& pn : preset_names) {
+    const MoeSpec& s = find_preset(pn).model.spec;
+    layers.emplace_back(pn, s);
+    const bool dense = s.weight_format == WeightFormat::kBF16 || s.weight_format == WeightFormat::kF16 ||
+                       s.weight_format == WeightFormat::kF32;
+    if (s.shared.count > 0 && !dense) {
+      MoeSpec mixed = s;
+      mixed.shared.weight_format = WeightFormat::kBF16;
+      layers.emplace_back(pn + " (bf16 shared experts)", mixed);
+    }
+  }
+  return layers;
+}
+
 LaunchMatrixResult run_launch_matrix(const Registry& registry, const LaunchMatrixOptions& o) {
   LaunchMatrixResult r;
   std::vector<std::string> preset_names = o.presets;
@@ -82,10 +98,10 @@ LaunchMatrixResult run_launch_matrix(const Registry& registry, const LaunchMatri
   std::vector<Policy> policies{Policy{}};
   for (const std::string& name : registry.names()) policies.push_back(Policy::parse(name));
 
+  const std::vector<std::pair<std::string, MoeSpec>> layers = launch_matrix_layers(preset_names);
   std::map<std::string, VerifyResult> runs;  // (backend, scaled spec) -> result, so each runs once
   int combos = 0;
-  for (const std::string& pn : preset_names) {
-    const Preset& preset = find_preset(pn);
+  for (const auto& [pn, layer] : layers) {
     for (const std::string& pd : platforms) {
       const Platform platform = Platform::describe(pd);
       for (int tp : o.parallel_sizes)
@@ -93,7 +109,7 @@ LaunchMatrixResult run_launch_matrix(const Registry& registry, const LaunchMatri
           // The last rank (a non-zero expert offset and tp slice) and, when sharded, rank 0 too: only
           // rank 0 of a tp group adds the w2 bias, and only ranks with rank % ep == 0 the shared expert.
           for (const int rank : tp * ep > 1 ? std::vector<int>{tp * ep - 1, 0} : std::vector<int>{0}) {
-            MoeSpec spec = preset.model.spec;
+            MoeSpec spec = layer;
             spec.parallel.tp = tp;
             spec.parallel.ep = ep;
             spec.parallel.rank = rank;

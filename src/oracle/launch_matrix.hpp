@@ -1,4 +1,5 @@
-// oracle/launch_matrix.hpp — the launch matrix behind `moerun check`: every preset x platform
+// oracle/launch_matrix.hpp — the launch matrix behind `moerun check`: every preset layer
+// (launch_matrix_layers) x platform
 // description x parallel config (its last rank, and rank 0 when sharded) x policy either plans or is
 // refused with a reason, and every plan that can run on this machine runs its scaled-down layer
 // through the reference comparison three times: `tokens` tokens with router logits given, one token
@@ -36,6 +37,12 @@ struct LaunchMatrixResult {
 };
 
 LaunchMatrixResult run_launch_matrix(const Registry& registry, const LaunchMatrixOptions& options);
+
+// The layers the matrix runs for these presets: each as published and, where it has shared experts
+// beside quantized routed ones, also with the shared experts left in bf16, as exporters' exclusion lists
+// leave them (docs/formats.md): a layer some backends run and others must refuse. Named
+// "<preset>" and "<preset> (bf16 shared experts)".
+std::vector<std::pair<std::string, MoeSpec>> launch_matrix_layers(const std::vector<std::string>& presets);
 
 // The spec scaled down for a run on this machine, keeping its structure and parallel config valid.
 MoeSpec scaled_for_check(const MoeSpec& spec);

@@ -258,6 +258,28 @@ TEST(VerifyHarness, CasesAreDrawnFromWhatTheBackendAccepts) {
 // `moerun check` runs each layer it plans at one token with logits from the router weight and at M = 0
 // besides its --tokens call with logits given: a backend wrong only on the decode step's routing path,
 // or one that fails an empty call, is a failure of the launch matrix, with the size named.
+// The matrix runs each preset with shared experts beside quantized routed ones twice: as published and
+// with the shared experts in bf16 (as exporters leave them). The built-in backends that take such a
+// layer run it against the reference (cpu, here), the GPU ones refuse it: nothing crashes or mismatches.
+TEST(LaunchMatrix, PresetsWithQuantizedRoutedExpertsAlsoRunWithBf16SharedExperts) {
+  const auto layers = launch_matrix_layers({"deepseek-r1-fp8", "qwen3-30b-a3b", "qwen2-moe-a2.7b"});
+  ASSERT_EQ(layers.size(), 4u);
+  EXPECT_EQ(layers[1].first, "deepseek-r1-fp8 (bf16 shared experts)");
+  EXPECT_TRUE(layers[1].second.mixed_formats());
+  EXPECT_EQ(layers[1].second.shared_weight_format(), WeightFormat::kBF16);
+  EXPECT_FALSE(layers[3].second.mixed_formats());  // (qwen2-moe: bf16 routed, no variant)
+  Registry r;
+  register_builtin_backends(r);
+  LaunchMatrixOptions o;
+  o.presets = {"deepseek-r1-fp8"};
+  o.platforms = {"detected", "sm90"};
+  o.parallel_sizes = {1, 2};
+  const LaunchMatrixResult m = run_launch_matrix(r, o);
+  EXPECT_EQ(m.crashed + m.mismatched, 0) << (m.failures.empty() ? "" : m.failures[0]);
+  EXPECT_GT(m.ran, 0);
+  EXPECT_EQ(m.matched, m.ran);
+}
+
 TEST(LaunchMatrix, RunsTheRouterWeightPathAndTheEmptyCall) {
   const auto run = [](Defect d) {
     Registry r;

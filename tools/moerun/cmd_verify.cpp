@@ -90,8 +90,15 @@ void check(const CheckOptions& o) {
   lo.tokens = o.tokens;
   lo.progress = [](const std::string& s) { std::cerr << s << "\n"; };
   const std::vector<std::string> names = registry.names();
-  std::cout << fmt::format("check: {} presets x {} platforms x tp,ep in {{1,2,8}} x (auto + {} backends)\n",
-                           o.presets.empty() ? presets().size() : o.presets.size(),
+  std::vector<std::string> preset_names = o.presets;
+  if (preset_names.empty())
+    for (const Preset& p : presets()) preset_names.push_back(p.name);
+  const size_t layers = launch_matrix_layers(preset_names).size();
+  std::cout << fmt::format("check: {} presets{} x {} platforms x tp,ep in {{1,2,8}} x (auto + {} backends)\n",
+                           preset_names.size(),
+                           layers > preset_names.size()
+                               ? fmt::format(" (+{} with bf16 shared experts)", layers - preset_names.size())
+                               : std::string(),
                            o.platforms.empty() ? Platform::known_descriptions().size() + 1 : o.platforms.size(), names.size());
   const LaunchMatrixResult r = run_launch_matrix(registry, lo);
   for (const std::string& f : r.failures) std::cout << "  " << f << "\n";
