@@ -337,6 +337,14 @@ std::vector<Case> cases() {
   v.push_back({"llama4_fp8channel", HfFamily::kLlama4, F::kFp8PerChannel, shared(1, 128, false),
                {ff + "experts.gate_up_proj", ff + "experts.gate_up_proj_scale", ff + "experts.down_proj_scale",
                 ff + "shared_expert.down_proj.weight_scale"}});
+  // ... with its shared expert left in bf16 (in modules_to_not_convert): fused e4m3 routed experts, a
+  // per-linear bf16 shared expert.
+  v.push_back({"llama4_fp8channel_bf16_shared", HfFamily::kLlama4, F::kFp8PerChannel,
+               [=](HfModel& m) {
+                 shared(1, 128, false)(m);
+                 m.spec.shared.weight_format = F::kBF16;
+               },
+               {ff + "experts.gate_up_proj_scale", ff + "shared_expert.down_proj.weight"}});
   v.push_back({"llama4_nvfp4", HfFamily::kLlama4, F::kNvfp4, nullptr,
                {ff + "experts.2.gate_proj.weight_scale", ff + "experts.2.gate_proj.weight_scale_2"}});
   v.push_back({"granite_bf16", HfFamily::kGranite, F::kBF16, nullptr,
