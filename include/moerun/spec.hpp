@@ -151,6 +151,8 @@ std::optional<ActQuant> parse_act_quant(std::string_view s) noexcept;
 std::string allowed_activations();
 std::string allowed_weight_formats();
 std::string allowed_act_quants();
+// Whether f stores plain values (f32, f16, bf16) rather than codes with scales.
+bool is_unquantized(WeightFormat f) noexcept;
 // Whether act_quant q may feed GEMMs on weights of format f (kNone always may).
 bool act_quant_admits(ActQuant q, WeightFormat f) noexcept;
 

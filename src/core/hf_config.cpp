@@ -820,7 +820,6 @@ std::string act_caveat(std::string_view recipe) {
 // hf_quant_config.json's "quantization" or config.json's quantization_config. Its FP8 keeps one scale
 // per linear; gate and up then differ, which fp8-per-channel holds exactly (rows of one value).
 void apply_modelopt(const Fields& q, HfModel& m) {
-  MoeSpec& s = m.spec;
   std::optional<std::string> algo = q.opt_string("quant_algo");
   if (!algo) return;  // only the KV cache is quantized: weights keep the checkpoint dtype
   if (*algo == "NVFP4") {
@@ -1054,7 +1053,7 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
   const WeightFormat dense = s.weight_format;  // (torch_dtype's)
   const auto scheme_of_part = [&](int chosen_group, int part) {
     if (chosen_group >= 0) return read_group(gs[static_cast<size_t>(chosen_group)]);
-    Scheme d{dense};
+    Scheme d{dense, ActQuant::kNone, {}};
     if (act_only[part] >= 0) d.inputs = inputs_of(gs[static_cast<size_t>(act_only[part])]);
     return d;
   };
@@ -1082,7 +1081,6 @@ void apply_compressed_tensors(const Fields& q, HfModel& m) {
 
 // config.json "quantization_config".
 void apply_quantization_config(const json& qc, std::string_view origin, HfModel& m) {
-  MoeSpec& s = m.spec;
   Fields q(qc, origin, m.model_type, "quantization_config.");
   std::optional<std::string> method = q.opt_string("quant_method");
   if (!method) q.missing("quant_method");
@@ -1238,8 +1236,7 @@ HfModel parse_hf_config(std::string_view config_json, std::string_view origin,
   // Granite's fused experts are no nn.Linear, so a "Linear" target quantizes its shared_mlp alone, which
   // the checkpoint reader takes only unquantized (hf_weights.cpp): refused here, before a plan is made.
   const WeightFormat sf = m.spec.shared_weight_format();
-  if (m.family == HfFamily::kGranite && m.spec.shared.count > 0 && sf != WeightFormat::kBF16 && sf != WeightFormat::kF16 &&
-      sf != WeightFormat::kF32)
+  if (m.family == HfFamily::kGranite && m.spec.shared.count > 0 && !is_unquantized(sf))
     throw_error(ErrorKind::kUnsupported,
                 fmt::format("{}: the quantization config stores granite's shared_mlp as {}; moerun reads it only "
                             "unquantized (bf16, f16, f32)",

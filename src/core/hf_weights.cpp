@@ -58,11 +58,6 @@ namespace {
 
 // ---- small helpers ----------------------------------------------------------------------------------
 
-
-
-bool is_dense(WeightFormat f) {
-  return f == WeightFormat::kF32 || f == WeightFormat::kF16 || f == WeightFormat::kBF16;
-}
 bool is_fp4(WeightFormat f) { return f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4; }
 
 DType data_dtype(WeightFormat f) {
@@ -256,14 +251,14 @@ Storage storage_for(HfFamily f, WeightFormat w) {
     // Meta's FP8 release (fbgemm_fp8) keeps the fused tensors with row scales; other quantizers
     // (compressed-tensors, ModelOpt) save one linear per expert, which the loader finds by name.
     case HfFamily::kLlama4:
-      return is_dense(w) || w == WeightFormat::kFp8PerChannel ? Storage::kFusedTransposed : Storage::kPerExpert;
+      return is_unquantized(w) || w == WeightFormat::kFp8PerChannel ? Storage::kFusedTransposed : Storage::kPerExpert;
     case HfFamily::kGptOss:
-      if (is_dense(w)) return Storage::kFusedTransposed;
+      if (is_unquantized(w)) return Storage::kFusedTransposed;
       if (w == WeightFormat::kMxfp4) return Storage::kGptOssMxfp4;
       throw_error(ErrorKind::kUnsupported, "gpt-oss checkpoints store experts as bf16/f16/f32 or mxfp4, not " +
                                                std::string(to_string(w)));
     case HfFamily::kGranite:
-      if (is_dense(w)) return Storage::kFusedGranite;
+      if (is_unquantized(w)) return Storage::kFusedGranite;
       throw_error(ErrorKind::kUnsupported, "granite checkpoints store experts as bf16/f16/f32, not " + std::string(to_string(w)));
   }
   throw_error(ErrorKind::kInvalidArgument, "unknown HfFamily #" + std::to_string(static_cast<int>(f)));
@@ -289,7 +284,7 @@ void check_spec_for_family(const HfModel& model) {
   if (s.shared.count > 0 && names.shared.empty())
     throw_error(ErrorKind::kUnsupported, fam + " checkpoints have no shared experts (spec.shared.count = " +
                                              std::to_string(s.shared.count) + ")");
-  if (s.shared.count > 0 && model.family == HfFamily::kGranite && !is_dense(s.shared_weight_format()))
+  if (s.shared.count > 0 && model.family == HfFamily::kGranite && !is_unquantized(s.shared_weight_format()))
     throw_error(ErrorKind::kUnsupported, "granite shared_mlp is read only as bf16/f16/f32");
   if (s.shared.count > 0 && s.shared.intermediate < 1)
     throw_error(ErrorKind::kInvalidSpec, "shared.intermediate = " + std::to_string(s.shared.intermediate) + ": must be >= 1");
@@ -596,7 +591,7 @@ class Loader {
       : model_(model), s_(model.spec), idx_(idx), p_(std::move(prefix) + "."), layer_(layer),
         names_(family_names(model.family)), storage_(storage_for(model.family, model.spec.weight_format)) {
     // Llama-4 fp8-per-channel comes fused (fbgemm) or one linear per expert (compressed-tensors).
-    if (model.family == HfFamily::kLlama4 && storage_ == Storage::kFusedTransposed && !is_dense(s_.weight_format) &&
+    if (model.family == HfFamily::kLlama4 && storage_ == Storage::kFusedTransposed && !is_unquantized(s_.weight_format) &&
         !idx_.find(p_ + names_.experts + ".gate_up_proj") && idx_.find(p_ + names_.experts + ".0." + names_.linear[1] + ".weight"))
       storage_ = Storage::kPerExpert;
   }

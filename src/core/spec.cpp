@@ -85,6 +85,10 @@ std::string allowed_activations() { return join_names(kActivations); }
 std::string allowed_weight_formats() { return join_names(kFormats); }
 std::string allowed_act_quants() { return join_names(kActQuants); }
 
+bool is_unquantized(WeightFormat f) noexcept {
+  return f == WeightFormat::kF32 || f == WeightFormat::kF16 || f == WeightFormat::kBF16;
+}
+
 bool act_quant_admits(ActQuant q, WeightFormat f) noexcept {
   switch (q) {
     case ActQuant::kNone: return true;

@@ -73,9 +73,7 @@ std::vector<std::pair<std::string, MoeSpec>> launch_matrix_layers(const std::vec
   for (const std::string& pn : preset_names) {
     const MoeSpec& s = find_preset(pn).model.spec;
     layers.emplace_back(pn, s);
-    const bool dense = s.weight_format == WeightFormat::kBF16 || s.weight_format == WeightFormat::kF16 ||
-                       s.weight_format == WeightFormat::kF32;
-    if (s.shared.count > 0 && !dense) {
+    if (s.shared.count > 0 && !is_unquantized(s.weight_format)) {
       MoeSpec mixed = s;
       mixed.shared.weight_format = WeightFormat::kBF16;
       layers.emplace_back(pn + " (bf16 shared experts)", mixed);

@@ -253,7 +253,7 @@ void check_stacks(const MoeSpec& spec, const MoeWeights& w) {
   // VNNI words, which that level's fp8 kernels do not read): only formats without codes may differ
   // (cpu_backend.cpp, Capabilities::shared_formats).
   const WeightFormat sf = spec.shared_weight_format();
-  if (spec.mixed_formats() && sf != WeightFormat::kF32 && sf != WeightFormat::kF16 && sf != WeightFormat::kBF16)
+  if (spec.mixed_formats() && !is_unquantized(sf))
     throw_error(ErrorKind::kUnsupported, "cpu backend: shared experts in " + std::string(to_string(sf)) + " beside " +
                                              std::string(to_string(spec.weight_format)) +
                                              " routed experts (shared experts may differ from the routed ones only "
